@@ -1,0 +1,168 @@
+//! `sandpy bench`: the figures in the README, measured in one run against baselines
+//! measured in the same run (native `python3`, and instances kept alive at once).
+
+use crate::exit::Outcome;
+use anyhow::{bail, Context};
+use sandpy::{Limits, Status};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// In-process runs for the latency percentiles.
+    #[arg(long, default_value_t = 300)]
+    runs: usize,
+    /// Whole-process runs of `sandpy run`.
+    #[arg(long, default_value_t = 30)]
+    process_runs: usize,
+    /// Native interpreter for the CPU-bound baseline.
+    #[arg(long, default_value = "python3")]
+    python: String,
+}
+
+/// CPU-bound programs; each prints its own elapsed seconds so that start-up is excluded
+/// on both sides.
+const CPU_SET: &[(&str, &str)] = &[
+    ("loops", "s = 0\nfor i in range(3_000_000):\n    s += i % 7\n"),
+    ("sorting", "import random\nr = random.Random(1)\nxs = [r.random() for _ in range(300_000)]\nfor _ in range(3):\n    sorted(xs)\n"),
+    ("strings", "parts = []\nfor i in range(200_000):\n    parts.append(f'{i}:{i*i:x}'.upper().replace('A', 'z'))\n' '.join(parts).split(' ')\n"),
+    ("json", "import json\ndoc = [{'id': i, 'name': f'n{i}', 'tags': ['a', 'b'], 'v': i / 3} for i in range(20_000)]\nfor _ in range(5):\n    json.loads(json.dumps(doc))\n"),
+];
+
+fn timed(body: &str) -> String {
+    format!("import time as _t\n_t0 = _t.perf_counter()\n{body}\nprint(_t.perf_counter() - _t0)\n")
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn private_bytes() -> anyhow::Result<u64> {
+    let text = std::fs::read_to_string("/proc/self/smaps_rollup").context("reading /proc/self/smaps_rollup")?;
+    let kib: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("Private_Clean:") || l.starts_with("Private_Dirty:"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum();
+    Ok(kib * 1024)
+}
+
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    let sandbox = super::sandbox()?;
+    let rt = super::tokio_runtime()?;
+    let limits = Limits::default();
+    println!("sandpy bench (medians; the machine is shared, compare ratios)\n");
+
+    // 1. In-process fresh-instance latency.
+    let mut latencies = Vec::with_capacity(args.runs);
+    rt.block_on(async {
+        for _ in 0..args.runs.max(1) {
+            let t = Instant::now();
+            let e = sandbox.run("print('hello')", &limits).await;
+            latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            if e.status != Status::Ok {
+                bail!("hello failed: {e:?}");
+            }
+        }
+        Ok(())
+    })?;
+    latencies.sort_by(f64::total_cmp);
+    println!(
+        "in-process print('hello'), fresh instance: p50 {:.3} ms  p99 {:.3} ms  (n={})",
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        latencies.len()
+    );
+
+    // 2. Throughput with all cores busy.
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    let total = 2000;
+    let started = Instant::now();
+    rt.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for worker in 0..cores * 2 {
+            let sandbox = sandbox.clone();
+            let limits = limits.clone();
+            let share = total / (cores * 2) + usize::from(worker < total % (cores * 2));
+            tasks.spawn(async move {
+                for _ in 0..share {
+                    sandbox.run("print('hello')", &limits).await;
+                }
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+    });
+    let per_sec = total as f64 / started.elapsed().as_secs_f64();
+    println!("throughput, {cores} cores busy: {per_sec:.0} fresh-instance runs/s (n={total})");
+
+    // 3. Whole-process latency, warm cache, against native python3 start-up.
+    let exe = std::env::current_exe()?;
+    let mut sandpy_ms = Vec::new();
+    let mut python_ms = Vec::new();
+    for _ in 0..args.process_runs.max(1) {
+        let t = Instant::now();
+        let out = Command::new(&exe).args(["run", "-c", "print('hello')"]).output()?;
+        sandpy_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        if !out.status.success() {
+            bail!("`sandpy run` failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let t = Instant::now();
+        let out = Command::new(&args.python).args(["-c", "print('hello')"]).output();
+        python_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        out.with_context(|| format!("cannot run `{}`", args.python))?;
+    }
+    let (s, p) = (median(&mut sandpy_ms), median(&mut python_ms));
+    println!("whole process `sandpy run -c \"print('hello')\"`: {s:.1} ms  (native `{} -c`: {p:.1} ms, ratio {:.2}x)", args.python, s / p);
+
+    // 4. CPU-bound set against native python3.
+    println!("\nCPU-bound set (seconds inside the program, median of 3):");
+    let mut ratios = Vec::new();
+    for (name, body) in CPU_SET {
+        let code = timed(body);
+        let mut inside = Vec::new();
+        let mut native = Vec::new();
+        for _ in 0..3 {
+            let e = rt.block_on(sandbox.run(&code, &Limits { timeout: Duration::from_secs(120), ..limits.clone() }));
+            if e.status != Status::Ok {
+                bail!("{name} failed in the sandbox: {e:?}");
+            }
+            inside.push(e.stdout.trim().parse::<f64>()?);
+            let out = Command::new(&args.python).args(["-c", &code]).output()?;
+            native.push(String::from_utf8_lossy(&out.stdout).trim().parse::<f64>().with_context(|| format!("{name} failed natively"))?);
+        }
+        let (i, n) = (median(&mut inside), median(&mut native));
+        ratios.push(i / n);
+        println!("  {name:<8} sandbox {:>8.1} ms   native {:>8.1} ms   ratio {:.2}x", i * 1e3, n * 1e3, i / n);
+    }
+    let geo = ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64;
+    let native_version = Command::new(&args.python).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+    println!("  geometric mean ratio: {:.2}x (sandbox CPython 3.14 vs native {native_version})", geo.exp());
+
+    // 5. Private memory per live instance.
+    let live = 40;
+    let before = private_bytes()?;
+    let during = rt.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..live {
+            let sandbox = sandbox.clone();
+            tasks.spawn(async move { sandbox.run("import time\ntime.sleep(1.5)", &Limits::default()).await });
+        }
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let during = private_bytes();
+        while tasks.join_next().await.is_some() {}
+        during
+    })?;
+    println!(
+        "\nprivate memory per live instance: {:.2} MiB ({live} alive at once; process private memory {:.0} -> {:.0} MiB)",
+        during.saturating_sub(before) as f64 / live as f64 / (1 << 20) as f64,
+        before as f64 / (1 << 20) as f64,
+        during as f64 / (1 << 20) as f64
+    );
+    Ok(Outcome::Success)
+}
+

@@ -1,0 +1,14 @@
+//! `sandpy warmup`: compile and cache the runtime ahead of time.
+
+use crate::exit::Outcome;
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<Outcome> {
+    let started = std::time::Instant::now();
+    super::sandbox()?;
+    let dir = sandpy::Config::default().resolved_cache_dir();
+    eprintln!("sandpy: runtime ready in {:.1} s (cache: `{}`)", started.elapsed().as_secs_f64(), dir.display());
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,17 @@
+//! `sandpy`: run untrusted Python in a WebAssembly sandbox, from the shell or as an MCP
+//! server. Each command is one file in `commands/`; exit codes live in `exit.rs`.
+
+mod commands;
+mod exit;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = commands::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SANDPY_LOG").unwrap_or_else(|_| "warn".into()))
+        .init();
+    exit::finish(commands::dispatch(cli))
+}

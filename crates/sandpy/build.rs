@@ -1,0 +1,86 @@
+//! Builds the guest component from `guest/` with the pinned componentize-py.
+//!
+//! A venv under `OUT_DIR` gets `componentize-py==0.25.1` from PyPI (no global installs);
+//! componentize-py pre-initialises CPython 3.14 with `guest/app.py` and writes the
+//! component, which the library embeds. Set `SANDPY_COMPONENT` to a prebuilt `.wasm` to
+//! skip the Python build, and `SANDPY_PYTHON` to choose the interpreter for the venv.
+
+use sha2::{Digest, Sha256};
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+
+fn main() {
+    if let Err(message) = run() {
+        eprintln!("error: could not build the sandpy guest component\n  {message}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
+    let out = PathBuf::from(env::var("OUT_DIR").map_err(|e| e.to_string())?);
+    let guest = manifest.join("../../guest").canonicalize().map_err(|e| format!("guest/ not found: {e}"))?;
+    println!("cargo:rerun-if-changed={}", guest.join("app.py").display());
+    println!("cargo:rerun-if-changed={}", guest.join("wit").display());
+    println!("cargo:rerun-if-changed={}", guest.join("sandpy_guest").display());
+    println!("cargo:rerun-if-env-changed=SANDPY_COMPONENT");
+    println!("cargo:rerun-if-env-changed=SANDPY_PYTHON");
+
+    let component = out.join("sandpy.wasm");
+    match env::var_os("SANDPY_COMPONENT") {
+        Some(prebuilt) => {
+            fs::copy(&prebuilt, &component)
+                .map_err(|e| format!("SANDPY_COMPONENT={}: {e}", Path::new(&prebuilt).display()))?;
+        }
+        None => componentize(&guest, &out, &component)?,
+    }
+    let bytes = fs::read(&component).map_err(|e| format!("{}: {e}", component.display()))?;
+    let hash = Sha256::digest(&bytes);
+    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    println!("cargo:rustc-env=SANDPY_COMPONENT_PATH={}", component.display());
+    println!("cargo:rustc-env=SANDPY_COMPONENT_SHA256={hex}");
+    Ok(())
+}
+
+fn componentize(guest: &Path, out: &Path, component: &Path) -> Result<(), String> {
+    let venv = out.join("venv");
+    let bin = venv.join("bin");
+    let marker = venv.join(".sandpy-componentize-py");
+    if fs::read_to_string(&marker).ok().as_deref() != Some(COMPONENTIZE_PY) {
+        let python = env::var("SANDPY_PYTHON").unwrap_or_else(|_| "python3".into());
+        run_step(
+            Command::new(&python).args(["-m", "venv"]).arg(&venv),
+            &format!("`{python} -m venv` (install Python 3 with the venv module, or set SANDPY_PYTHON)"),
+        )?;
+        run_step(
+            Command::new(bin.join("pip")).args(["install", "--quiet", "--disable-pip-version-check", COMPONENTIZE_PY]),
+            &format!("`pip install {COMPONENTIZE_PY}` (needs access to PyPI)"),
+        )?;
+        fs::write(&marker, COMPONENTIZE_PY).map_err(|e| e.to_string())?;
+    }
+    run_step(
+        Command::new(bin.join("componentize-py"))
+            .current_dir(guest)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .args(["-d", "wit", "-w", "sandbox", "componentize", "app", "-o"])
+            .arg(component),
+        "`componentize-py componentize` of guest/app.py",
+    )
+}
+
+fn run_step(command: &mut Command, what: &str) -> Result<(), String> {
+    let output = command.output().map_err(|e| format!("{what}: cannot start: {e}"))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    ))
+}

@@ -1,0 +1,116 @@
+//! The result of one run: what the program printed and returned, and how it ended.
+
+use serde::{Deserialize, Serialize};
+
+/// How a run ended. Only `Ok` and `Error` are decided by the Python program; every other
+/// status is decided by the host and outranks what the guest reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Status {
+    /// The program finished (or called `sys.exit(0)`).
+    Ok,
+    /// A Python exception escaped the program (including `SyntaxError`).
+    Error,
+    /// The wall-clock limit was reached.
+    Timeout,
+    /// The linear-memory cap refused an allocation the program needed.
+    MemoryLimit,
+    /// stdout + stderr reached their cap; output is truncated with a marker.
+    OutputLimit,
+    /// The program made more tool calls than allowed.
+    ToolCallLimit,
+    /// The WebAssembly stack was exhausted (deep recursion in C code).
+    StackOverflow,
+    /// The request was refused before running (e.g. code too large, bad arguments).
+    InvalidInput,
+    /// The sandbox itself failed; the program's behaviour is not to blame.
+    InternalError,
+}
+
+impl Status {
+    /// The snake_case name used in JSON and in the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Error => "error",
+            Status::Timeout => "timeout",
+            Status::MemoryLimit => "memory_limit",
+            Status::OutputLimit => "output_limit",
+            Status::ToolCallLimit => "tool_call_limit",
+            Status::StackOverflow => "stack_overflow",
+            Status::InvalidInput => "invalid_input",
+            Status::InternalError => "internal_error",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a run did not end `ok`: a Python exception, or the limit that stopped it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorInfo {
+    /// Exception type (`ValueError`, `json.decoder.JSONDecodeError`), or for host-decided
+    /// statuses a name such as `Timeout`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The exception's message, or what limit was hit and its value.
+    pub message: String,
+    /// The traceback as Python prints it, with only the user's frames; `None` for limits.
+    pub traceback: Option<String>,
+}
+
+/// Everything a caller needs from one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Execution {
+    /// How the run ended.
+    pub status: Status,
+    /// What the program wrote to stdout (lossy UTF-8).
+    pub stdout: String,
+    /// What the program wrote to stderr, including the traceback of an uncaught error.
+    pub stderr: String,
+    /// The value of the final expression (or the called function's result): JSON when it
+    /// is JSON-able, else its `repr()` as a string (see `return_value_is_repr`).
+    pub return_value: Option<serde_json::Value>,
+    /// True when `return_value` is a `repr()` string rather than the value itself.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub return_value_is_repr: bool,
+    /// Set unless `status` is `ok`.
+    pub error: Option<ErrorInfo>,
+    /// True when stdout/stderr were cut at the output cap.
+    #[serde(default)]
+    pub output_truncated: bool,
+    /// Wall time of the run, instantiation included, in milliseconds.
+    pub duration_ms: f64,
+    /// Largest size the guest's linear memory reached, in bytes.
+    pub memory_peak_bytes: u64,
+    /// Tool calls the program made.
+    #[serde(default)]
+    pub tool_calls: u64,
+}
+
+impl Execution {
+    /// True when the program ran to completion.
+    pub fn is_ok(&self) -> bool {
+        self.status == Status::Ok
+    }
+
+    pub(crate) fn refused(status: Status, kind: &str, message: String) -> Self {
+        Execution {
+            status,
+            stdout: String::new(),
+            stderr: String::new(),
+            return_value: None,
+            return_value_is_repr: false,
+            error: Some(ErrorInfo { kind: kind.into(), message, traceback: None }),
+            output_truncated: false,
+            duration_ms: 0.0,
+            memory_peak_bytes: 0,
+            tool_calls: 0,
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! The per-execution host state: WASI context, memory limiter, and the tool imports.
+
+use crate::bindings::{ToolCall, ToolsHost, TypesHost};
+use crate::tools::{self, Allowlist, ToolHost, ToolInfo};
+use std::sync::Arc;
+use wasmtime::component::ResourceTable;
+use wasmtime::ResourceLimiter;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+/// Caps linear memory and tables, and records the peak and whether the cap refused growth.
+pub(crate) struct MemoryLimiter {
+    pub cap: usize,
+    pub peak: usize,
+    pub refused: bool,
+}
+
+/// Table growth cap: far above what CPython needs, far below what would hurt the host.
+const MAX_TABLE_ELEMENTS: usize = 1 << 20;
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.cap {
+            self.refused = true;
+            return Ok(false);
+        }
+        self.peak = self.peak.max(desired);
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// What one run may do with tools, and what it did.
+pub(crate) struct ToolAccess {
+    pub host: Option<Arc<dyn ToolHost>>,
+    pub allowlist: Allowlist,
+    pub max_calls: usize,
+    pub max_bytes: usize,
+    pub calls: usize,
+    pub limit_hit: bool,
+}
+
+impl ToolAccess {
+    fn allowed_tools(&self) -> Vec<ToolInfo> {
+        let Some(host) = &self.host else { return Vec::new() };
+        host.list_tools().into_iter().filter(|t| self.allowlist.allows(&t.name)).collect()
+    }
+
+    /// Check one call before it leaves the sandbox.
+    fn admit(&self, call: &ToolCall, known: &[ToolInfo]) -> Result<serde_json::Value, String> {
+        if self.host.is_none() {
+            return Err("no tools are configured for this sandbox".into());
+        }
+        if !self.allowlist.allows(&call.name) {
+            return Err(self.allowlist.refusal(&call.name));
+        }
+        if !known.iter().any(|t| t.name == call.name) {
+            return Err(format!("unknown tool {:?}; use discover_mcp_tools() or search_tools() to find one", call.name));
+        }
+        if call.arguments.len() > self.max_bytes {
+            return Err(format!(
+                "arguments of {} are {} bytes, over the limit of {} bytes",
+                call.name,
+                call.arguments.len(),
+                self.max_bytes
+            ));
+        }
+        match serde_json::from_str(&call.arguments) {
+            Ok(value @ serde_json::Value::Object(_)) => Ok(value),
+            Ok(_) => Err(format!("arguments of {} must be a JSON object", call.name)),
+            Err(e) => Err(format!("arguments of {} are not valid JSON: {e}", call.name)),
+        }
+    }
+}
+
+pub(crate) struct HostState {
+    pub wasi: WasiCtx,
+    pub table: ResourceTable,
+    pub limiter: MemoryLimiter,
+    pub tools: ToolAccess,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl ToolsHost for HostState {
+    async fn call_tools(&mut self, calls: Vec<ToolCall>) -> wasmtime::Result<Vec<Result<String, String>>> {
+        let access = &mut self.tools;
+        if access.calls + calls.len() > access.max_calls {
+            access.limit_hit = true;
+            wasmtime::bail!("tool call limit of {} reached", access.max_calls);
+        }
+        access.calls += calls.len();
+        let known = access.allowed_tools();
+        let pending: Vec<_> = calls
+            .iter()
+            .map(|call| {
+                let admitted = access.admit(call, &known);
+                let host = access.host.clone();
+                let name = call.name.clone();
+                async move {
+                    let arguments = admitted?;
+                    let Some(host) = host else { return Err("no tools are configured".to_string()) };
+                    host.call_tool(&name, arguments).await
+                }
+            })
+            .collect();
+        let max_bytes = access.max_bytes;
+        let results = futures::future::join_all(pending).await;
+        Ok(calls
+            .iter()
+            .zip(results)
+            .map(|(call, result)| {
+                let value = result?;
+                let text = serde_json::to_string(&value).map_err(|e| e.to_string())?;
+                if text.len() > max_bytes {
+                    return Err(format!(
+                        "result of {} is {} bytes, over the limit of {max_bytes} bytes",
+                        call.name,
+                        text.len()
+                    ));
+                }
+                Ok(text)
+            })
+            .collect())
+    }
+
+    async fn list_tools(&mut self) -> wasmtime::Result<String> {
+        Ok(serde_json::to_string(&self.tools.allowed_tools())?)
+    }
+
+    async fn tool_schema(&mut self, name: String) -> wasmtime::Result<Result<String, String>> {
+        if !self.tools.allowlist.allows(&name) {
+            return Ok(Err(self.tools.allowlist.refusal(&name)));
+        }
+        let found = self.tools.allowed_tools().into_iter().find(|t| t.name == name);
+        Ok(match found {
+            Some(tool) => Ok(serde_json::to_string(&tool.input_schema)?),
+            None => Err(format!("unknown tool {name:?}")),
+        })
+    }
+
+    async fn search_tools(&mut self, query: String, limit: u32) -> wasmtime::Result<String> {
+        let allowed = self.tools.allowed_tools();
+        let found = tools::search(&allowed, &query, limit as usize);
+        Ok(serde_json::to_string(&found)?)
+    }
+}
+
+/// The `types` interface has no functions; wasmtime still wants it implemented.
+impl TypesHost for HostState {}

@@ -1,0 +1,42 @@
+//! Run untrusted Python in a WebAssembly sandbox: real CPython 3.14, a fresh instance for
+//! every run, hard limits, and optional tools the Python can call.
+//!
+//! Three types carry the API:
+//! - [`Sandbox`]: loads the runtime once per process; `run` executes code in a new instance.
+//! - [`Limits`]: time, memory, output, code size and tool-call caps of one run.
+//! - [`Execution`]: what the run printed and returned, and its [`Status`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), sandpy::Error> {
+//! let sandbox = sandpy::Sandbox::new(sandpy::Config::default())?;
+//! let execution = sandbox.run("print('hi')\n6 * 7", &sandpy::Limits::default()).await;
+//! assert_eq!(execution.status, sandpy::Status::Ok);
+//! assert_eq!(execution.stdout, "hi\n");
+//! assert_eq!(execution.return_value, Some(serde_json::json!(42)));
+//! # Ok(()) }
+//! ```
+//!
+//! Tools: implement [`ToolHost`] (the `sandpy-mcp` crate does, for MCP servers) and pass
+//! it in [`RunOptions`]; the allowlist and limits are applied on the host.
+//!
+//! The WebAssembly boundary is the security boundary: the guest has no files, sockets,
+//! processes, environment variables or host memory beyond its own linear memory.
+#![deny(missing_docs)]
+
+mod bindings;
+mod config;
+mod error;
+mod execution;
+mod host;
+mod limits;
+mod output;
+mod runtime;
+mod sandbox;
+mod tools;
+
+pub use config::Config;
+pub use error::Error;
+pub use execution::{ErrorInfo, Execution, Status};
+pub use limits::Limits;
+pub use sandbox::{RunOptions, Sandbox};
+pub use tools::{search as search_tools, ToolFuture, ToolHost, ToolInfo};

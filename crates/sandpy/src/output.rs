@@ -1,0 +1,178 @@
+//! Host-side capture of the guest's stdout and stderr, bounded by one shared byte cap.
+//!
+//! The guest's file descriptors 1 and 2 are these streams, so no guest code (not even
+//! `os.write(1, ...)`) can bypass the cap, and host memory stays bounded. The first write
+//! past the cap keeps what fits, then traps the guest, which ends the run as
+//! `output_limit`.
+
+use bytes::Bytes;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
+
+/// Appended to the captured text of a run that hit the output cap.
+pub(crate) const TRUNCATION_MARKER: &str = "\n[sandpy: output truncated: limit reached]\n";
+
+#[derive(Default)]
+struct Buffers {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    cap: usize,
+    overflowed: bool,
+}
+
+/// Both captured streams of one execution.
+#[derive(Clone)]
+pub(crate) struct Capture(Arc<Mutex<Buffers>>);
+
+/// What a run printed, after it ended.
+pub(crate) struct Captured {
+    pub stdout: String,
+    pub stderr: String,
+    pub truncated: bool,
+}
+
+#[derive(Clone, Copy)]
+enum Which {
+    Stdout,
+    Stderr,
+}
+
+impl Capture {
+    pub fn new(cap: usize) -> Self {
+        Capture(Arc::new(Mutex::new(Buffers { cap, ..Buffers::default() })))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Buffers> {
+        // A poisoned lock only means another writer panicked mid-append: the bytes are
+        // still valid, so keep going.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn overflowed(&self) -> bool {
+        self.lock().overflowed
+    }
+
+    /// Take what was captured, marking a truncated stream.
+    pub fn finish(&self) -> Captured {
+        let mut b = self.lock();
+        let mut stdout = String::from_utf8_lossy(&std::mem::take(&mut b.stdout)).into_owned();
+        let mut stderr = String::from_utf8_lossy(&std::mem::take(&mut b.stderr)).into_owned();
+        if b.overflowed {
+            stdout.push_str(TRUNCATION_MARKER);
+            stderr.push_str(TRUNCATION_MARKER);
+        }
+        Captured { stdout, stderr, truncated: b.overflowed }
+    }
+
+    /// Append; `false` when the cap was reached (what fits is kept).
+    fn append(&self, which: Which, bytes: &[u8]) -> bool {
+        let mut b = self.lock();
+        let used = b.stdout.len() + b.stderr.len();
+        let room = b.cap.saturating_sub(used);
+        let take = room.min(bytes.len());
+        let buf = match which {
+            Which::Stdout => &mut b.stdout,
+            Which::Stderr => &mut b.stderr,
+        };
+        buf.extend_from_slice(&bytes[..take]);
+        if take < bytes.len() {
+            b.overflowed = true;
+            return false;
+        }
+        true
+    }
+}
+
+/// One of the two streams, as handed to WASI.
+pub(crate) struct CaptureStream {
+    capture: Capture,
+    which: Which,
+}
+
+/// Largest single write the guest is offered; bounds the host's per-write allocation.
+const WRITE_PERMIT: usize = 64 * 1024;
+
+impl CaptureStream {
+    fn write_bytes(&self, bytes: &[u8]) -> Result<(), &'static str> {
+        if self.capture.append(self.which, bytes) {
+            Ok(())
+        } else {
+            Err("sandpy: output limit reached")
+        }
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for CaptureStream {
+    async fn ready(&mut self) {}
+}
+
+impl OutputStream for CaptureStream {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.write_bytes(&bytes).map_err(|m| StreamError::trap(m))
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        if self.capture.overflowed() {
+            return Err(StreamError::trap("sandpy: output limit reached"));
+        }
+        Ok(WRITE_PERMIT)
+    }
+}
+
+impl tokio::io::AsyncWrite for CaptureStream {
+    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Poll::Ready(
+            self.write_bytes(buf)
+                .map(|()| buf.len())
+                .map_err(|m| std::io::Error::new(std::io::ErrorKind::StorageFull, m)),
+        )
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Hands WASI a fresh handle on one of the capture's streams.
+pub(crate) struct StreamFactory {
+    capture: Capture,
+    which: Which,
+}
+
+impl Capture {
+    pub fn stdout_factory(&self) -> StreamFactory {
+        StreamFactory { capture: self.clone(), which: Which::Stdout }
+    }
+
+    pub fn stderr_factory(&self) -> StreamFactory {
+        StreamFactory { capture: self.clone(), which: Which::Stderr }
+    }
+}
+
+impl IsTerminal for StreamFactory {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for StreamFactory {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(CaptureStream { capture: self.capture.clone(), which: self.which })
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(CaptureStream { capture: self.capture.clone(), which: self.which })
+    }
+}

@@ -1,0 +1,114 @@
+//! The process-wide runtime: one wasmtime `Engine`, the compiled guest component (cached
+//! on disk as a `.cwasm`), and the epoch ticker that makes timeouts preemptive.
+
+use crate::bindings::SandboxPre;
+use crate::host::HostState;
+use crate::{Config, Error};
+use sha2::{Digest, Sha256};
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Engine, OptLevel};
+
+/// The guest component built by `build.rs` from `guest/`.
+static COMPONENT: &[u8] = include_bytes!(env!("SANDPY_COMPONENT_PATH"));
+const COMPONENT_SHA256: &str = env!("SANDPY_COMPONENT_SHA256");
+const WASMTIME_VERSION: &str = "48.0.8";
+
+/// How often the epoch advances: the granularity of timeouts and of yields to tokio.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+pub(crate) struct Runtime {
+    pub engine: Engine,
+    pub pre: SandboxPre<HostState>,
+}
+
+fn engine_config() -> wasmtime::Config {
+    let mut config = wasmtime::Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    config.cranelift_opt_level(OptLevel::Speed);
+    config
+}
+
+impl Runtime {
+    pub fn load(config: &Config) -> Result<Runtime, Error> {
+        let engine = Engine::new(&engine_config()).map_err(|e| Error::Engine(format!("{e:#}")))?;
+        let component = load_component(&engine, config)?;
+        let mut linker: Linker<HostState> = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| Error::Link(format!("{e:#}")))?;
+        crate::bindings::Sandbox::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| Error::Link(format!("{e:#}")))?;
+        let pre = linker.instantiate_pre(&component).map_err(|e| Error::Link(format!("{e:#}")))?;
+        let pre = SandboxPre::new(pre).map_err(|e| Error::Link(format!("{e:#}")))?;
+        start_epoch_ticker(&engine);
+        Ok(Runtime { engine, pre })
+    }
+}
+
+/// Advances the engine's epoch every tick until the engine is dropped.
+fn start_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("sandpy-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })
+        .map(drop)
+        .unwrap_or_else(|e| tracing::error!("cannot start the epoch thread, timeouts will not preempt: {e}"));
+}
+
+/// The cache file name: component hash, wasmtime version and everything of the engine's
+/// configuration and host CPU that decides whether compiled code is compatible.
+pub(crate) fn cache_file(engine: &Engine, dir: &Path) -> PathBuf {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    let compat = hasher.finish();
+    dir.join(format!("python-{}-wasmtime{WASMTIME_VERSION}-{compat:016x}.cwasm", &COMPONENT_SHA256[..16]))
+}
+
+fn load_component(engine: &Engine, config: &Config) -> Result<Component, Error> {
+    let dir = config.resolved_cache_dir();
+    let path = cache_file(engine, &dir);
+    if path.exists() {
+        // SAFETY: the file was written by `precompile_component` of an engine whose
+        // compatibility hash is in its name; wasmtime also checks its header and refuses
+        // files from another version or configuration.
+        match unsafe { Component::deserialize_file(engine, &path) } {
+            Ok(component) => return Ok(component),
+            Err(e) => tracing::warn!("cached runtime `{}` did not load ({e:#}); rebuilding it", path.display()),
+        }
+    }
+    config.report_progress("sandpy: compiling the Python runtime to native code (first run only, a few seconds)...");
+    let compiled = engine.precompile_component(COMPONENT).map_err(|e| Error::Compile(format!("{e:#}")))?;
+    match write_atomically(&dir, &path, &compiled) {
+        // SAFETY: as above; the file was just written from `precompile_component`.
+        Ok(()) => match unsafe { Component::deserialize_file(engine, &path) } {
+            Ok(component) => return Ok(component),
+            Err(e) => tracing::warn!("fresh cache entry `{}` did not load: {e:#}", path.display()),
+        },
+        Err(e) => tracing::warn!("cannot cache the compiled runtime ({e}); it will be compiled again next time"),
+    }
+    // SAFETY: `compiled` comes from `precompile_component` of this very engine.
+    unsafe { Component::deserialize(engine, &compiled) }.map_err(|e| Error::Compile(format!("{e:#}")))
+}
+
+fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let cache_error = |source| Error::Cache { path: path.to_path_buf(), source };
+    std::fs::create_dir_all(dir).map_err(cache_error)?;
+    let tmp = dir.join(format!(".{}.{}.tmp", std::process::id(), hex(&Sha256::digest(bytes)[..4])));
+    std::fs::write(&tmp, bytes).map_err(cache_error)?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        cache_error(e)
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,280 @@
+//! [`Sandbox`]: runs each task in a fresh instance under the run's limits, and decides
+//! the run's [`Status`].
+
+use crate::bindings::{FunctionCall, GuestOptions, Outcome, Task, Value};
+use crate::execution::{ErrorInfo, Execution, Status};
+use crate::host::{HostState, MemoryLimiter, ToolAccess};
+use crate::output::Capture;
+use crate::runtime::Runtime;
+use crate::tools::{Allowlist, ToolHost};
+use crate::{Config, Error, Limits};
+use std::sync::Arc;
+use std::time::Instant;
+use wasmtime::component::ResourceTable;
+use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime_wasi::p2::pipe::MemoryInputPipe;
+use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
+
+/// Runs Python programs, each in a brand-new WebAssembly instance.
+///
+/// Creating a `Sandbox` compiles (or loads from the cache) the Python runtime, which can
+/// take seconds the first time; each run then costs about a millisecond. A `Sandbox` is
+/// cheap to clone and safe to share: clones share one engine, and any number of runs may
+/// be in flight at once.
+#[derive(Clone)]
+pub struct Sandbox {
+    runtime: Arc<Runtime>,
+}
+
+/// Everything about one run besides the code. Defaults: [`Limits::default`], empty stdin,
+/// no tools, every tool of the tool host allowed, tracebacks naming `<sandbox>`.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    /// The run's limits.
+    pub limits: Limits,
+    /// Bytes the program reads from stdin; empty when `None`.
+    pub stdin: Option<Vec<u8>>,
+    /// Where tool calls go; `None` means the program has no tools.
+    pub tools: Option<Arc<dyn ToolHost>>,
+    /// Exact tool names or globs the program may use; `None` allows every tool.
+    pub allowed_tools: Option<Vec<String>>,
+    /// File name shown in tracebacks.
+    pub filename: Option<String>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("limits", &self.limits)
+            .field("stdin_bytes", &self.stdin.as_ref().map(Vec::len))
+            .field("tools", &self.tools.is_some())
+            .field("allowed_tools", &self.allowed_tools)
+            .field("filename", &self.filename)
+            .finish()
+    }
+}
+
+impl RunOptions {
+    /// Options with these limits and every other default.
+    pub fn with_limits(limits: Limits) -> Self {
+        RunOptions { limits, ..RunOptions::default() }
+    }
+}
+
+impl Sandbox {
+    /// Load the runtime: from the on-disk cache, or compiled now and cached.
+    pub fn new(config: Config) -> Result<Sandbox, Error> {
+        Ok(Sandbox { runtime: Arc::new(Runtime::load(&config)?) })
+    }
+
+    /// Run `code` as a program (`__main__`) with `limits` and no tools.
+    pub async fn run(&self, code: &str, limits: &Limits) -> Execution {
+        self.run_with(code, &RunOptions::with_limits(limits.clone())).await
+    }
+
+    /// Run `code` as a program with every option.
+    pub async fn run_with(&self, code: &str, options: &RunOptions) -> Execution {
+        if let Some(refused) = check_code(code, &options.limits) {
+            return refused;
+        }
+        self.execute(Task::Run(code.to_string()), options).await
+    }
+
+    /// Load `code` as a module, call `function` with JSON `arguments` (a list for
+    /// positional, an object for keyword arguments), and return its JSON result.
+    pub async fn call_function(
+        &self,
+        code: &str,
+        function: &str,
+        arguments: &serde_json::Value,
+        options: &RunOptions,
+    ) -> Execution {
+        if let Some(refused) = check_code(code, &options.limits) {
+            return refused;
+        }
+        if !(arguments.is_array() || arguments.is_object()) {
+            return Execution::refused(
+                Status::InvalidInput,
+                "InvalidInput",
+                "arguments must be a JSON list (positional) or object (keywords)".into(),
+            );
+        }
+        let task = Task::Call(FunctionCall {
+            code: code.to_string(),
+            function: function.to_string(),
+            arguments: arguments.to_string(),
+        });
+        self.execute(task, options).await
+    }
+
+    /// Which stdlib modules the guest has, and why the others are absent: an `ok`
+    /// execution whose `return_value` is `{"available": [...], "absent": {name: reason}}`.
+    pub async fn module_report(&self) -> Execution {
+        self.execute(Task::ListModules, &RunOptions::default()).await
+    }
+
+    async fn execute(&self, task: Task, options: &RunOptions) -> Execution {
+        let started = Instant::now();
+        let limits = &options.limits;
+        let allowlist = match Allowlist::new(options.allowed_tools.as_deref()) {
+            Ok(list) => list,
+            Err(message) => return Execution::refused(Status::InvalidInput, "InvalidInput", message),
+        };
+        let capture = Capture::new(limits.output_bytes);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(capture.stdout_factory())
+            .stderr(capture.stderr_factory())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        if let Some(stdin) = &options.stdin {
+            wasi.stdin(MemoryInputPipe::new(stdin.clone()));
+        }
+        let state = HostState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter { cap: limits.memory_bytes, peak: 0, refused: false },
+            tools: ToolAccess {
+                host: options.tools.clone(),
+                allowlist,
+                max_calls: limits.tool_calls,
+                max_bytes: limits.tool_result_bytes,
+                calls: 0,
+                limit_hit: false,
+            },
+        };
+        let mut store = Store::new(&self.runtime.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+        let guest_options = GuestOptions { filename: options.filename.clone().unwrap_or_else(|| "<sandbox>".into()) };
+
+        let result = {
+            let pre = &self.runtime.pre;
+            let store = &mut store;
+            let run = async move {
+                let instance = pre.instantiate_async(&mut *store).await?;
+                instance.call_execute(&mut *store, &task, &guest_options).await
+            };
+            tokio::time::timeout(limits.timeout, run).await
+        };
+        let duration_ms = started.elapsed().as_secs_f64() * 1e3;
+        let state = store.data();
+        let captured = capture.finish();
+        let mut execution = Execution {
+            status: Status::Ok,
+            stdout: captured.stdout,
+            stderr: captured.stderr,
+            return_value: None,
+            return_value_is_repr: false,
+            error: None,
+            output_truncated: captured.truncated,
+            duration_ms,
+            memory_peak_bytes: state.limiter.peak as u64,
+            tool_calls: state.tools.calls as u64,
+        };
+        let (status, error) = match result {
+            Err(_elapsed) => (
+                Status::Timeout,
+                limit_error("Timeout", format!("the run exceeded its wall-clock limit of {} ms", limits.timeout.as_millis())),
+            ),
+            Ok(Err(trap)) => classify_trap(&trap, state, captured.truncated, limits),
+            Ok(Ok(outcome)) => classify_outcome(outcome, state, limits, &mut execution),
+        };
+        execution.status = status;
+        execution.error = error;
+        execution
+    }
+}
+
+fn check_code(code: &str, limits: &Limits) -> Option<Execution> {
+    (code.len() > limits.code_bytes).then(|| {
+        Execution::refused(
+            Status::InvalidInput,
+            "InvalidInput",
+            format!("the code is {} bytes, over the limit of {} bytes", code.len(), limits.code_bytes),
+        )
+    })
+}
+
+fn limit_error(kind: &str, message: String) -> Option<ErrorInfo> {
+    Some(ErrorInfo { kind: kind.into(), message, traceback: None })
+}
+
+fn memory_limit(limits: &Limits) -> (Status, Option<ErrorInfo>) {
+    (
+        Status::MemoryLimit,
+        limit_error("MemoryLimit", format!("the run exceeded its memory limit of {} bytes", limits.memory_bytes)),
+    )
+}
+
+fn classify_trap(
+    trap: &wasmtime::Error,
+    state: &HostState,
+    truncated: bool,
+    limits: &Limits,
+) -> (Status, Option<ErrorInfo>) {
+    if truncated {
+        let message = format!("stdout + stderr exceeded the output limit of {} bytes", limits.output_bytes);
+        return (Status::OutputLimit, limit_error("OutputLimit", message));
+    }
+    if state.tools.limit_hit {
+        let message = format!("the run exceeded its limit of {} tool calls", limits.tool_calls);
+        return (Status::ToolCallLimit, limit_error("ToolCallLimit", message));
+    }
+    if let Some(exit) = trap.downcast_ref::<I32Exit>() {
+        return match exit.0 {
+            0 => (Status::Ok, None),
+            code => (Status::Error, limit_error("SystemExit", format!("the program exited with status {code}"))),
+        };
+    }
+    if let Some(Trap::StackOverflow) = trap.downcast_ref::<Trap>() {
+        let message = "the WebAssembly stack overflowed (recursion too deep in C code)".to_string();
+        return (Status::StackOverflow, limit_error("StackOverflow", message));
+    }
+    if state.limiter.refused {
+        return memory_limit(limits);
+    }
+    tracing::warn!("guest trapped: {trap:?}");
+    (Status::InternalError, limit_error("InternalError", format!("the Python runtime crashed: {trap:#}")))
+}
+
+fn classify_outcome(
+    outcome: Outcome,
+    state: &HostState,
+    limits: &Limits,
+    execution: &mut Execution,
+) -> (Status, Option<ErrorInfo>) {
+    if let Some(error) = outcome.error {
+        if state.limiter.refused && error.type_name == "MemoryError" {
+            return memory_limit(limits);
+        }
+        let info = ErrorInfo { kind: error.type_name, message: error.message, traceback: Some(error.traceback) };
+        return (Status::Error, Some(info));
+    }
+    let (text, is_repr) = match outcome.value {
+        None => return (Status::Ok, None),
+        Some(Value::Json(text)) => (text, false),
+        Some(Value::Repr(text)) => (text, true),
+    };
+    if text.len() > limits.output_bytes {
+        let message = format!(
+            "the return value is {} bytes, over the output limit of {} bytes",
+            text.len(),
+            limits.output_bytes
+        );
+        return (Status::OutputLimit, limit_error("OutputLimit", message));
+    }
+    execution.return_value_is_repr = is_repr;
+    execution.return_value = Some(if is_repr {
+        serde_json::Value::String(text)
+    } else {
+        match serde_json::from_str(&text) {
+            Ok(value) => value,
+            Err(e) => {
+                return (Status::InternalError, limit_error("InternalError", format!("the guest returned bad JSON: {e}")))
+            }
+        }
+    });
+    (Status::Ok, None)
+}

@@ -1,0 +1,126 @@
+//! The attack suite: each test tries to cross one boundary and asserts it held, and that
+//! the host is fine afterwards. Named by the boundary attacked.
+
+use crate::{assert_host_fine, run, run_ok};
+use sandpy::Status;
+use serde_json::json;
+
+/// Run code that reports whether each attempt failed (True) as a list.
+fn all_refused(code: &str) {
+    let e = run_ok(code);
+    let verdicts = e.return_value.clone().expect("a list of verdicts");
+    let verdicts = verdicts.as_array().expect("a list");
+    assert!(!verdicts.is_empty());
+    for (i, v) in verdicts.iter().enumerate() {
+        assert_eq!(v, &json!(true), "attempt {i} crossed the boundary: {e:#?}");
+    }
+}
+
+const ATTEMPT: &str = r#"
+def refused(f):
+    try:
+        f()
+    except BaseException:
+        return True
+    return False
+"#;
+
+#[test]
+fn files_host_files_cannot_be_read() {
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    all_refused(&format!(
+        "{ATTEMPT}\nimport os\n[refused(lambda: open('/etc/passwd').read()), refused(lambda: os.listdir('/')),\n refused(lambda: os.listdir({home:?})), refused(lambda: open('../../etc/hostname').read()),\n refused(lambda: os.stat('/proc/self/environ')), refused(lambda: open('/dev/mem', 'rb'))]"
+    ));
+    assert_host_fine();
+}
+
+#[test]
+fn files_nothing_can_be_written_outside() {
+    let marker = std::env::temp_dir().join(format!("sandpy-attack-{}", std::process::id()));
+    all_refused(&format!(
+        "{ATTEMPT}\nimport os\n[refused(lambda: open({marker:?}, 'w').write('x')), refused(lambda: os.mkdir('/tmp/x')),\n refused(lambda: open('out.txt', 'w').write('x'))]",
+        marker = marker.display().to_string()
+    ));
+    assert!(!marker.exists());
+}
+
+#[test]
+fn processes_cannot_be_started() {
+    all_refused(&format!(
+        "{ATTEMPT}\nimport os, subprocess\n[refused(lambda: os.system('id')), refused(lambda: subprocess.run(['id'])),\n refused(lambda: os.fork()), refused(lambda: os.execv('/bin/sh', ['sh'])), refused(lambda: os.popen('id').read())]"
+    ));
+}
+
+#[test]
+fn processes_fork_bomb_goes_nowhere() {
+    let e = run("import os\nwhile True:\n    os.fork()");
+    assert_eq!(e.status, Status::Error);
+    assert_host_fine();
+}
+
+#[test]
+fn network_sockets_cannot_connect_or_listen() {
+    all_refused(&format!(
+        "{ATTEMPT}\nimport socket, urllib.request\n\
+         def connect():\n    s = socket.socket(); s.settimeout(1); s.connect(('127.0.0.1', 22))\n\
+         def listen():\n    s = socket.socket(); s.bind(('0.0.0.0', 0)); s.listen()\n\
+         [refused(connect), refused(listen), refused(lambda: socket.getaddrinfo('localhost', 80)),\n refused(lambda: urllib.request.urlopen('http://127.0.0.1:1/', timeout=1))]"
+    ));
+}
+
+#[test]
+fn threads_cannot_be_started() {
+    all_refused(&format!(
+        "{ATTEMPT}\nimport threading, _thread\n[refused(lambda: threading.Thread(target=print).start()), refused(lambda: _thread.start_new_thread(print, ()))]"
+    ));
+}
+
+#[test]
+fn environment_variables_do_not_leak() {
+    // The test process has HOME, PATH and cargo's variables; the guest sees none of them.
+    let e = run_ok("import os\n[dict(os.environ), os.environ.get('HOME'), os.getenv('PATH'), os.getenv('CARGO')]");
+    assert_eq!(e.return_value, Some(json!([{}, null, null, null])));
+}
+
+#[test]
+fn native_code_ctypes_is_unavailable() {
+    all_refused(&format!(
+        "{ATTEMPT}\n[refused(lambda: __import__('ctypes').CDLL(None)), refused(lambda: __import__('ctypes').memmove(0, 0, 1))]"
+    ));
+}
+
+#[test]
+fn host_memory_reading_wild_pointers_stays_in_the_guest() {
+    // Whatever the guest reads or writes, it is its own linear memory.
+    let e = run("import sys\nsys.modules.clear()\nimport os\nos.getcwd()");
+    assert!(matches!(e.status, Status::Ok | Status::Error), "{e:?}");
+    let e = run("import gc\nfor o in gc.get_objects():\n    try:\n        o.__dict__.clear()\n    except Exception:\n        pass\nprint('survived?')");
+    assert_ne!(e.status, Status::InternalError, "{e:?}");
+    assert_host_fine();
+}
+
+#[test]
+fn sys_modules_tricks_reach_nothing_new() {
+    all_refused(&format!(
+        "{ATTEMPT}\nimport sys, importlib\n\
+         def fake_os():\n    sys.modules['posix'] = None; import os; os.system('id')\n\
+         [refused(lambda: importlib.import_module('_winapi')), refused(lambda: __import__('tkinter')),\n refused(fake_os), refused(lambda: __import__('wit_world.imports.not_there'))]"
+    ));
+}
+
+#[test]
+fn cpu_recursion_and_memory_bombs_leave_the_host_fine() {
+    let e = run("s = 'x'\nwhile True:\n    s = s + s");
+    assert_eq!(e.status, Status::MemoryLimit, "{e:?}");
+    let e = run("def f(): return f()\nf()");
+    assert_eq!(e.status, Status::Error);
+    let e = run("x = [[]]\nfor _ in range(10**6):\n    x = [x]\nrepr(x)");
+    assert!(matches!(e.status, Status::Error | Status::StackOverflow | Status::Ok), "{e:?}");
+    assert_host_fine();
+}
+
+#[test]
+fn clock_is_only_what_wasi_gives() {
+    let e = run_ok("import time, os\n[time.time() > 1.6e9, hasattr(os, 'getpid') and os.getpid()]");
+    assert_eq!(e.return_value.unwrap()[0], json!(true));
+}

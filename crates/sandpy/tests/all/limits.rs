@@ -1,0 +1,115 @@
+//! Every limit holds, ends with its own status, and leaves the host fine.
+
+use crate::{assert_host_fine, block_on, run_with, sandbox};
+use sandpy::{Limits, RunOptions, Status};
+use std::time::{Duration, Instant};
+
+fn with(limits: Limits) -> RunOptions {
+    RunOptions::with_limits(limits)
+}
+
+fn short(ms: u64) -> RunOptions {
+    with(Limits { timeout: Duration::from_millis(ms), ..Limits::default() })
+}
+
+#[test]
+fn timeout_stops_busy_loops_sleeps_and_regexes() {
+    for code in [
+        "while True: pass",
+        "import time\ntime.sleep(30)",
+        "import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')",
+        "x = 0\nwhile True:\n    x = (x * 31 + 7) % 1000003",
+    ] {
+        let started = Instant::now();
+        let e = run_with(code, &short(300));
+        let took = started.elapsed();
+        assert_eq!(e.status, Status::Timeout, "{code}: {e:?}");
+        assert_eq!(e.error.as_ref().unwrap().kind, "Timeout");
+        assert!(took < Duration::from_secs(3), "{code} stopped after {took:?}");
+    }
+    assert_host_fine();
+}
+
+#[test]
+fn output_before_a_timeout_is_kept() {
+    let e = run_with("print('started')\nwhile True: pass", &short(200));
+    assert_eq!(e.status, Status::Timeout);
+    assert_eq!(e.stdout, "started\n");
+}
+
+#[test]
+fn memory_cap_is_memory_limit() {
+    let e = run_with("x = bytearray(512 * 1024 * 1024)", &RunOptions::default());
+    assert_eq!(e.status, Status::MemoryLimit, "{e:?}");
+    assert!(e.memory_peak_bytes <= 256 << 20);
+    let e = run_with("xs = []\nwhile True:\n    xs.append('x' * 1_000_000)", &RunOptions::default());
+    assert_eq!(e.status, Status::MemoryLimit, "{e:?}");
+    let small = with(Limits { memory_bytes: 64 << 20, ..Limits::default() });
+    let e = run_with("x = bytearray(100 * 1024 * 1024)", &small);
+    assert_eq!(e.status, Status::MemoryLimit);
+    assert_host_fine();
+}
+
+#[test]
+fn caught_memory_error_is_the_programs_business() {
+    let e = run_with("try:\n    x = bytearray(10**9)\nexcept MemoryError:\n    print('recovered')", &RunOptions::default());
+    assert_eq!(e.status, Status::Ok);
+    assert_eq!(e.stdout, "recovered\n");
+}
+
+#[test]
+fn output_cap_truncates_with_a_marker() {
+    let limits = Limits { output_bytes: 1000, ..Limits::default() };
+    let e = run_with("while True:\n    print('flood' * 10)", &with(limits.clone()));
+    assert_eq!(e.status, Status::OutputLimit);
+    assert!(e.output_truncated);
+    assert!(e.stdout.ends_with("[sandpy: output truncated: limit reached]\n"));
+    assert!(e.stdout.len() < 1100, "{} bytes kept", e.stdout.len());
+    let e = run_with("import os\nwhile True:\n    os.write(2, b'x' * 4096)", &with(limits.clone()));
+    assert_eq!(e.status, Status::OutputLimit);
+    let e = run_with("'y' * 5000", &with(limits));
+    assert_eq!(e.status, Status::OutputLimit, "a return value counts too");
+    assert_host_fine();
+}
+
+#[test]
+fn code_size_cap_is_invalid_input() {
+    let limits = Limits { code_bytes: 100, ..Limits::default() };
+    let e = run_with(&"x = 1\n".repeat(50), &with(limits));
+    assert_eq!(e.status, Status::InvalidInput);
+    assert!(e.error.unwrap().message.contains("over the limit of 100 bytes"));
+}
+
+#[test]
+fn deep_recursion_is_an_error_or_stack_overflow_never_a_crash() {
+    let e = run_with("def f(n): return f(n + 1)\nf(0)", &RunOptions::default());
+    assert_eq!(e.status, Status::Error);
+    assert_eq!(e.error.unwrap().kind, "RecursionError");
+    let e = run_with("import sys\nsys.setrecursionlimit(10**7)\ndef f(n): return f(n + 1)\nf(0)", &RunOptions::default());
+    assert!(matches!(e.status, Status::StackOverflow | Status::Error), "{e:?}");
+    let e = run_with("import json\njson.loads('[' * 200000 + ']' * 200000)", &RunOptions::default());
+    assert!(matches!(e.status, Status::StackOverflow | Status::Error), "{e:?}");
+    assert_host_fine();
+}
+
+#[test]
+fn many_runs_at_once_are_independent() {
+    let results = block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..16 {
+            tasks.spawn(async move {
+                let code = format!("import time\ntime.sleep(0.05)\nvalue = {i}\nvalue * 2");
+                (i, sandbox().run(&code, &Limits::default()).await)
+            });
+        }
+        let mut out = Vec::new();
+        while let Some(done) = tasks.join_next().await {
+            out.push(done.expect("task"));
+        }
+        out
+    });
+    assert_eq!(results.len(), 16);
+    for (i, e) in results {
+        assert_eq!(e.return_value, Some(serde_json::json!(i * 2)));
+    }
+}

@@ -1,0 +1,46 @@
+//! sandpy's integration tests: one binary (every test binary links wasmtime), one module
+//! per concern. All share one `Sandbox`, and through it the on-disk `.cwasm` cache.
+
+mod attacks;
+mod guest_python;
+mod language;
+mod limits;
+mod results;
+mod tools;
+
+use sandpy::{Execution, Limits, RunOptions, Sandbox};
+use std::sync::OnceLock;
+
+/// The process-wide sandbox (compiled once, or loaded from the shared cache).
+pub fn sandbox() -> &'static Sandbox {
+    static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
+    SANDBOX.get_or_init(|| Sandbox::new(sandpy::Config::default()).expect("the runtime loads"))
+}
+
+/// Block on a future on a fresh current-thread runtime (epoch yields need no more).
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime").block_on(future)
+}
+
+/// Run `code` with default limits.
+pub fn run(code: &str) -> Execution {
+    block_on(sandbox().run(code, &Limits::default()))
+}
+
+/// Run `code` with these options.
+pub fn run_with(code: &str, options: &RunOptions) -> Execution {
+    block_on(sandbox().run_with(code, options))
+}
+
+/// Run and require `ok`, showing the whole execution otherwise.
+pub fn run_ok(code: &str) -> Execution {
+    let execution = run(code);
+    assert_eq!(execution.status, sandpy::Status::Ok, "{execution:#?}");
+    execution
+}
+
+/// Assert the host is fine after an attack: a plain run still works.
+pub fn assert_host_fine() {
+    let after = run_ok("print(sum(range(10)))");
+    assert_eq!(after.stdout, "45\n");
+}

@@ -1,0 +1,97 @@
+//! What an `Execution` reports: values, errors, tracebacks, streams.
+
+use crate::{run, run_ok};
+use sandpy::Status;
+use serde_json::json;
+
+#[test]
+fn final_expression_is_the_return_value() {
+    assert_eq!(run_ok("x = 20\nx + 22").return_value, Some(json!(42)));
+    assert_eq!(run_ok("{'a': [1, 'b', None, True]}").return_value, Some(json!({"a": [1, "b", null, true]})));
+    assert_eq!(run_ok("print('no value')").return_value, None);
+    assert_eq!(run_ok("x = 1").return_value, None);
+    let e = run_ok("{1, 2}");
+    assert_eq!(e.return_value, Some(json!("{1, 2}")));
+    assert!(e.return_value_is_repr);
+    let e = run_ok("float('nan')");
+    assert_eq!(e.return_value, Some(json!("nan")));
+    assert!(e.return_value_is_repr);
+}
+
+#[test]
+fn stdout_and_stderr_are_kept_apart() {
+    let e = run_ok("import sys, os\nprint('out')\nprint('err', file=sys.stderr)\nos.write(1, b'raw\\n')");
+    assert_eq!(e.stdout, "out\nraw\n");
+    assert_eq!(e.stderr, "err\n");
+}
+
+#[test]
+fn python_error_has_type_message_and_user_traceback() {
+    let e = run("def f(x):\n    return 1 / x\n\nf(0)\n");
+    assert_eq!(e.status, Status::Error);
+    let error = e.error.expect("an error");
+    assert_eq!(error.kind, "ZeroDivisionError");
+    assert_eq!(error.message, "division by zero");
+    let tb = error.traceback.expect("a traceback");
+    assert!(tb.contains("File \"<sandbox>\", line 4, in <module>"), "{tb}");
+    assert!(tb.contains("File \"<sandbox>\", line 2, in f"), "{tb}");
+    assert!(!tb.contains("sandpy_guest") && !tb.contains("app.py"), "guest frames leaked: {tb}");
+    assert!(e.stderr.contains("ZeroDivisionError: division by zero"), "stderr: {}", e.stderr);
+}
+
+#[test]
+fn qualified_exception_names_and_syntax_errors() {
+    let e = run("import json\njson.loads('{')");
+    assert_eq!(e.error.unwrap().kind, "json.decoder.JSONDecodeError");
+    let e = run("x = 1\ndef broken(:\n");
+    assert_eq!(e.status, Status::Error);
+    let error = e.error.unwrap();
+    assert_eq!(error.kind, "SyntaxError");
+    assert!(error.traceback.unwrap().contains("line 2"));
+}
+
+#[test]
+fn sys_exit_codes() {
+    assert_eq!(run("import sys\nprint('bye')\nsys.exit(0)").status, Status::Ok);
+    let e = run("import sys\nsys.exit(3)");
+    assert_eq!(e.status, Status::Error);
+    assert_eq!(e.error.unwrap().kind, "SystemExit");
+    assert_eq!(run("import os\nos._exit(0)").status, Status::Ok);
+    assert_eq!(run("import os\nos._exit(5)").status, Status::Error);
+}
+
+#[test]
+fn exception_groups_and_chains_keep_user_frames_only() {
+    let e = run("try:\n    {}['k']\nexcept KeyError as e:\n    raise ValueError('wrapped') from e\n");
+    let tb = e.error.unwrap().traceback.unwrap();
+    assert!(tb.contains("KeyError") && tb.contains("ValueError: wrapped"), "{tb}");
+    assert!(tb.contains("direct cause"), "{tb}");
+}
+
+#[test]
+fn duration_and_memory_are_reported() {
+    let e = run_ok("x = bytearray(50 * 1024 * 1024)");
+    assert!(e.duration_ms > 0.0);
+    assert!(e.memory_peak_bytes >= 50 << 20, "peak {}", e.memory_peak_bytes);
+    let json = serde_json::to_value(&e).unwrap();
+    for field in ["status", "stdout", "stderr", "return_value", "error", "duration_ms", "memory_peak_bytes"] {
+        assert!(json.get(field).is_some(), "{field} missing in {json}");
+    }
+}
+
+#[test]
+fn call_function_with_positional_and_keyword_arguments() {
+    let code = "def score(pred, gold, weight=1.0):\n    return {'match': pred == gold, 'w': weight}\n";
+    let options = sandpy::RunOptions::default();
+    let e = crate::block_on(crate::sandbox().call_function(code, "score", &json!(["a", "a"]), &options));
+    assert_eq!(e.return_value, Some(json!({"match": true, "w": 1.0})));
+    let e = crate::block_on(crate::sandbox().call_function(code, "score", &json!({"pred": 1, "gold": 2, "weight": 3}), &options));
+    assert_eq!(e.return_value, Some(json!({"match": false, "w": 3})));
+    let e = crate::block_on(crate::sandbox().call_function("def f(): return {1}", "f", &json!([]), &options));
+    assert_eq!(e.status, Status::Error);
+    assert!(e.error.unwrap().message.contains("not JSON-serialisable"));
+    let e = crate::block_on(crate::sandbox().call_function("x = 1", "missing", &json!([]), &options));
+    assert_eq!(e.error.unwrap().kind, "NameError");
+    let e = crate::block_on(crate::sandbox().call_function("def f(): pass", "f", &json!(3), &options));
+    assert_eq!(e.status, Status::InvalidInput);
+}

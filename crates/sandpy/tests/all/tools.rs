@@ -1,0 +1,110 @@
+//! Tools through the library API: batching, allowlist, limits (MCP tests live in sandpy-mcp).
+
+use crate::run_with;
+use sandpy::{Limits, RunOptions, Status, ToolFuture, ToolHost, ToolInfo};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Real in-process tools: `echo` returns its arguments, `slow` sleeps 100 ms, `fail` errors.
+struct LocalTools;
+
+impl ToolHost for LocalTools {
+    fn list_tools(&self) -> Vec<ToolInfo> {
+        ["echo", "slow", "fail"]
+            .iter()
+            .map(|n| ToolInfo {
+                name: format!("mcp__local__{n}"),
+                description: format!("the {n} tool"),
+                input_schema: json!({"type": "object"}),
+            })
+            .collect()
+    }
+
+    fn call_tool(&self, name: &str, arguments: Value) -> ToolFuture {
+        let name = name.to_string();
+        Box::pin(async move {
+            match name.as_str() {
+                "mcp__local__echo" => Ok(arguments),
+                "mcp__local__slow" => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Ok(json!("slept"))
+                }
+                _ => Err("the tool failed on purpose".into()),
+            }
+        })
+    }
+}
+
+fn options() -> RunOptions {
+    RunOptions { tools: Some(Arc::new(LocalTools)), ..RunOptions::default() }
+}
+
+#[test]
+fn sync_and_async_calls_and_namespace() {
+    let e = run_with(
+        "a = call_mcp_tool('mcp__local__echo', {'x': 1})\nb = await call_mcp_tool('mcp__local__echo', y=2)\nc = tools.local.echo(z=3)\n[a, b, c]",
+        &options(),
+    );
+    assert_eq!(e.return_value, Some(json!([{"x": 1}, {"y": 2}, {"z": 3}])), "{e:?}");
+    assert_eq!(e.tool_calls, 3);
+}
+
+#[test]
+fn gather_runs_a_batch_concurrently() {
+    let started = Instant::now();
+    let e = run_with("import asyncio\nawait asyncio.gather(*(call_mcp_tool('mcp__local__slow') for _ in range(10)))", &options());
+    assert_eq!(e.return_value, Some(json!(["slept"; 10])), "{e:?}");
+    assert!(started.elapsed() < Duration::from_millis(800), "took {:?}", started.elapsed());
+}
+
+#[test]
+fn failing_tool_raises_tool_error_with_its_message() {
+    let e = run_with("try:\n    call_mcp_tool('mcp__local__fail')\nexcept ToolError as e:\n    str(e)", &options());
+    assert_eq!(e.return_value, Some(json!("the tool failed on purpose")));
+}
+
+#[test]
+fn allowlist_hides_and_refuses() {
+    let options = RunOptions { allowed_tools: Some(vec!["mcp__local__e*".into()]), ..options() };
+    let e = run_with(
+        "names = [t['name'] for t in discover_mcp_tools()]\ntry:\n    call_mcp_tool('mcp__local__slow')\nexcept ToolError as e:\n    err = str(e)\n[names, err]",
+        &options,
+    );
+    let value = e.return_value.expect("value");
+    assert_eq!(value[0], json!(["mcp__local__echo"]));
+    assert!(value[1].as_str().unwrap().contains("mcp__local__e*"), "{value}");
+}
+
+#[test]
+fn unknown_tools_and_search() {
+    let e = run_with(
+        "try:\n    call_mcp_tool('mcp__local__nope')\nexcept ToolError as e:\n    err = str(e)\n[err, [t['name'] for t in search_tools('slow')], get_tool_schema('mcp__local__echo')]",
+        &options(),
+    );
+    let value = e.return_value.expect("value");
+    assert!(value[0].as_str().unwrap().contains("unknown tool"));
+    assert_eq!(value[1], json!(["mcp__local__slow"]));
+    assert_eq!(value[2], json!({"type": "object"}));
+}
+
+#[test]
+fn tool_call_limit_ends_the_run() {
+    let options = RunOptions { limits: Limits { tool_calls: 5, ..Limits::default() }, ..options() };
+    let e = run_with("for i in range(6):\n    call_mcp_tool('mcp__local__echo', {'i': i})", &options);
+    assert_eq!(e.status, Status::ToolCallLimit, "{e:?}");
+    assert_eq!(e.tool_calls, 5);
+}
+
+#[test]
+fn timeout_covers_tool_time() {
+    let options = RunOptions { limits: Limits { timeout: Duration::from_millis(250), ..Limits::default() }, ..options() };
+    let e = run_with("for _ in range(10):\n    call_mcp_tool('mcp__local__slow')", &options);
+    assert_eq!(e.status, Status::Timeout);
+}
+
+#[test]
+fn no_tools_configured() {
+    let e = run_with("try:\n    call_mcp_tool('mcp__x__y')\nexcept ToolError as e:\n    str(e)", &RunOptions::default());
+    assert!(e.return_value.unwrap().as_str().unwrap().contains("no tools"));
+}

@@ -1,0 +1,16 @@
+"""componentize-py entry point: pre-initialised at build time, then snapshotted.
+
+Everything imported here (the whole usable stdlib, via `sandpy_guest.preload`) is part of
+the component's memory image; at run time the guest has no filesystem to import from.
+"""
+
+from sandpy_guest import preload as _preload  # noqa: F401  (pre-imports the stdlib)
+from sandpy_guest.runner import execute
+
+import wit_world
+from wit_world.imports.types import Outcome, RunOptions, Task
+
+
+class WitWorld(wit_world.WitWorld):
+    def execute(self, task: Task, options: RunOptions) -> Outcome:
+        return execute(task, options)

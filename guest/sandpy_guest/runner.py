@@ -1,0 +1,182 @@
+"""Run one task and report its outcome.
+
+The host gives a task (run a program, call a function, list modules); this module runs
+it with the tool API in builtins, captures the final expression's value, and turns an
+escaping exception into a `PythonError` whose traceback shows only the user's frames.
+"""
+
+import ast
+import builtins
+import inspect
+import json
+import os
+import random
+import sys
+import tempfile
+import traceback
+from types import CodeType, TracebackType
+from typing import Any
+
+from wit_world.imports.types import (
+    FunctionCall,
+    Outcome,
+    PythonError,
+    RunOptions,
+    Task,
+    Task_Call,
+    Task_ListModules,
+    Task_Run,
+    Value,
+    Value_Json,
+    Value_Repr,
+)
+
+from . import event_loop, preload, tools
+
+_GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
+_RESULT_NAME = "__sandpy_result__"
+
+
+def _prepare_interpreter() -> None:
+    """Per-run set-up of a snapshot that every run shares."""
+    random.seed()  # the snapshot's seed is the same for every run: reseed from WASI random
+    tempfile._name_sequence = None  # type: ignore[attr-defined]
+    for stream in (sys.stdout, sys.stderr):
+        # Line buffering keeps output that precedes a timeout or a trap.
+        stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    event_loop.install()
+    for name, value in tools.API.items():
+        setattr(builtins, name, value)
+
+
+def _is_internal(filename: str) -> bool:
+    return filename.startswith(_GUEST_DIR) or filename.endswith("/app.py")
+
+
+def _strip_internal(te: traceback.TracebackException) -> None:
+    seen: set[int] = set()
+    pending = [te]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.stack = traceback.StackSummary.from_list(
+            [frame for frame in current.stack if not _is_internal(frame.filename)]
+        )
+        for linked in (current.__cause__, current.__context__, *(current.exceptions or [])):
+            if linked is not None:
+                pending.append(linked)
+
+
+def _type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    if cls.__module__ in ("builtins", "__main__"):
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _python_error(exc: BaseException) -> PythonError:
+    te = traceback.TracebackException.from_exception(exc)
+    _strip_internal(te)
+    text = "".join(te.format())
+    sys.stderr.write(text)  # as CPython would print it
+    sys.stderr.flush()
+    return PythonError(type_name=_type_name(exc), message=str(exc), traceback=text)
+
+
+def _to_value(value: Any) -> Value:
+    try:
+        return Value_Json(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError, RecursionError):
+        return Value_Repr(repr(value))
+
+
+def _compile_program(code: str, filename: str) -> CodeType:
+    """Compile module code; a final expression is assigned to `_RESULT_NAME`."""
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    tree = compile(code, filename, "exec", flags=flags | ast.PyCF_ONLY_AST, dont_inherit=True)
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = tree.body[-1]
+        assign = ast.Assign(targets=[ast.Name(id=_RESULT_NAME, ctx=ast.Store())], value=last.value)
+        tree.body[-1] = ast.copy_location(assign, last)
+        ast.fix_missing_locations(tree)
+    return compile(tree, filename, "exec", flags=flags, dont_inherit=True)
+
+
+def _exec_module(code: str, filename: str) -> dict[str, Any]:
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    compiled = _compile_program(code, filename)
+    if compiled.co_flags & inspect.CO_COROUTINE:
+        event_loop.run(eval(compiled, namespace))  # top-level await
+    else:
+        exec(compiled, namespace)
+    return namespace
+
+
+def _run(code: str, filename: str) -> Outcome:
+    namespace = _exec_module(code, filename)
+    if _RESULT_NAME in namespace:
+        result = namespace.pop(_RESULT_NAME)
+        if result is not None:
+            return Outcome(value=_to_value(result), error=None)
+    return Outcome(value=None, error=None)
+
+
+def _call(call: FunctionCall, filename: str) -> Outcome:
+    namespace = _exec_module(call.code, filename)
+    function = namespace.get(call.function)
+    if function is None:
+        raise NameError(f"the module defines no function {call.function!r}")
+    if not callable(function):
+        raise TypeError(f"{call.function!r} is a {type(function).__name__}, not a function")
+    arguments = json.loads(call.arguments)
+    if isinstance(arguments, list):
+        result = function(*arguments)
+    elif isinstance(arguments, dict):
+        result = function(**arguments)
+    else:
+        raise TypeError("arguments must be a JSON list (positional) or object (keywords)")
+    if inspect.iscoroutine(result):
+        result = event_loop.run(result)
+    try:
+        encoded = json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{call.function}() returned a value that is not JSON-serialisable "
+            f"({type(result).__name__}: {exc}): {repr(result)[:200]}"
+        ) from None
+    return Outcome(value=Value_Json(encoded), error=None)
+
+
+def _list_modules() -> Outcome:
+    report = {"available": sorted(preload.AVAILABLE), "absent": dict(sorted(preload.ABSENT.items()))}
+    return Outcome(value=Value_Json(json.dumps(report)), error=None)
+
+
+def execute(task: Task, options: RunOptions) -> Outcome:
+    """Run `task`; never raises (a Python error becomes `Outcome.error`)."""
+    try:
+        _prepare_interpreter()
+        if isinstance(task, Task_Run):
+            outcome = _run(task.value, options.filename)
+        elif isinstance(task, Task_Call):
+            outcome = _call(task.value, options.filename)
+        elif isinstance(task, Task_ListModules):
+            outcome = _list_modules()
+        else:
+            raise TypeError(f"unknown task {task!r}")
+    except SystemExit as exc:
+        if exc.code is None or exc.code == 0:
+            outcome = Outcome(value=None, error=None)
+        else:
+            outcome = Outcome(value=None, error=_python_error(exc))
+    except BaseException as exc:  # noqa: BLE001 - every escape is reported, never raised
+        outcome = Outcome(value=None, error=_python_error(exc))
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001 - a closed stream must not lose the outcome
+                pass
+    return outcome

@@ -1,0 +1,183 @@
+"""The in-sandbox tool API: call, discover and search MCP tools through the host.
+
+Every call goes through the host import `call-tools`, which applies the allowlist, the
+schema check and the limits; nothing here is trusted for security. Inside a running event
+loop `call_mcp_tool` returns a future and calls are batched (so `asyncio.gather` runs them
+concurrently on the host); outside one it is a batch of one and returns the result.
+"""
+
+import asyncio
+import json
+import re
+from typing import Any
+
+from componentize_py_types import Err, Ok
+from wit_world.imports import tools as host
+
+
+class ToolError(Exception):
+    """A tool call failed: the tool's own message, or the rule that refused the call."""
+
+    def __init__(self, tool: str, message: str) -> None:
+        super().__init__(message)
+        self.tool = tool
+
+
+_pending: list[tuple[str, str, "asyncio.Future[Any]"]] = []
+
+
+def _encode_arguments(name: str, arguments: Any, kwargs: dict[str, Any]) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"tool name must be a str, not {type(name).__name__}")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise TypeError(f"tool arguments must be a dict, not {type(arguments).__name__}")
+    merged = {**arguments, **kwargs}
+    try:
+        return json.dumps(merged)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"arguments of {name} are not JSON-serialisable: {exc}") from None
+
+
+def _decode(name: str, result: "Ok[str] | Err[str]") -> Any:
+    if isinstance(result, Ok):
+        return json.loads(result.value)
+    raise ToolError(name, result.value)
+
+
+def call_mcp_tool(name: str, arguments: dict[str, Any] | None = None, /, **kwargs: Any) -> Any:
+    """Call tool `name` (`mcp__<server>__<tool>`) with a dict of arguments.
+
+    Returns the result (structured content, JSON-decoded text, or text); raises
+    `ToolError` when the tool fails or is refused. Inside async code, `await` it.
+    """
+    encoded = _encode_arguments(name, arguments, kwargs)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        [result] = host.call_tools([host.ToolCall(name, encoded)])
+        return _decode(name, result)
+    future: asyncio.Future[Any] = loop.create_future()
+    _pending.append((name, encoded, future))
+    return future
+
+
+def flush_pending() -> bool:
+    """Send every queued call to the host in one batch; False when none was queued."""
+    if not _pending:
+        return False
+    batch = list(_pending)
+    _pending.clear()
+    results = host.call_tools([host.ToolCall(name, args) for name, args, _ in batch])
+    for (name, _, future), result in zip(batch, results):
+        if future.cancelled():
+            continue
+        try:
+            future.set_result(_decode(name, result))
+        except ToolError as exc:
+            future.set_exception(exc)
+    return True
+
+
+def discover_mcp_tools() -> list[dict[str, Any]]:
+    """Every allowed tool: `{name, description, inputSchema}`."""
+    tools: list[dict[str, Any]] = json.loads(host.list_tools())
+    return tools
+
+
+def get_tool_schema(name: str) -> dict[str, Any]:
+    """The input JSON schema of one allowed tool; `ToolError` if unknown or refused."""
+    try:
+        schema: dict[str, Any] = json.loads(host.tool_schema(name))
+    except Err as exc:
+        raise ToolError(name, str(exc.value)) from None
+    return schema
+
+
+def search_tools(query: str, limit: int = 10) -> list[dict[str, Any]]:
+    """Allowed tools ranked by relevance of their names and descriptions to `query`."""
+    if limit < 0:
+        raise ValueError("limit must be >= 0")
+    found: list[dict[str, Any]] = json.loads(host.search_tools(str(query), min(limit, 2**32 - 1)))
+    return found
+
+
+def python_name(name: str) -> str:
+    """An identifier for an MCP server or tool name (`-`, `.` and the like become `_`)."""
+    ident = re.sub(r"\W", "_", name)
+    return "_" + ident if ident[:1].isdigit() else ident
+
+
+def _split(full_name: str) -> tuple[str, str] | None:
+    parts = full_name.split("__", 2)
+    if len(parts) == 3 and parts[0] == "mcp":
+        return parts[1], parts[2]
+    return None
+
+
+class _Server:
+    def __init__(self, server: str, tool_names: dict[str, str]) -> None:
+        self._server = server
+        self._tools = tool_names  # python name -> full name
+
+    def __getattr__(self, attr: str) -> Any:
+        full = self._tools.get(attr)
+        if full is None:
+            raise AttributeError(
+                f"server {self._server!r} has no allowed tool {attr!r}; "
+                f"available: {sorted(self._tools)}"
+            )
+
+        def call(arguments: dict[str, Any] | None = None, /, **kwargs: Any) -> Any:
+            return call_mcp_tool(full, arguments, **kwargs)
+
+        call.__name__ = attr
+        return call
+
+    def __dir__(self) -> list[str]:
+        return sorted(self._tools)
+
+    def __repr__(self) -> str:
+        return f"<tools.{python_name(self._server)}: {', '.join(sorted(self._tools))}>"
+
+
+class _Namespace:
+    """`tools.<server>.<tool>(**kwargs)`: attribute access over the allowed tools."""
+
+    def _servers(self) -> dict[str, _Server]:
+        grouped: dict[str, tuple[str, dict[str, str]]] = {}
+        for tool in discover_mcp_tools():
+            split = _split(tool["name"])
+            if split is None:
+                continue
+            server, short = split
+            entry = grouped.setdefault(python_name(server), (server, {}))
+            entry[1][python_name(short)] = tool["name"]
+        return {key: _Server(server, names) for key, (server, names) in grouped.items()}
+
+    def __getattr__(self, attr: str) -> _Server:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        servers = self._servers()
+        if attr not in servers:
+            raise AttributeError(f"no MCP server {attr!r} is available; available: {sorted(servers)}")
+        return servers[attr]
+
+    def __dir__(self) -> list[str]:
+        return sorted(self._servers())
+
+    def __repr__(self) -> str:
+        return f"<tools: {', '.join(sorted(self._servers()))}>"
+
+
+tools = _Namespace()
+
+API: dict[str, Any] = {
+    "call_mcp_tool": call_mcp_tool,
+    "discover_mcp_tools": discover_mcp_tools,
+    "get_tool_schema": get_tool_schema,
+    "search_tools": search_tools,
+    "tools": tools,
+    "ToolError": ToolError,
+}

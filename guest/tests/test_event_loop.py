@@ -1,0 +1,66 @@
+"""Tests of sandpy_guest.event_loop, run inside the sandbox."""
+
+import asyncio
+import time
+
+from sandpy_guest.event_loop import SandboxEventLoop
+
+
+def test_asyncio_run_uses_the_sandbox_loop() -> None:
+    async def which() -> type:
+        return type(asyncio.get_running_loop())
+
+    assert asyncio.run(which()) is SandboxEventLoop
+
+
+def test_new_event_loop_is_the_sandbox_loop() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        assert isinstance(loop, SandboxEventLoop)
+        assert loop.run_until_complete(asyncio.sleep(0, result=5)) == 5
+    finally:
+        loop.close()
+
+
+def test_timers_fire_in_order() -> None:
+    order: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        loop.call_later(0.03, order.append, 3)
+        loop.call_later(0.01, order.append, 1)
+        loop.call_soon(order.append, 0)
+        loop.call_later(0.04, done.set_result, None)
+        await done
+
+    asyncio.run(main())
+    assert order == [0, 1, 3]
+
+
+def test_wait_for_times_out() -> None:
+    async def main() -> str:
+        try:
+            await asyncio.wait_for(asyncio.sleep(5), timeout=0.02)
+        except TimeoutError:
+            return "timed out"
+        return "not"
+
+    started = time.monotonic()
+    assert asyncio.run(main()) == "timed out"
+    assert time.monotonic() - started < 1
+
+
+async def test_tasks_and_queues() -> None:
+    queue: asyncio.Queue[int] = asyncio.Queue()
+
+    async def producer() -> None:
+        for i in range(5):
+            await queue.put(i)
+            await asyncio.sleep(0)
+
+    async def consumer() -> list[int]:
+        return [await queue.get() for _ in range(5)]
+
+    _, got = await asyncio.gather(producer(), consumer())
+    assert got == [0, 1, 2, 3, 4]
