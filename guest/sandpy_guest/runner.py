@@ -9,6 +9,7 @@ import ast
 import builtins
 import inspect
 import json
+import linecache
 import os
 import random
 import sys
@@ -35,6 +36,9 @@ from . import event_loop, preload, tools
 
 _GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
 _RESULT_NAME = "__sandpy_result__"
+# The modules as pre-init left them: restored before reporting, so that user code that
+# emptied or poisoned `sys.modules` cannot break the error report.
+_SNAPSHOT_MODULES = dict(sys.modules)
 
 
 def _prepare_interpreter() -> None:
@@ -53,7 +57,8 @@ def _is_internal(filename: str) -> bool:
     return filename.startswith(_GUEST_DIR) or filename.endswith("/app.py")
 
 
-def _strip_internal(te: traceback.TracebackException) -> None:
+def _strip_internal(te: traceback.TracebackException, filename: str) -> None:
+    """Drop guest frames, and the event-loop frames above the user's first frame."""
     seen: set[int] = set()
     pending = [te]
     while pending:
@@ -61,9 +66,9 @@ def _strip_internal(te: traceback.TracebackException) -> None:
         if id(current) in seen:
             continue
         seen.add(id(current))
-        current.stack = traceback.StackSummary.from_list(
-            [frame for frame in current.stack if not _is_internal(frame.filename)]
-        )
+        frames = [frame for frame in current.stack if not _is_internal(frame.filename)]
+        first_user = next((i for i, f in enumerate(frames) if f.filename == filename), 0)
+        current.stack = traceback.StackSummary.from_list(frames[first_user:])
         for linked in (current.__cause__, current.__context__, *(current.exceptions or [])):
             if linked is not None:
                 pending.append(linked)
@@ -76,10 +81,19 @@ def _type_name(exc: BaseException) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _python_error(exc: BaseException) -> PythonError:
+def _format_exception(exc: BaseException, filename: str) -> str:
     te = traceback.TracebackException.from_exception(exc)
-    _strip_internal(te)
-    text = "".join(te.format())
+    _strip_internal(te, filename)
+    return "".join(te.format())
+
+
+def _python_error(exc: BaseException, filename: str) -> PythonError:
+    sys.modules.clear()
+    sys.modules.update(_SNAPSHOT_MODULES)
+    try:
+        text = _format_exception(exc, filename)
+    except BaseException as failure:  # noqa: BLE001 - the user broke the interpreter
+        text = f"{type(exc).__name__}: {exc}\n(traceback unavailable: {type(failure).__name__})\n"
     sys.stderr.write(text)  # as CPython would print it
     sys.stderr.flush()
     return PythonError(type_name=_type_name(exc), message=str(exc), traceback=text)
@@ -105,6 +119,8 @@ def _compile_program(code: str, filename: str) -> CodeType:
 
 
 def _exec_module(code: str, filename: str) -> dict[str, Any]:
+    # Source lines for tracebacks, as CPython shows them for a file.
+    linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     compiled = _compile_program(code, filename)
     if compiled.co_flags & inspect.CO_COROUTINE:
@@ -170,9 +186,9 @@ def execute(task: Task, options: RunOptions) -> Outcome:
         if exc.code is None or exc.code == 0:
             outcome = Outcome(value=None, error=None)
         else:
-            outcome = Outcome(value=None, error=_python_error(exc))
+            outcome = Outcome(value=None, error=_python_error(exc, options.filename))
     except BaseException as exc:  # noqa: BLE001 - every escape is reported, never raised
-        outcome = Outcome(value=None, error=_python_error(exc))
+        outcome = Outcome(value=None, error=_python_error(exc, options.filename))
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:

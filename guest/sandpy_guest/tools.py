@@ -7,8 +7,11 @@ concurrently on the host); outside one it is a batch of one and returns the resu
 """
 
 import asyncio
+import inspect
 import json
+import os
 import re
+import sys
 from typing import Any
 
 from componentize_py_types import Err, Ok
@@ -46,30 +49,55 @@ def _decode(name: str, result: "Ok[str] | Err[str]") -> Any:
     raise ToolError(name, result.value)
 
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_ASYNC_FLAGS = inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
+# Frames that belong to the expression around them: `gather(*(call(x) for x in xs))`.
+_TRANSPARENT = {"<genexpr>", "<lambda>", "<listcomp>", "<dictcomp>", "<setcomp>"}
+
+
+def _called_from_async_code() -> bool:
+    """True when the nearest caller outside this package (looking through generator
+    expressions and lambdas) is a coroutine: an `async def`, or a program that uses
+    top-level `await`."""
+    frame = sys._getframe(1)
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(_HERE) or frame.f_code.co_name in _TRANSPARENT
+    ):
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame is not None and bool(frame.f_code.co_flags & _ASYNC_FLAGS)
+
+
 def call_mcp_tool(name: str, arguments: dict[str, Any] | None = None, /, **kwargs: Any) -> Any:
     """Call tool `name` (`mcp__<server>__<tool>`) with a dict of arguments.
 
     Returns the result (structured content, JSON-decoded text, or text); raises
-    `ToolError` when the tool fails or is refused. Inside async code, `await` it.
+    `ToolError` when the tool fails or is refused. Called from async code (an `async
+    def`, or a program using top-level `await`) it returns an awaitable, and awaited
+    calls that are pending together run concurrently on the host.
     """
     encoded = _encode_arguments(name, arguments, kwargs)
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
-        [result] = host.call_tools([host.ToolCall(name, encoded)])
-        return _decode(name, result)
+        loop = None
+    if loop is None or not _called_from_async_code():
+        return _decode(name, flush_pending((name, encoded)))
     future: asyncio.Future[Any] = loop.create_future()
     _pending.append((name, encoded, future))
     return future
 
 
-def flush_pending() -> bool:
-    """Send every queued call to the host in one batch; False when none was queued."""
-    if not _pending:
+def flush_pending(extra: tuple[str, str] | None = None) -> Any:
+    """Send every queued call (and `extra`) to the host in one batch and resolve their
+    futures. Returns `extra`'s raw result, else whether anything was sent."""
+    if not _pending and extra is None:
         return False
     batch = list(_pending)
     _pending.clear()
-    results = host.call_tools([host.ToolCall(name, args) for name, args, _ in batch])
+    calls = [host.ToolCall(name, args) for name, args, _ in batch]
+    if extra is not None:
+        calls.append(host.ToolCall(*extra))
+    results = host.call_tools(calls)
     for (name, _, future), result in zip(batch, results):
         if future.cancelled():
             continue
@@ -77,7 +105,7 @@ def flush_pending() -> bool:
             future.set_result(_decode(name, result))
         except ToolError as exc:
             future.set_exception(exc)
-    return True
+    return results[-1] if extra is not None else True
 
 
 def discover_mcp_tools() -> list[dict[str, Any]]:

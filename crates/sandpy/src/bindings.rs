@@ -7,5 +7,5 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub(crate) use sandpy::runtime::tools::{Host as ToolsHost, ToolCall};
-pub(crate) use sandpy::runtime::types::{FunctionCall, Host as TypesHost, RunOptions as GuestOptions, Value};
+pub(crate) use self::sandpy::runtime::tools::{Host as ToolsHost, ToolCall};
+pub(crate) use self::sandpy::runtime::types::{FunctionCall, Host as TypesHost, RunOptions as GuestOptions, Value};

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 pub enum Status {
     /// The program finished (or called `sys.exit(0)`).
     Ok,
-    /// A Python exception escaped the program (including `SyntaxError`).
+    /// A Python exception escaped the program (including `SyntaxError`), or the program
+    /// broke the interpreter so that it aborted (`InterpreterCrash`).
     Error,
     /// The wall-clock limit was reached.
     Timeout,

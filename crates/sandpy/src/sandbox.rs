@@ -235,8 +235,11 @@ fn classify_trap(
     if state.limiter.refused {
         return memory_limit(limits);
     }
-    tracing::warn!("guest trapped: {trap:?}");
-    (Status::InternalError, limit_error("InternalError", format!("the Python runtime crashed: {trap:#}")))
+    // The interpreter aborted: the program broke it (or hit a CPython bug). The host is
+    // fine; report it as the program's error.
+    tracing::debug!("guest trapped: {trap:?}");
+    let message = format!("the Python interpreter aborted: {}", trap.root_cause());
+    (Status::Error, limit_error("InterpreterCrash", message))
 }
 
 fn classify_outcome(

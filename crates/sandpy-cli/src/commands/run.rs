@@ -58,7 +58,8 @@ fn read_code(args: &Args) -> anyhow::Result<(String, String)> {
         return Ok((code.clone(), "<string>".into()));
     }
     let Some(file) = &args.file else { bail!("give a FILE, `-` or -c CODE") };
-    let bytes = if file.as_os_str() == "-" {
+    let from_stdin = file.as_os_str() == "-";
+    let bytes = if from_stdin {
         let mut bytes = Vec::new();
         std::io::stdin().read_to_end(&mut bytes).context("cannot read the program from stdin")?;
         bytes
@@ -68,7 +69,8 @@ fn read_code(args: &Args) -> anyhow::Result<(String, String)> {
     let code = String::from_utf8(bytes).map_err(|e| {
         anyhow::anyhow!("`{}` is not UTF-8 text (invalid byte at offset {})", file.display(), e.utf8_error().valid_up_to())
     })?;
-    Ok((code, file.display().to_string()))
+    let name = if from_stdin { "<stdin>".to_string() } else { file.display().to_string() };
+    Ok((code, name))
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {

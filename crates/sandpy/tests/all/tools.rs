@@ -43,25 +43,29 @@ fn options() -> RunOptions {
 #[test]
 fn sync_and_async_calls_and_namespace() {
     let e = run_with(
-        "a = call_mcp_tool('mcp__local__echo', {'x': 1})\nb = await call_mcp_tool('mcp__local__echo', y=2)\nc = tools.local.echo(z=3)\n[a, b, c]",
+        "def helper():\n    return call_mcp_tool('mcp__local__echo', {'x': 1})\n\
+         a = helper()\nb = await call_mcp_tool('mcp__local__echo', y=2)\nc = await tools.local.echo(z=3)\n\
+         pending = call_mcp_tool('mcp__local__echo', {})\n[a, b, c, type(pending).__name__, await pending]",
         &options(),
     );
-    assert_eq!(e.return_value, Some(json!([{"x": 1}, {"y": 2}, {"z": 3}])), "{e:?}");
-    assert_eq!(e.tool_calls, 3);
+    assert_eq!(e.return_value, Some(json!([{"x": 1}, {"y": 2}, {"z": 3}, "Future", {}])), "{e:?}");
+    assert_eq!(e.tool_calls, 4);
+    let e = run_with("[call_mcp_tool('mcp__local__echo', {'x': 1}), tools.local.echo({'y': 2})]", &options());
+    assert_eq!(e.return_value, Some(json!([{"x": 1}, {"y": 2}])), "{e:?}");
 }
 
 #[test]
 fn gather_runs_a_batch_concurrently() {
     let started = Instant::now();
     let e = run_with("import asyncio\nawait asyncio.gather(*(call_mcp_tool('mcp__local__slow') for _ in range(10)))", &options());
-    assert_eq!(e.return_value, Some(json!(["slept"; 10])), "{e:?}");
+    assert_eq!(e.return_value, Some(Value::Array(vec![json!("slept"); 10])), "{e:?}");
     assert!(started.elapsed() < Duration::from_millis(800), "took {:?}", started.elapsed());
 }
 
 #[test]
 fn failing_tool_raises_tool_error_with_its_message() {
-    let e = run_with("try:\n    call_mcp_tool('mcp__local__fail')\nexcept ToolError as e:\n    str(e)", &options());
-    assert_eq!(e.return_value, Some(json!("the tool failed on purpose")));
+    let e = run_with("try:\n    call_mcp_tool('mcp__local__fail')\nexcept ToolError as e:\n    err = [e.tool, str(e)]\nerr", &options());
+    assert_eq!(e.return_value, Some(json!(["mcp__local__fail", "the tool failed on purpose"])));
 }
 
 #[test]
@@ -105,6 +109,6 @@ fn timeout_covers_tool_time() {
 
 #[test]
 fn no_tools_configured() {
-    let e = run_with("try:\n    call_mcp_tool('mcp__x__y')\nexcept ToolError as e:\n    str(e)", &RunOptions::default());
+    let e = run_with("try:\n    call_mcp_tool('mcp__x__y')\nexcept ToolError as e:\n    err = str(e)\nerr", &RunOptions::default());
     assert!(e.return_value.unwrap().as_str().unwrap().contains("no tools"));
 }
