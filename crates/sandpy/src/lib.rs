@@ -39,4 +39,4 @@ pub use error::Error;
 pub use execution::{ErrorInfo, Execution, Status};
 pub use limits::Limits;
 pub use sandbox::{RunOptions, Sandbox};
-pub use tools::{search as search_tools, ToolFuture, ToolHost, ToolInfo};
+pub use tools::{search as search_tools, validate_tool_pattern, Allowlist, ToolFuture, ToolHost, ToolInfo};

@@ -37,13 +37,14 @@ pub trait ToolHost: Send + Sync + 'static {
     fn call_tool(&self, name: &str, arguments: Value) -> ToolFuture;
 }
 
-/// Which tools a run may use: `None` allows all, else exact names or globs (`mcp__fs__*`).
+/// Which tools may be used: all, or those matching exact names or globs (`mcp__fs__*`).
 #[derive(Debug, Clone)]
-pub(crate) struct Allowlist {
+pub struct Allowlist {
     patterns: Option<(Vec<String>, GlobSet)>,
 }
 
 impl Allowlist {
+    /// `None` allows every tool; otherwise a tool must match one of `patterns`.
     pub fn new(patterns: Option<&[String]>) -> Result<Self, String> {
         let Some(patterns) = patterns else { return Ok(Allowlist { patterns: None }) };
         let mut builder = GlobSetBuilder::new();
@@ -55,11 +56,12 @@ impl Allowlist {
         Ok(Allowlist { patterns: Some((patterns.to_vec(), set)) })
     }
 
+    /// Whether `name` may be used.
     pub fn allows(&self, name: &str) -> bool {
         self.patterns.as_ref().is_none_or(|(_, set)| set.is_match(name))
     }
 
-    /// Why `name` is refused, naming the rule.
+    /// Why `name` is refused, naming the rules.
     pub fn refusal(&self, name: &str) -> String {
         match &self.patterns {
             Some((patterns, _)) => format!(
@@ -68,6 +70,11 @@ impl Allowlist {
             None => format!("tool {name:?} is not allowed"),
         }
     }
+}
+
+/// Check one allowlist pattern (an exact name or a glob), as used in configs.
+pub fn validate_tool_pattern(pattern: &str) -> Result<(), String> {
+    Glob::new(pattern).map(drop).map_err(|e| format!("invalid tool pattern {pattern:?}: {e}"))
 }
 
 fn words(text: &str) -> Vec<String> {

@@ -1,0 +1,94 @@
+//! The audit log: JSON Lines, one record per execution and one per tool call.
+//!
+//! Each record is one `write` of a whole line to a file opened for appending, so a crash
+//! loses at most the record being written, never an earlier one. Argument values are
+//! recorded only when the config asks (`audit_arguments`).
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Appends audit records; cheap to clone.
+#[derive(Clone)]
+pub struct AuditLog {
+    file: Arc<Mutex<File>>,
+    record_arguments: bool,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Hex SHA-256 of the code, so records identify a program without storing it.
+pub fn code_hash(code: &str) -> String {
+    Sha256::digest(code.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl AuditLog {
+    /// Open (creating) the log for appending.
+    pub fn open(path: &Path, record_arguments: bool) -> std::io::Result<AuditLog> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(AuditLog { file: Arc::new(Mutex::new(file)), record_arguments })
+    }
+
+    fn append(&self, mut record: Value) {
+        record["ts_ms"] = json!(now_ms());
+        let mut line = record.to_string();
+        line.push('\n');
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = file.write_all(line.as_bytes()) {
+            tracing::error!("cannot append to the audit log: {e}");
+        }
+    }
+
+    /// One finished execution.
+    pub fn execution(&self, execution_id: &str, code: &str, limits: &sandpy::Limits, execution: &sandpy::Execution) {
+        self.append(json!({
+            "kind": "execution",
+            "execution_id": execution_id,
+            "code_sha256": code_hash(code),
+            "code_bytes": code.len(),
+            "limits": {
+                "timeout_ms": limits.timeout.as_millis() as u64,
+                "memory_bytes": limits.memory_bytes,
+                "output_bytes": limits.output_bytes,
+                "tool_calls": limits.tool_calls,
+            },
+            "status": execution.status,
+            "duration_ms": execution.duration_ms,
+            "tool_calls": execution.tool_calls,
+            "memory_peak_bytes": execution.memory_peak_bytes,
+        }));
+    }
+
+    /// One tool call, with sizes (and argument values when configured).
+    pub fn tool_call(
+        &self,
+        execution_id: &str,
+        tool: &str,
+        arguments: &Value,
+        duration_ms: f64,
+        outcome: &Result<Value, String>,
+    ) {
+        let mut record = json!({
+            "kind": "tool_call",
+            "execution_id": execution_id,
+            "tool": tool,
+            "duration_ms": duration_ms,
+            "outcome": if outcome.is_ok() { "ok" } else { "error" },
+            "arguments_bytes": arguments.to_string().len(),
+            "result_bytes": match outcome { Ok(v) => v.to_string().len(), Err(e) => e.len() },
+        });
+        if self.record_arguments {
+            record["arguments"] = arguments.clone();
+        }
+        self.append(record);
+    }
+}

@@ -1,0 +1,345 @@
+//! The upstream hub: an MCP client for every configured server, exposed to the sandbox as
+//! one [`ToolHost`] whose tools are named `mcp__<server>__<tool>`.
+//!
+//! A stdio server that died is restarted on the next call of one of its tools; every call
+//! has a timeout; arguments are checked against the tool's `inputSchema` first; the
+//! config's allowlist hides and refuses tools for every run.
+
+use crate::audit::AuditLog;
+use crate::config::{Config, ServerSpec};
+use crate::schema::ArgumentSchema;
+use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock, Implementation, JsonObject,
+};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{Peer, RoleClient, ServiceError, ServiceExt};
+use sandpy::{Allowlist, ToolFuture, ToolHost, ToolInfo};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+type Client = RunningService<RoleClient, ClientConfig>;
+
+/// How long a server may take to start and list its tools (npx may download it first).
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One upstream server and its live connection.
+struct Upstream {
+    name: String,
+    spec: ServerSpec,
+    client: tokio::sync::Mutex<Option<Client>>,
+    status: RwLock<String>,
+}
+
+struct Route {
+    upstream: Arc<Upstream>,
+    tool: String,
+    schema: Arc<ArgumentSchema>,
+}
+
+#[derive(Default)]
+struct Catalog {
+    tools: Vec<ToolInfo>,
+    routes: HashMap<String, Route>,
+}
+
+struct Inner {
+    upstreams: Vec<Arc<Upstream>>,
+    catalog: RwLock<Catalog>,
+    allowlist: Allowlist,
+    tool_timeout: Duration,
+}
+
+/// The hub; cheap to clone, and a [`ToolHost`] for the sandbox.
+#[derive(Clone)]
+pub struct Hub(Arc<Inner>);
+
+/// What the hub knows of one server, for descriptions and `sandpy serve` logs.
+#[derive(Debug, Clone)]
+pub struct ServerStatus {
+    /// Name from the config.
+    pub name: String,
+    /// `ready (N tools)`, or why it is unavailable.
+    pub status: String,
+}
+
+fn client_config() -> ClientConfig {
+    ClientConfig::new(ClientCapabilities::default(), Implementation::new("sandpy", env!("CARGO_PKG_VERSION")))
+}
+
+async fn connect(spec: &ServerSpec) -> Result<Client, String> {
+    match spec {
+        ServerSpec::Stdio { command, args, env, cwd } => {
+            let mut wrap = CommandWrap::with_new(command, |c| {
+                c.args(args).envs(env);
+                if let Some(cwd) = cwd {
+                    c.current_dir(cwd);
+                }
+            });
+            // Its own process group, killed whole on drop: `npx` and the server it starts.
+            wrap.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
+            let (transport, _) = TokioChildProcess::builder(wrap)
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+            client_config().serve(transport).await.map_err(|e| format!("MCP handshake failed: {e}"))
+        }
+        ServerSpec::Http { url, headers } => {
+            let mut custom = HashMap::new();
+            for (name, value) in headers {
+                let name = axum::http::HeaderName::try_from(name.as_str()).map_err(|e| format!("header {name:?}: {e}"))?;
+                let value = axum::http::HeaderValue::try_from(value.as_str()).map_err(|e| format!("header {name}: {e}"))?;
+                custom.insert(name, value);
+            }
+            let config = StreamableHttpClientTransportConfig::with_uri(url.clone()).custom_headers(custom);
+            let transport = StreamableHttpClientTransport::from_config(config);
+            client_config().serve(transport).await.map_err(|e| format!("cannot connect to {url}: {e}"))
+        }
+    }
+}
+
+fn is_connection_error(error: &ServiceError) -> bool {
+    matches!(error, ServiceError::TransportClosed | ServiceError::TransportSend(_))
+}
+
+/// The value Python sees: structured content, else the text content (decoded as JSON when
+/// it is JSON), else the raw content blocks; an error result becomes the error text.
+pub fn result_value(result: CallToolResult) -> Result<Value, String> {
+    let texts: Vec<&str> = result.content.iter().filter_map(ContentBlock::as_text).map(|t| t.text.as_str()).collect();
+    if result.is_error == Some(true) {
+        let message = if texts.is_empty() {
+            result.structured_content.map(|v| v.to_string()).unwrap_or_else(|| "the tool reported an error".into())
+        } else {
+            texts.join("\n")
+        };
+        return Err(message);
+    }
+    if let Some(structured) = result.structured_content {
+        return Ok(structured);
+    }
+    let decode = |text: &str| serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()));
+    let mut values: Vec<Value> = result
+        .content
+        .iter()
+        .map(|block| match block.as_text() {
+            Some(text) => decode(&text.text),
+            None => serde_json::to_value(block).unwrap_or(Value::Null),
+        })
+        .collect();
+    Ok(match values.len() {
+        0 => Value::Null,
+        1 => values.remove(0),
+        _ => Value::Array(values),
+    })
+}
+
+impl Upstream {
+    fn set_status(&self, status: String) {
+        *self.status.write().unwrap_or_else(|e| e.into_inner()) = status;
+    }
+
+    /// A live peer: the current connection, or a new one if there is none or it died.
+    /// Returns whether it reconnected, so the caller can refresh the tool list.
+    async fn peer(&self) -> Result<(Peer<RoleClient>, bool), String> {
+        let mut slot = self.client.lock().await;
+        if let Some(client) = slot.as_ref() {
+            if !client.is_transport_closed() {
+                return Ok((client.peer().clone(), false));
+            }
+        }
+        if let Some(dead) = slot.take() {
+            tracing::warn!("upstream {} died; restarting it", self.name);
+            tokio::spawn(async move { drop(dead.cancel().await) });
+        }
+        let client = tokio::time::timeout(STARTUP_TIMEOUT, connect(&self.spec))
+            .await
+            .map_err(|_| format!("server {} did not start within {} s", self.name, STARTUP_TIMEOUT.as_secs()))??;
+        let peer = client.peer().clone();
+        *slot = Some(client);
+        Ok((peer, true))
+    }
+
+    async fn forget_if_dead(&self) {
+        let mut slot = self.client.lock().await;
+        if slot.as_ref().is_some_and(|c| c.is_transport_closed()) {
+            if let Some(dead) = slot.take() {
+                tokio::spawn(async move { drop(dead.cancel().await) });
+            }
+        } else if let Some(client) = slot.take() {
+            // A send failed although the transport looks open: start afresh next time.
+            tokio::spawn(async move { drop(client.cancel().await) });
+        }
+    }
+}
+
+impl Hub {
+    /// Start (or connect to) every configured server at once and list their tools. A
+    /// server that fails is reported in [`Hub::servers`] and retried on its next call.
+    pub async fn start(config: &Config) -> Hub {
+        let allowlist = Allowlist::new(config.allowed_tools.as_deref()).unwrap_or_else(|e| {
+            tracing::error!("{e}; allowing no tools");
+            Allowlist::new(Some(&[])).expect("an empty allowlist is valid")
+        });
+        let upstreams: Vec<Arc<Upstream>> = config
+            .servers
+            .iter()
+            .map(|(name, spec)| {
+                Arc::new(Upstream {
+                    name: name.clone(),
+                    spec: spec.clone(),
+                    client: tokio::sync::Mutex::new(None),
+                    status: RwLock::new("starting".into()),
+                })
+            })
+            .collect();
+        let hub = Hub(Arc::new(Inner {
+            upstreams,
+            catalog: RwLock::new(Catalog::default()),
+            allowlist,
+            tool_timeout: config.defaults.tool_timeout,
+        }));
+        let starts = hub.0.upstreams.iter().map(|upstream| hub.refresh(upstream.clone()));
+        futures::future::join_all(starts).await;
+        hub
+    }
+
+    /// (Re)connect one server if needed and replace its tools in the catalog.
+    async fn refresh(&self, upstream: Arc<Upstream>) {
+        let listed = async {
+            let (peer, _) = upstream.peer().await?;
+            tokio::time::timeout(STARTUP_TIMEOUT, peer.list_all_tools())
+                .await
+                .map_err(|_| "listing tools timed out".to_string())?
+                .map_err(|e| format!("listing tools failed: {e}"))
+        }
+        .await;
+        let mut catalog = self.0.catalog.write().unwrap_or_else(|e| e.into_inner());
+        let prefix = format!("mcp__{}__", upstream.name);
+        catalog.tools.retain(|t| !t.name.starts_with(&prefix));
+        catalog.routes.retain(|name, _| !name.starts_with(&prefix));
+        match listed {
+            Ok(tools) => {
+                upstream.set_status(format!("ready ({} tools)", tools.len()));
+                for tool in tools {
+                    let full = format!("{prefix}{}", tool.name);
+                    let schema = Value::Object(JsonObject::clone(&tool.input_schema));
+                    catalog.routes.insert(
+                        full.clone(),
+                        Route {
+                            upstream: upstream.clone(),
+                            tool: tool.name.to_string(),
+                            schema: Arc::new(ArgumentSchema::compile(&full, &schema)),
+                        },
+                    );
+                    let description = tool.description.as_deref().unwrap_or_default().to_string();
+                    catalog.tools.push(ToolInfo { name: full, description, input_schema: schema });
+                }
+                catalog.tools.sort_by(|a, b| a.name.cmp(&b.name));
+            }
+            Err(reason) => {
+                tracing::warn!("upstream {}: {reason}", upstream.name);
+                upstream.set_status(format!("unavailable: {reason}"));
+            }
+        }
+    }
+
+    /// Every configured server and its state.
+    pub fn servers(&self) -> Vec<ServerStatus> {
+        self.0
+            .upstreams
+            .iter()
+            .map(|u| ServerStatus { name: u.name.clone(), status: u.status.read().unwrap_or_else(|e| e.into_inner()).clone() })
+            .collect()
+    }
+
+    /// Stop every server the hub started (whole process groups) and close connections.
+    pub async fn shutdown(&self) {
+        let closing = self.0.upstreams.iter().map(|upstream| async move {
+            if let Some(client) = upstream.client.lock().await.take() {
+                let _ = tokio::time::timeout(Duration::from_secs(5), client.cancel()).await;
+            }
+        });
+        futures::future::join_all(closing).await;
+    }
+
+    async fn call(&self, name: String, arguments: Value) -> Result<Value, String> {
+        if !self.0.allowlist.allows(&name) {
+            return Err(self.0.allowlist.refusal(&name));
+        }
+        let (upstream, tool, schema) = {
+            let catalog = self.0.catalog.read().unwrap_or_else(|e| e.into_inner());
+            match catalog.routes.get(&name) {
+                Some(route) => (route.upstream.clone(), route.tool.clone(), route.schema.clone()),
+                None => return Err(format!("unknown tool {name:?}")),
+            }
+        };
+        schema.check(&name, &arguments)?;
+        let Value::Object(arguments) = arguments else { return Err(format!("arguments of {name} must be an object")) };
+        let (peer, reconnected) = upstream.peer().await?;
+        if reconnected {
+            self.refresh(upstream.clone()).await;
+        }
+        let request = CallToolRequestParams::new(tool).with_arguments(arguments);
+        let timeout = self.0.tool_timeout;
+        match tokio::time::timeout(timeout, peer.call_tool(request)).await {
+            Err(_) => Err(format!("tool {name} timed out after {} ms", timeout.as_millis())),
+            Ok(Ok(result)) => result_value(result),
+            Ok(Err(error)) if is_connection_error(&error) => {
+                upstream.forget_if_dead().await;
+                upstream.set_status(format!("crashed ({error}); restarts on the next call"));
+                Err(format!("server {} failed during the call ({error}); it will be restarted on the next call", upstream.name))
+            }
+            Ok(Err(ServiceError::McpError(error))) => Err(error.message.to_string()),
+            Ok(Err(error)) => Err(format!("tool {name} failed: {error}")),
+        }
+    }
+
+    /// This hub as the tool host of one execution, recording each call in `audit`.
+    pub fn for_execution(&self, execution_id: String, audit: Option<AuditLog>) -> Arc<dyn ToolHost> {
+        match audit {
+            None => Arc::new(self.clone()),
+            Some(audit) => Arc::new(AuditedTools { hub: self.clone(), audit, execution_id: Arc::from(execution_id) }),
+        }
+    }
+}
+
+impl ToolHost for Hub {
+    fn list_tools(&self) -> Vec<ToolInfo> {
+        let catalog = self.0.catalog.read().unwrap_or_else(|e| e.into_inner());
+        catalog.tools.iter().filter(|t| self.0.allowlist.allows(&t.name)).cloned().collect()
+    }
+
+    fn call_tool(&self, name: &str, arguments: Value) -> ToolFuture {
+        let hub = self.clone();
+        let name = name.to_string();
+        Box::pin(async move { hub.call(name, arguments).await })
+    }
+}
+
+/// The hub plus an audit record per call.
+struct AuditedTools {
+    hub: Hub,
+    audit: AuditLog,
+    execution_id: Arc<str>,
+}
+
+impl ToolHost for AuditedTools {
+    fn list_tools(&self) -> Vec<ToolInfo> {
+        self.hub.list_tools()
+    }
+
+    fn call_tool(&self, name: &str, arguments: Value) -> ToolFuture {
+        let (hub, audit, id, name) = (self.hub.clone(), self.audit.clone(), self.execution_id.clone(), name.to_string());
+        Box::pin(async move {
+            let started = Instant::now();
+            let outcome = hub.call(name.clone(), arguments.clone()).await;
+            audit.tool_call(&id, &name, &arguments, started.elapsed().as_secs_f64() * 1e3, &outcome);
+            outcome
+        })
+    }
+}

@@ -1,0 +1,229 @@
+//! sandpy as an MCP server: `run_python`, `call_python_function`, `search_tools` and
+//! `get_tool_schema`, over stdio or streamable HTTP.
+//!
+//! Python errors and limits are tool results with `isError: true` (the model reads them);
+//! only malformed requests are protocol errors.
+
+use crate::audit::AuditLog;
+use crate::hub::Hub;
+use crate::summary::summarize;
+use crate::Config;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use sandpy::{Execution, RunOptions, Sandbox, ToolHost};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the server shares across sessions.
+pub struct ServerState {
+    sandbox: Sandbox,
+    hub: Hub,
+    config: Config,
+    audit: Option<AuditLog>,
+    executions: AtomicU64,
+}
+
+/// One MCP session's handler (they all share one [`ServerState`]).
+#[derive(Clone)]
+pub struct SandpyServer(Arc<ServerState>);
+
+fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+fn invalid(message: impl Into<String>) -> ErrorData {
+    ErrorData::invalid_params(message.into(), None)
+}
+
+fn string_arg<'a>(args: &'a JsonObject, key: &str) -> Result<&'a str, ErrorData> {
+    args.get(key).and_then(Value::as_str).ok_or_else(|| invalid(format!("`{key}` is required and must be a string")))
+}
+
+fn strings_arg(args: &JsonObject, key: &str) -> Result<Option<Vec<String>>, ErrorData> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(String::from).ok_or_else(|| invalid(format!("`{key}` must be a list of strings"))))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        Some(_) => Err(invalid(format!("`{key}` must be a list of strings"))),
+    }
+}
+
+/// The in-sandbox API, taught in the `run_python` description.
+const API_GUIDE: &str = "Run Python 3.14 (full stdlib, no network/files) in a fresh sandbox. \
+The value of the last expression is returned; print() output is captured.\n\
+Call MCP tools from the code (no imports needed):\n\
+- `await call_mcp_tool(\"mcp__<server>__<tool>\", {...})` (or without await in plain sync code)\n\
+- `tools.<server>.<tool>(**kwargs)` (names with - or . use _)\n\
+- `discover_mcp_tools()`, `search_tools(query, limit=10)`, `get_tool_schema(name)`\n\
+- `await asyncio.gather(...)` over calls runs them concurrently; failures raise `ToolError`.\n\
+Results are the tool's structured content, else its text (JSON-decoded when it is JSON).";
+
+impl SandpyServer {
+    /// A server over `sandbox` and the hub started from `config`.
+    pub fn new(sandbox: Sandbox, hub: Hub, config: Config) -> std::io::Result<SandpyServer> {
+        let audit = match &config.audit_log {
+            Some(path) => Some(AuditLog::open(path, config.audit_arguments)?),
+            None => None,
+        };
+        Ok(SandpyServer(Arc::new(ServerState { sandbox, hub, config, audit, executions: AtomicU64::new(0) })))
+    }
+
+    /// The hub, e.g. to shut it down.
+    pub fn hub(&self) -> &Hub {
+        &self.0.hub
+    }
+
+    fn run_python_description(&self) -> String {
+        let servers: Vec<String> = self.0.hub.servers().iter().map(|s| format!("{} ({})", s.name, s.status)).collect();
+        let servers = if servers.is_empty() { "none configured".to_string() } else { servers.join(", ") };
+        format!("{API_GUIDE}\nAvailable servers: {servers}.")
+    }
+
+    fn tools(&self) -> Vec<Tool> {
+        let code = json!({"type": "string", "description": "Python source"});
+        let timeout = json!({"type": "integer", "minimum": 1, "description": "wall-clock limit in ms (at most the server's limit)"});
+        let allowed = json!({"type": "array", "items": {"type": "string"}, "description": "tool names or globs this run may use (narrows the server's allowlist)"});
+        vec![
+            Tool::new(
+                "run_python",
+                self.run_python_description(),
+                object(json!({"type": "object", "properties": {"code": code, "timeout_ms": timeout, "allowed_tools": allowed}, "required": ["code"]})),
+            ),
+            Tool::new(
+                "call_python_function",
+                "Load Python code as a module in a fresh sandbox and call one of its functions with JSON arguments \
+                 (a list for positional, an object for keyword arguments); returns the JSON result.",
+                object(json!({"type": "object", "properties": {
+                    "code": code, "function": {"type": "string"},
+                    "arguments": {"type": ["array", "object"]}, "timeout_ms": timeout}, "required": ["code", "function"]})),
+            ),
+            Tool::new(
+                "search_tools",
+                "Find upstream MCP tools callable from run_python, ranked by relevance of their names and descriptions.",
+                object(json!({"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}}, "required": ["query"]})),
+            ),
+            Tool::new(
+                "get_tool_schema",
+                "The input JSON schema of one upstream tool (name as mcp__<server>__<tool>).",
+                object(json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]})),
+            ),
+        ]
+    }
+
+    fn options(&self, args: &JsonObject, execution_id: String) -> Result<RunOptions, ErrorData> {
+        let mut limits = self.0.config.defaults.limits.clone();
+        if let Some(ms) = args.get("timeout_ms").filter(|v| !v.is_null()) {
+            let ms = ms.as_u64().filter(|ms| *ms >= 1).ok_or_else(|| invalid("`timeout_ms` must be a positive integer"))?;
+            limits.timeout = limits.timeout.min(Duration::from_millis(ms));
+        }
+        Ok(RunOptions {
+            limits,
+            tools: Some(self.0.hub.for_execution(execution_id, self.0.audit.clone())),
+            allowed_tools: strings_arg(args, "allowed_tools")?,
+            ..RunOptions::default()
+        })
+    }
+
+    fn execution_result(&self, id: &str, code: &str, options: &RunOptions, execution: Execution) -> CallToolResult {
+        if let Some(audit) = &self.0.audit {
+            audit.execution(id, code, &options.limits, &execution);
+        }
+        let text = summarize(&execution);
+        let ok = execution.is_ok();
+        let structured = serde_json::to_value(&execution).unwrap_or(Value::Null);
+        let mut result = if ok {
+            CallToolResult::success(vec![ContentBlock::text(text)])
+        } else {
+            CallToolResult::error(vec![ContentBlock::text(text)])
+        };
+        result.structured_content = Some(structured);
+        result
+    }
+
+    async fn call(&self, name: &str, args: JsonObject) -> Result<CallToolResult, ErrorData> {
+        let next_id = || format!("{}-{}", std::process::id(), self.0.executions.fetch_add(1, Ordering::Relaxed));
+        match name {
+            "run_python" => {
+                let code = string_arg(&args, "code")?;
+                let id = next_id();
+                let options = self.options(&args, id.clone())?;
+                let execution = self.0.sandbox.run_with(code, &options).await;
+                Ok(self.execution_result(&id, code, &options, execution))
+            }
+            "call_python_function" => {
+                let code = string_arg(&args, "code")?;
+                let function = string_arg(&args, "function")?;
+                let arguments = args.get("arguments").cloned().unwrap_or(json!([]));
+                let id = next_id();
+                let options = self.options(&args, id.clone())?;
+                let execution = self.0.sandbox.call_function(code, function, &arguments, &options).await;
+                Ok(self.execution_result(&id, code, &options, execution))
+            }
+            "search_tools" => {
+                let query = string_arg(&args, "query")?;
+                let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(10) as usize;
+                let tools = self.0.hub.list_tools();
+                let found = sandpy::search_tools(&tools, query, limit);
+                let value = json!({"tools": found});
+                let mut result = CallToolResult::success(vec![ContentBlock::text(value.to_string())]);
+                result.structured_content = Some(value);
+                Ok(result)
+            }
+            "get_tool_schema" => {
+                let tool = string_arg(&args, "name")?;
+                Ok(match self.0.hub.list_tools().into_iter().find(|t| t.name == tool) {
+                    Some(info) => {
+                        let value = json!({"name": info.name, "description": info.description, "inputSchema": info.input_schema});
+                        let mut result = CallToolResult::success(vec![ContentBlock::text(value.to_string())]);
+                        result.structured_content = Some(value);
+                        result
+                    }
+                    None => CallToolResult::error(vec![ContentBlock::text(format!(
+                        "no allowed tool named {tool:?}; use search_tools to find one"
+                    ))]),
+                })
+            }
+            other => Err(invalid(format!("unknown tool {other:?}"))),
+        }
+    }
+}
+
+impl ServerHandler for SandpyServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("sandpy", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Write one Python program that orchestrates many tools instead of calling them one by one: \
+                 use run_python; find tools with search_tools.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request.arguments.unwrap_or_default();
+        Ok(self.call(&request.name, args).await?.into())
+    }
+}
