@@ -26,6 +26,9 @@ class ToolError(Exception):
         self.tool = tool
 
 
+ToolError.__module__ = "builtins"  # shown as plain `ToolError`, like a built-in exception
+
+
 _pending: list[tuple[str, str, "asyncio.Future[Any]"]] = []
 
 

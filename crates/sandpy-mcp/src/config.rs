@@ -183,7 +183,10 @@ impl Config {
         let invalid = |key: &str, message: String| ConfigError::Invalid { path: path.into(), key: key.into(), message };
         let mut deserializer = serde_json::Deserializer::from_str(text);
         let raw: RawFile = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-            let key = e.path().to_string();
+            let key = match e.path().to_string() {
+                path if path == "?" || path.is_empty() => ".".to_string(),
+                path => path,
+            };
             invalid(&key, e.into_inner().to_string())
         })?;
         let base = path.parent().unwrap_or(Path::new("."));

@@ -319,6 +319,14 @@ impl ToolHost for Hub {
         let name = name.to_string();
         Box::pin(async move { hub.call(name, arguments).await })
     }
+
+    fn explain_missing(&self, name: &str) -> String {
+        if !self.0.allowlist.allows(name) {
+            return self.0.allowlist.refusal(name);
+        }
+        let servers: Vec<String> = self.servers().into_iter().map(|s| format!("{} ({})", s.name, s.status)).collect();
+        format!("unknown tool {name:?}; servers: {}; use search_tools() to find one", servers.join(", "))
+    }
 }
 
 /// The hub plus an audit record per call.
@@ -331,6 +339,10 @@ struct AuditedTools {
 impl ToolHost for AuditedTools {
     fn list_tools(&self) -> Vec<ToolInfo> {
         self.hub.list_tools()
+    }
+
+    fn explain_missing(&self, name: &str) -> String {
+        self.hub.explain_missing(name)
     }
 
     fn call_tool(&self, name: &str, arguments: Value) -> ToolFuture {

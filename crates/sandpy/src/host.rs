@@ -50,14 +50,12 @@ impl ToolAccess {
 
     /// Check one call before it leaves the sandbox.
     fn admit(&self, call: &ToolCall, known: &[ToolInfo]) -> Result<serde_json::Value, String> {
-        if self.host.is_none() {
-            return Err("no tools are configured for this sandbox".into());
-        }
+        let Some(host) = &self.host else { return Err("no tools are configured for this sandbox".into()) };
         if !self.allowlist.allows(&call.name) {
             return Err(self.allowlist.refusal(&call.name));
         }
         if !known.iter().any(|t| t.name == call.name) {
-            return Err(format!("unknown tool {:?}; use discover_mcp_tools() or search_tools() to find one", call.name));
+            return Err(host.explain_missing(&call.name));
         }
         if call.arguments.len() > self.max_bytes {
             return Err(format!(
@@ -139,9 +137,10 @@ impl ToolsHost for HostState {
             return Ok(Err(self.tools.allowlist.refusal(&name)));
         }
         let found = self.tools.allowed_tools().into_iter().find(|t| t.name == name);
-        Ok(match found {
-            Some(tool) => Ok(serde_json::to_string(&tool.input_schema)?),
-            None => Err(format!("unknown tool {name:?}")),
+        Ok(match (found, &self.tools.host) {
+            (Some(tool), _) => Ok(serde_json::to_string(&tool.input_schema)?),
+            (None, Some(host)) => Err(host.explain_missing(&name)),
+            (None, None) => Err("no tools are configured for this sandbox".into()),
         })
     }
 

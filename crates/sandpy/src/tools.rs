@@ -35,6 +35,10 @@ pub trait ToolHost: Send + Sync + 'static {
     fn list_tools(&self) -> Vec<ToolInfo>;
     /// Call one tool.
     fn call_tool(&self, name: &str, arguments: Value) -> ToolFuture;
+    /// Why `name` is not among the listed tools (e.g. which rule hides it).
+    fn explain_missing(&self, name: &str) -> String {
+        format!("unknown tool {name:?}; use discover_mcp_tools() or search_tools() to find one")
+    }
 }
 
 /// Which tools may be used: all, or those matching exact names or globs (`mcp__fs__*`).

@@ -1,7 +1,9 @@
 //! The command line: one subcommand per file.
 
 mod bench;
+mod demo;
 mod run;
+mod serve;
 mod warmup;
 
 use crate::exit::Outcome;
@@ -19,6 +21,11 @@ pub struct Cli {
 enum Command {
     /// Run a Python program in a fresh sandbox.
     Run(run::Args),
+    /// Be an MCP server (stdio, or streamable HTTP with --http) whose `run_python` tool
+    /// runs code that can call the configured MCP servers' tools.
+    Serve(serve::Args),
+    /// Run a built-in example: Python that calls MCP tools of the reference `everything` server.
+    Demo(demo::Args),
     /// Compile the Python runtime to native code now, so the first run is fast.
     Warmup(warmup::Args),
     /// Measure latency, throughput and CPU-bound speed against native python3.
@@ -28,6 +35,8 @@ enum Command {
 pub fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Demo(args) => demo::run(args),
         Command::Warmup(args) => warmup::run(args),
         Command::Bench(args) => bench::run(args),
     }
@@ -45,4 +54,39 @@ pub fn sandbox() -> anyhow::Result<sandpy::Sandbox> {
 /// A tokio runtime for one command.
 pub fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}
+
+/// Where tools come from: a config file with `mcpServers`, and a per-run allowlist.
+#[derive(clap::Args, Clone)]
+pub struct ToolArgs {
+    /// Config file (`mcpServers` + `sandpy` settings) [default: $SANDPY_CONFIG, else ./.mcp.json].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// Tool names or globs the code may call (repeatable; narrows the config's allowlist).
+    #[arg(long = "allow-tool", value_name = "PATTERN")]
+    pub allow_tool: Vec<String>,
+}
+
+impl ToolArgs {
+    pub fn config(&self) -> anyhow::Result<sandpy_mcp::Config> {
+        Ok(sandpy_mcp::Config::discover(self.config.as_deref())?)
+    }
+
+    pub fn allowed(&self) -> Option<Vec<String>> {
+        (!self.allow_tool.is_empty()).then(|| self.allow_tool.clone())
+    }
+}
+
+/// Start the hub when the config names servers, reporting each that failed on stderr.
+pub async fn start_hub(config: &sandpy_mcp::Config) -> Option<sandpy_mcp::Hub> {
+    if config.servers.is_empty() {
+        return None;
+    }
+    let hub = sandpy_mcp::Hub::start(config).await;
+    for server in hub.servers() {
+        if !server.status.starts_with("ready") {
+            eprintln!("sandpy: MCP server `{}` is {}", server.name, server.status);
+        }
+    }
+    Some(hub)
 }

@@ -26,30 +26,39 @@ pub struct Args {
     list_modules: bool,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    tools: super::ToolArgs,
 }
 
-/// Limit flags shared by the commands that run code.
+/// Limit flags shared by the commands that run code; unset flags keep the config's
+/// defaults (30 s, 256 MiB, 1 MiB of output unless the config says otherwise).
 #[derive(clap::Args, Clone)]
 pub struct LimitArgs {
-    /// Wall-clock limit in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub timeout_ms: u64,
-    /// Linear-memory limit in MiB.
-    #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=4096))]
-    pub memory_mb: u64,
-    /// Cap on stdout + stderr in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
-    pub max_output_bytes: usize,
+    /// Wall-clock limit in milliseconds [default: 30000].
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout_ms: Option<u64>,
+    /// Linear-memory limit in MiB [default: 256].
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub memory_mb: Option<u64>,
+    /// Cap on stdout + stderr in bytes [default: 1048576].
+    #[arg(long, value_name = "BYTES")]
+    pub max_output_bytes: Option<usize>,
 }
 
 impl LimitArgs {
-    pub fn limits(&self) -> Limits {
-        Limits {
-            timeout: Duration::from_millis(self.timeout_ms),
-            memory_bytes: (self.memory_mb as usize) << 20,
-            output_bytes: self.max_output_bytes,
-            ..Limits::default()
+    /// `base` with the flags that were given applied.
+    pub fn apply(&self, base: &Limits) -> Limits {
+        let mut limits = base.clone();
+        if let Some(ms) = self.timeout_ms {
+            limits.timeout = Duration::from_millis(ms);
         }
+        if let Some(mb) = self.memory_mb {
+            limits.memory_bytes = (mb as usize) << 20;
+        }
+        if let Some(bytes) = self.max_output_bytes {
+            limits.output_bytes = bytes;
+        }
+        limits
     }
 }
 
@@ -79,15 +88,26 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         Some(path) => Some(std::fs::read(path).with_context(|| format!("cannot read input `{}`", path.display()))?),
         None => None,
     };
+    let config = args.tools.config()?;
     let sandbox = super::sandbox()?;
-    let options = RunOptions { limits: args.limits.limits(), stdin, filename: Some(filename), ..RunOptions::default() };
     let execution = super::tokio_runtime()?.block_on(async {
         if args.list_modules {
-            sandbox.module_report().await
-        } else {
-            sandbox.run_with(&code, &options).await
+            return Ok::<_, anyhow::Error>(sandbox.module_report().await);
         }
-    });
+        let hub = super::start_hub(&config).await;
+        let options = RunOptions {
+            limits: args.limits.apply(&config.defaults.limits),
+            stdin,
+            filename: Some(filename),
+            tools: hub.as_ref().map(|h| h.for_execution("cli".into(), None)),
+            allowed_tools: args.tools.allowed(),
+        };
+        let execution = sandbox.run_with(&code, &options).await;
+        if let Some(hub) = hub {
+            hub.shutdown().await;
+        }
+        Ok(execution)
+    })?;
     if args.json {
         println!("{}", serde_json::to_string(&execution)?);
     } else if args.list_modules {

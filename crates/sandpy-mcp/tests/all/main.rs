@@ -1,1 +1,30 @@
+//! sandpy-mcp's integration tests: the hub against real upstream MCP servers from the npm
+//! registry (started with `npx`), driven by real Python in the sandbox.
 
+mod audit;
+mod upstream;
+
+use sandpy::{Execution, RunOptions, Sandbox};
+use sandpy_mcp::{Config, Hub};
+use std::sync::OnceLock;
+
+pub fn sandbox() -> &'static Sandbox {
+    static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
+    SANDBOX.get_or_init(|| Sandbox::new(sandpy::Config::default()).expect("the runtime loads"))
+}
+
+/// A multi-threaded runtime per test: upstream clients run beside the sandbox.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio").block_on(future)
+}
+
+/// Parse a config given as JSON text.
+pub fn config(json: &str) -> Config {
+    Config::parse(json, std::path::Path::new("test.mcp.json")).expect("valid config")
+}
+
+/// Run `code` with the hub's tools and `allowed`.
+pub async fn run_with_hub(hub: &Hub, code: &str, mut options: RunOptions) -> Execution {
+    options.tools = Some(hub.for_execution("test".into(), None));
+    sandbox().run_with(code, &options).await
+}

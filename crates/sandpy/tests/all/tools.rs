@@ -66,6 +66,9 @@ fn gather_runs_a_batch_concurrently() {
 fn failing_tool_raises_tool_error_with_its_message() {
     let e = run_with("try:\n    call_mcp_tool('mcp__local__fail')\nexcept ToolError as e:\n    err = [e.tool, str(e)]\nerr", &options());
     assert_eq!(e.return_value, Some(json!(["mcp__local__fail", "the tool failed on purpose"])));
+    let e = run_with("call_mcp_tool('mcp__local__fail')", &options());
+    let error = e.error.expect("an error");
+    assert_eq!((error.kind.as_str(), error.message.as_str()), ("ToolError", "the tool failed on purpose"));
 }
 
 #[test]

@@ -1,0 +1,62 @@
+//! `sandpy demo`: the main job on a built-in default. Python in the sandbox discovers and
+//! calls the tools of the MCP reference server `everything` (started with `npx`), several
+//! at once with `asyncio.gather`, and returns one combined result.
+
+use crate::exit::Outcome;
+use sandpy::RunOptions;
+use sandpy_mcp::{Config, ServerSpec};
+
+/// The reference server the demo starts (pinned, so the demo is repeatable).
+pub const EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+
+const PROGRAM: &str = r#"
+import asyncio
+
+names = [t["name"] for t in discover_mcp_tools()]
+print(f"{len(names)} tools available, e.g. {names[:4]}")
+print("search 'add numbers' ->", [t["name"] for t in search_tools("add numbers", limit=2)])
+
+# Three tool calls in one batch: the host runs them concurrently.
+echoed, total, again = await asyncio.gather(
+    tools.everything.echo(message="hello from the sandbox"),
+    call_mcp_tool("mcp__everything__get-sum", {"a": 20, "b": 22}),
+    tools.everything.echo(message="second echo"),
+)
+try:
+    await call_mcp_tool("mcp__everything__get-sum", {"a": "not a number"})
+except ToolError as e:
+    print("schema check refused a bad call:", str(e).splitlines()[0])
+{"echo": echoed, "sum": total, "again": again}
+"#;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print the whole execution as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    let mut config = Config::default();
+    config.servers.insert(
+        "everything".into(),
+        ServerSpec::Stdio { command: "npx".into(), args: vec!["-y".into(), EVERYTHING.into()], env: Default::default(), cwd: None },
+    );
+    let sandbox = super::sandbox()?;
+    eprintln!("sandpy demo: starting `npx {EVERYTHING}` and running this program in the sandbox:\n{PROGRAM}");
+    let execution = super::tokio_runtime()?.block_on(async {
+        let hub = super::start_hub(&config).await;
+        let options = RunOptions { tools: hub.as_ref().map(|h| h.for_execution("demo".into(), None)), ..RunOptions::default() };
+        let execution = sandbox.run_with(PROGRAM, &options).await;
+        if let Some(hub) = hub {
+            hub.shutdown().await;
+        }
+        execution
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&execution)?);
+    } else {
+        print!("{}", sandpy_mcp::summarize(&execution));
+    }
+    Ok(Outcome::Run(execution.status))
+}

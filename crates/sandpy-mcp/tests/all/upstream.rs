@@ -1,0 +1,212 @@
+//! The hub against the MCP reference servers (`npx`), through Python in the sandbox.
+
+use crate::{block_on, config, run_with_hub};
+use sandpy::{Limits, RunOptions, Status};
+use sandpy_mcp::Hub;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+pub const EVERYTHING_PKG: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+pub const MEMORY_PKG: &str = "@modelcontextprotocol/server-memory@2026.8.31";
+pub const FILESYSTEM_PKG: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
+
+fn everything() -> String {
+    format!(r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{EVERYTHING_PKG}"]}}}}}}"#)
+}
+
+#[test]
+fn tools_are_named_listed_and_called_sync_async_and_by_namespace() {
+    block_on(async {
+        let hub = Hub::start(&config(&everything())).await;
+        assert!(hub.servers()[0].status.starts_with("ready"), "{:?}", hub.servers());
+        let e = run_with_hub(
+            &hub,
+            "names = [t['name'] for t in discover_mcp_tools()]\n\
+             def plain():\n    return call_mcp_tool('mcp__everything__echo', {'message': 'sync'})\n\
+             a = plain()\nb = await call_mcp_tool('mcp__everything__get-sum', {'a': 2, 'b': 3})\n\
+             c = await tools.everything.get_structured_content(location='New York')\n\
+             [('mcp__everything__echo' in names), a, b, c, get_tool_schema('mcp__everything__echo')['required']]",
+            RunOptions::default(),
+        )
+        .await;
+        assert_eq!(e.status, Status::Ok, "{e:#?}");
+        let v = e.return_value.expect("value");
+        assert_eq!(v[0], json!(true));
+        assert_eq!(v[1], json!("Echo: sync"));
+        assert_eq!(v[2], json!("The sum of 2 and 3 is 5."));
+        assert!(v[3].is_object(), "structuredContent is returned as is: {}", v[3]);
+        assert_eq!(v[4], json!(["message"]));
+        hub.shutdown().await;
+    });
+}
+
+#[test]
+fn gather_runs_upstream_calls_concurrently() {
+    block_on(async {
+        let hub = Hub::start(&config(&everything())).await;
+        let code = "import asyncio\nawait asyncio.gather(*(call_mcp_tool('mcp__everything__trigger-long-running-operation', \
+                    {'duration': 1, 'steps': 1}) for _ in range(8)))\n'done'";
+        let started = Instant::now();
+        let e = run_with_hub(&hub, code, RunOptions::default()).await;
+        let took = started.elapsed();
+        assert_eq!(e.status, Status::Ok, "{e:#?}");
+        assert_eq!(e.tool_calls, 8);
+        assert!(took < Duration::from_secs(4), "eight 1 s calls took {took:?}: not concurrent");
+        hub.shutdown().await;
+    });
+}
+
+#[test]
+fn schema_violations_unknown_tools_and_allowlist_raise_tool_error() {
+    block_on(async {
+        let hub = Hub::start(&config(&everything())).await;
+        let code = "out = []\nfor name, args in [('mcp__everything__get-sum', {'a': 'x'}), ('mcp__everything__nope', {}), ('mcp__everything__get-env', {})]:\n\
+                    \x20   try:\n        call_mcp_tool(name, args)\n        out.append('called')\n\
+                    \x20   except ToolError as e:\n        out.append(str(e))\n\
+                    out + [[t['name'] for t in discover_mcp_tools()]]";
+        let options = RunOptions { allowed_tools: Some(vec!["mcp__everything__get-sum".into(), "mcp__everything__nope".into()]), ..RunOptions::default() };
+        let e = run_with_hub(&hub, code, options).await;
+        let v = e.return_value.expect("value");
+        let schema = v[0].as_str().unwrap();
+        assert!(schema.contains("do not match its inputSchema") && schema.contains("at /a") && schema.contains("\"b\" is a required property"), "{schema}");
+        assert!(v[1].as_str().unwrap().contains("unknown tool"), "{}", v[1]);
+        assert!(v[2].as_str().unwrap().contains("matches none of the allowed_tools patterns"), "{}", v[2]);
+        assert_eq!(v[3], json!(["mcp__everything__get-sum"]), "discovery shows only allowed tools");
+        hub.shutdown().await;
+    });
+}
+
+#[test]
+fn config_allowlist_applies_to_every_run() {
+    block_on(async {
+        let text = format!(
+            r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{EVERYTHING_PKG}"]}}}},
+                "sandpy": {{"allowed_tools": ["mcp__everything__echo"]}}}}"#
+        );
+        let hub = Hub::start(&config(&text)).await;
+        let e = run_with_hub(&hub, "try:\n    call_mcp_tool('mcp__everything__get-env')\n    r = 'leaked'\nexcept ToolError as e:\n    r = str(e)\nr", RunOptions::default()).await;
+        assert!(e.return_value.unwrap().as_str().unwrap().contains("not allowed"));
+        hub.shutdown().await;
+    });
+}
+
+#[test]
+fn a_hanging_tool_times_out_and_the_run_goes_on() {
+    block_on(async {
+        let text = format!(
+            r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{EVERYTHING_PKG}"]}}}},
+                "sandpy": {{"limits": {{"tool_timeout_ms": 500}}}}}}"#
+        );
+        let hub = Hub::start(&config(&text)).await;
+        let code = "try:\n    call_mcp_tool('mcp__everything__trigger-long-running-operation', {'duration': 30, 'steps': 1})\n    r = 'returned'\n\
+                    except ToolError as e:\n    r = str(e)\n[r, call_mcp_tool('mcp__everything__echo', {'message': 'after'})]";
+        let started = Instant::now();
+        let e = run_with_hub(&hub, code, RunOptions::default()).await;
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let v = e.return_value.expect("value");
+        assert!(v[0].as_str().unwrap().contains("timed out after 500 ms"), "{v}");
+        assert_eq!(v[1], json!("Echo: after"));
+        hub.shutdown().await;
+    });
+}
+
+#[test]
+fn the_run_timeout_covers_slow_tools() {
+    block_on(async {
+        let hub = Hub::start(&config(&everything())).await;
+        let options = RunOptions::with_limits(Limits { timeout: Duration::from_millis(800), ..Limits::default() });
+        let e = run_with_hub(&hub, "call_mcp_tool('mcp__everything__trigger-long-running-operation', {'duration': 20, 'steps': 1})", options).await;
+        assert_eq!(e.status, Status::Timeout);
+        hub.shutdown().await;
+    });
+}
+
+#[test]
+fn a_crashed_server_is_restarted_on_the_next_call() {
+    block_on(async {
+        // The real server, killed by `timeout` 6 s after each start: it dies mid-call.
+        let text = format!(
+            r#"{{"mcpServers": {{"flaky": {{"command": "timeout", "args": ["-s", "KILL", "6", "npx", "-y", "{EVERYTHING_PKG}"]}}}}}}"#
+        );
+        let hub = Hub::start(&config(&text)).await;
+        let code = "first = call_mcp_tool('mcp__flaky__echo', {'message': 'one'})\n\
+                    try:\n    call_mcp_tool('mcp__flaky__trigger-long-running-operation', {'duration': 30, 'steps': 1})\n    mid = 'returned'\n\
+                    except ToolError as e:\n    mid = str(e)\n\
+                    [first, mid, call_mcp_tool('mcp__flaky__echo', {'message': 'two'})]";
+        let options = RunOptions::with_limits(Limits { timeout: Duration::from_secs(90), ..Limits::default() });
+        let e = run_with_hub(&hub, code, options).await;
+        let v = e.return_value.clone().unwrap_or_else(|| panic!("{e:#?}"));
+        assert_eq!(v[0], json!("Echo: one"));
+        assert!(v[1].as_str().unwrap().contains("will be restarted"), "{v}");
+        assert_eq!(v[2], json!("Echo: two"), "restarted on the next call");
+        hub.shutdown().await;
+    });
+}
+
+#[test]
+fn tool_call_limit_with_a_real_server() {
+    block_on(async {
+        let hub = Hub::start(&config(&everything())).await;
+        let e = run_with_hub(&hub, "for i in range(1001):\n    call_mcp_tool('mcp__everything__echo', {'message': str(i)})", RunOptions::default()).await;
+        assert_eq!(e.status, Status::ToolCallLimit, "{:?}", e.error);
+        assert_eq!(e.tool_calls, 1000);
+        hub.shutdown().await;
+    });
+}
+
+#[test]
+fn python_reads_from_one_tool_and_writes_to_another() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("people.csv"), "name,role\nAda,engineer\nGrace,admiral\n").expect("write");
+    let root = dir.path().canonicalize().expect("canonical").display().to_string();
+    block_on(async {
+        let text = format!(
+            r#"{{"mcpServers": {{"fs": {{"command": "npx", "args": ["-y", "{FILESYSTEM_PKG}", "{root}"]}},
+                                 "memory": {{"command": "npx", "args": ["-y", "{MEMORY_PKG}"], "env": {{"MEMORY_FILE_PATH": "{root}/memory.jsonl"}}}}}}}}"#
+        );
+        let hub = Hub::start(&config(&text)).await;
+        assert!(hub.servers().iter().all(|s| s.status.starts_with("ready")), "{:?}", hub.servers());
+        let code = format!(
+            "import csv, io\n\
+             text = call_mcp_tool('mcp__fs__read_text_file', {{'path': '{root}/people.csv'}})\n\
+             text = text['content'] if isinstance(text, dict) else text\n\
+             rows = list(csv.DictReader(io.StringIO(text)))\n\
+             tools.memory.create_entities(entities=[{{'name': r['name'], 'entityType': 'person', 'observations': [r['role']]}} for r in rows])\n\
+             graph = tools.memory.read_graph()\n\
+             sorted(e['name'] for e in graph['entities'])"
+        );
+        let e = run_with_hub(&hub, &code, RunOptions::default()).await;
+        assert_eq!(e.return_value, Some(json!(["Ada", "Grace"])), "{e:#?}");
+        let e = run_with_hub(&hub, &format!("call_mcp_tool('mcp__fs__read_text_file', {{'path': '{root}/missing.txt'}})"), RunOptions::default()).await;
+        assert_eq!(e.status, Status::Error);
+        let error = e.error.expect("error");
+        assert_eq!(error.kind, "ToolError");
+        assert!(error.message.contains("missing.txt") || error.message.contains("ENOENT"), "the tool's own message: {}", error.message);
+        hub.shutdown().await;
+    });
+}
+
+#[test]
+fn shutdown_leaves_no_server_running() {
+    let marker = format!("sandpy-shutdown-{}", std::process::id());
+    block_on(async {
+        let text = format!(
+            r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{EVERYTHING_PKG}"], "env": {{"SANDPY_MARKER": "{marker}"}}}}}}}}"#
+        );
+        let hub = Hub::start(&config(&text)).await;
+        assert!(processes_with_env(&marker) > 0, "the server runs");
+        hub.shutdown().await;
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(processes_with_env(&marker), 0, "every process of the server is gone");
+}
+
+/// Processes whose environment holds `marker`.
+fn processes_with_env(marker: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
+        .filter(|e| std::fs::read(e.path().join("environ")).is_ok_and(|env| env.windows(marker.len()).any(|w| w == marker.as_bytes())))
+        .count()
+}
