@@ -1,1 +1,62 @@
+//! End-to-end tests of the `sandpy` binary: real processes, real files, and a real MCP
+//! client (the official Python SDK) driving `sandpy serve` over stdio and HTTP.
 
+mod run;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+pub const EVERYTHING_PKG: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+/// The official MCP Python SDK, for the client in `tests/mcp_client.py`.
+const MCP_PYTHON_SDK: &str = "mcp==2.3.0";
+
+pub fn sandpy() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sandpy"));
+    command.env_remove("SANDPY_CONFIG").env_remove("SANDPY_TOKEN").stdin(Stdio::null());
+    command
+}
+
+/// Run `sandpy` with `args`, feeding `stdin`.
+pub fn sandpy_with_stdin(args: &[&str], stdin: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = sandpy().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn sandpy");
+    child.stdin.take().expect("stdin").write_all(stdin).expect("write stdin");
+    child.wait_with_output().expect("sandpy output")
+}
+
+/// A venv with the official MCP Python SDK, made once under `target/`.
+pub fn mcp_python() -> &'static PathBuf {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/e2e-venv");
+        let python = venv.join("bin/python");
+        let marker = venv.join(".installed");
+        if std::fs::read_to_string(&marker).ok().as_deref() != Some(MCP_PYTHON_SDK) {
+            let ok = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().expect("python3 -m venv").success();
+            assert!(ok, "cannot create the client venv");
+            let ok = Command::new(&python).args(["-m", "pip", "install", "-q", "--disable-pip-version-check", MCP_PYTHON_SDK]).status().expect("pip").success();
+            assert!(ok, "cannot install {MCP_PYTHON_SDK}");
+            std::fs::write(&marker, MCP_PYTHON_SDK).expect("marker");
+        }
+        python
+    })
+}
+
+/// Drive an MCP server with the Python SDK client: `target` is `["stdio", cmd, args..]` or
+/// `["http", url, token?]`; returns the JSON the client printed and its exit status.
+pub fn mcp_client(target: &[&str], requests: &serde_json::Value) -> (serde_json::Value, i32) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sandpy-mcp/tests/mcp_client.py");
+    let mut command = Command::new(mcp_python());
+    command.arg(script).args(target);
+    use std::io::Write;
+    let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("client");
+    child.stdin.take().expect("stdin").write_all(requests.to_string().as_bytes()).expect("requests");
+    let out = child.wait_with_output().expect("client output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!("client printed no JSON ({e}): stdout {text}\nstderr {}", String::from_utf8_lossy(&out.stderr))
+    });
+    (value, out.status.code().unwrap_or(-1))
+}

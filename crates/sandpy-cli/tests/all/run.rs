@@ -1,0 +1,109 @@
+//! `sandpy run`: output, exit codes per status, JSON, inputs, errors a person can act on.
+
+use crate::{sandpy, sandpy_with_stdin};
+use serde_json::Value;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = sandpy().args(args).output().expect("sandpy");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn prints_like_python_and_exits_zero() {
+    let (code, stdout, stderr) = run(&["run", "-c", "import sys\nprint('out')\nprint('err', file=sys.stderr)"]);
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "out\n", "err\n"));
+}
+
+#[test]
+fn each_status_has_its_exit_code() {
+    for (code, args) in [
+        (1, vec!["run", "-c", "1/0"]),
+        (3, vec!["run", "--timeout-ms", "200", "-c", "while True: pass"]),
+        (4, vec!["run", "--memory-mb", "64", "-c", "x = bytearray(200 * 2**20)"]),
+        (5, vec!["run", "--max-output-bytes", "100", "-c", "print('x' * 1000)"]),
+    ] {
+        let (got, _, stderr) = run(&args);
+        assert_eq!(got, code, "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn python_errors_print_the_traceback_with_the_file_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("prog.py");
+    std::fs::write(&file, "x = 1\nraise ValueError('bad value')\n").expect("write");
+    let (code, _, stderr) = run(&["run", file.to_str().expect("utf-8 path")]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains(&format!("File \"{}\", line 2", file.display())), "{stderr}");
+    assert!(stderr.ends_with("ValueError: bad value\n"), "{stderr}");
+}
+
+#[test]
+fn json_has_every_field() {
+    let (code, stdout, _) = run(&["run", "--json", "-c", "print('hi')\n21 * 2"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&stdout).expect("one JSON object");
+    assert_eq!(v["status"], "ok");
+    assert_eq!(v["stdout"], "hi\n");
+    assert_eq!(v["return_value"], 42);
+    assert!(v["error"].is_null());
+    assert!(v["duration_ms"].as_f64().expect("duration") > 0.0);
+    assert!(v["memory_peak_bytes"].as_u64().expect("memory") > 0);
+    let (code, stdout, _) = run(&["run", "--json", "--timeout-ms", "100", "-c", "import time\ntime.sleep(5)"]);
+    assert_eq!(code, 3);
+    let v: Value = serde_json::from_str(&stdout).expect("one JSON object");
+    assert_eq!(v["status"], "timeout");
+    assert_eq!(v["error"]["type"], "Timeout");
+}
+
+#[test]
+fn program_from_stdin_and_input_from_a_file() {
+    let out = sandpy_with_stdin(&["run", "-"], b"print('from stdin')");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from stdin\n");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "a\nb\n").expect("write");
+    let (code, stdout, _) = run(&["run", "--input", input.to_str().expect("path"), "-c", "import sys\nprint(len(sys.stdin.read().split()))"]);
+    assert_eq!((code, stdout.as_str()), (0, "2\n"));
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let binary = dir.path().join("bin.py");
+    std::fs::write(&binary, b"print(1)\xff\xfe").expect("write");
+    let (code, _, stderr) = run(&["run", binary.to_str().expect("path")]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("is not UTF-8") && stderr.contains("offset 8"), "{stderr}");
+    let (code, _, stderr) = run(&["run", "/nonexistent/x.py"]);
+    assert_eq!(code, 2);
+    assert!(stderr.starts_with("error: cannot read `/nonexistent/x.py`"), "{stderr}");
+    let (code, _, stderr) = run(&["run", "--timeout-ms", "0", "-c", "1"]);
+    assert_eq!(code, 2, "{stderr}");
+    let (code, _, _) = run(&["run"]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn list_modules_help_and_version() {
+    let (code, stdout, _) = run(&["run", "--list-modules"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("stdlib modules available") && stdout.contains("tkinter"), "{stdout}");
+    let (code, stdout, _) = run(&["--help"]);
+    assert_eq!(code, 0);
+    for command in ["run", "serve", "demo", "warmup", "bench"] {
+        assert!(stdout.contains(command), "{command} missing in help");
+    }
+    let (code, stdout, _) = run(&["--version"]);
+    assert_eq!((code, stdout.trim()), (0, concat!("sandpy ", env!("CARGO_PKG_VERSION"))));
+}
+
+#[test]
+fn bad_config_names_file_and_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("bad.json");
+    std::fs::write(&config, r#"{"mcpServers": {"x": {"command": "a", "url": "http://b"}}}"#).expect("write");
+    let (code, _, stderr) = run(&["run", "--config", config.to_str().expect("path"), "-c", "1"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("bad.json") && stderr.contains("mcpServers.x") && stderr.contains("not both"), "{stderr}");
+}

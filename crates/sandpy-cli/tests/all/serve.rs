@@ -1,0 +1,154 @@
+//! `sandpy serve` driven by the official MCP Python SDK, over stdio and streamable HTTP,
+//! with the reference `everything` server upstream.
+
+use crate::{mcp_client, sandpy, EVERYTHING_PKG};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+fn config_file(dir: &std::path::Path, marker: &str) -> String {
+    let path = dir.join("sandpy.mcp.json");
+    let text = format!(
+        r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{EVERYTHING_PKG}"], "env": {{"SANDPY_MARKER": "{marker}"}}}}}},
+            "sandpy": {{"audit_log": "audit.jsonl"}}}}"#
+    );
+    std::fs::write(&path, text).expect("config");
+    path.display().to_string()
+}
+
+fn requests() -> Value {
+    json!([
+        {"method": "list_tools"},
+        {"method": "call_tool", "name": "run_python", "arguments": {"code":
+            "import asyncio\nr = await asyncio.gather(tools.everything.echo(message='a'), call_mcp_tool('mcp__everything__get-sum', {'a': 1, 'b': 2}))\nprint('printed')\nr"}},
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": "def f():\n    1/0\nf()"}},
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": "while True: pass", "timeout_ms": 300}},
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": "call_mcp_tool('mcp__everything__get-env', {})", "allowed_tools": ["mcp__everything__echo"]}},
+        {"method": "call_tool", "name": "search_tools", "arguments": {"query": "sum", "limit": 1}},
+        {"method": "call_tool", "name": "get_tool_schema", "arguments": {"name": "mcp__everything__echo"}},
+        {"method": "call_tool", "name": "call_python_function", "arguments": {"code": "def score(a, b):\n    return a == b", "function": "score", "arguments": [1, 1]}},
+        {"method": "call_tool", "name": "run_python", "arguments": {}}
+    ])
+}
+
+fn check_responses(out: &Value) {
+    let tools: Vec<&str> = out[0]["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(tools, ["run_python", "call_python_function", "search_tools", "get_tool_schema"]);
+    let description = out[0]["tools"][0]["description"].as_str().expect("description");
+    assert!(description.contains("call_mcp_tool") && description.contains("everything (ready"), "{description}");
+
+    let ok = &out[1];
+    assert_eq!(ok["isError"], false, "{ok}");
+    assert_eq!(ok["structuredContent"]["status"], "ok");
+    assert_eq!(ok["structuredContent"]["return_value"], json!(["Echo: a", "The sum of 1 and 2 is 3."]));
+    assert!(ok["content"][0]["text"].as_str().expect("text").contains("printed"));
+
+    let error = &out[2];
+    assert_eq!(error["isError"], true, "a Python error is a tool result, not a protocol error");
+    assert_eq!(error["structuredContent"]["error"]["type"], "ZeroDivisionError");
+    assert!(error["content"][0]["text"].as_str().expect("text").contains("line 2, in f"));
+
+    assert_eq!(out[3]["structuredContent"]["status"], "timeout");
+    let refused = out[4]["structuredContent"]["error"]["message"].as_str().expect("message");
+    assert!(refused.contains("allowed_tools"), "{refused}");
+    assert_eq!(out[5]["structuredContent"]["tools"][0]["name"], "mcp__everything__get-sum");
+    assert_eq!(out[6]["structuredContent"]["inputSchema"]["required"], json!(["message"]));
+    assert_eq!(out[7]["structuredContent"]["return_value"], true);
+    assert!(out[8]["error"].as_str().expect("protocol error for a missing argument").contains("code"), "{}", out[8]);
+}
+
+fn processes_with_env(marker: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| std::fs::read(e.path().join("environ")).is_ok_and(|env| env.windows(marker.len()).any(|w| w == marker.as_bytes())))
+        .count()
+}
+
+#[test]
+fn stdio_serves_a_real_client_and_stops_its_upstreams() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = format!("sandpy-stdio-{}", std::process::id());
+    let config = config_file(dir.path(), &marker);
+    let (out, status) = mcp_client(&["stdio", env!("CARGO_BIN_EXE_sandpy"), "serve", "--config", &config], &requests());
+    assert_eq!(status, 0, "{out}");
+    check_responses(&out);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(processes_with_env(&marker), 0, "upstream servers were left running");
+    let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).expect("audit log");
+    assert!(audit.lines().filter(|l| l.contains("\"kind\":\"execution\"")).count() >= 5, "{audit}");
+}
+
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Start `sandpy serve --http 127.0.0.1:0`; returns the child and its URL.
+fn http_server(extra: &[&str]) -> (Server, String) {
+    let mut child = sandpy()
+        .args(["serve", "--http", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sandpy serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let url = loop {
+        let line = lines.next().expect("sandpy serve exited early").expect("stderr line");
+        if let Some(url) = line.strip_prefix("sandpy: serving MCP at ") {
+            break url.to_string();
+        }
+    };
+    std::thread::spawn(move || lines.for_each(drop)); // keep draining
+    (Server(child), url)
+}
+
+#[test]
+fn http_serves_a_real_client_with_a_bearer_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config_file(dir.path(), "sandpy-http");
+    let (_server, url) = http_server(&["--config", &config, "--token", "s3cret"]);
+    let (out, status) = mcp_client(&["http", &url, "s3cret"], &requests());
+    assert_eq!(status, 0, "{out}");
+    check_responses(&out);
+    let (out, status) = mcp_client(&["http", &url, "wrong"], &json!([{"method": "list_tools"}]));
+    assert_eq!(status, 3, "a wrong token must not connect: {out}");
+    let (out, status) = mcp_client(&["http", &url], &json!([{"method": "list_tools"}]));
+    assert_eq!(status, 3, "no token must not connect: {out}");
+    for authorization in [None, Some("Bearer wrong"), Some("Bearer s3cret-but-longer"), Some("s3cret")] {
+        assert!(raw_post(&url, authorization).starts_with("HTTP/1.1 401"), "{authorization:?} got in");
+    }
+    assert!(!raw_post(&url, Some("Bearer s3cret")).starts_with("HTTP/1.1 401"));
+}
+
+/// A bare `initialize` POST, to read the status line the server answers with.
+fn raw_post(url: &str, authorization: Option<&str>) -> String {
+    use std::io::{Read, Write};
+    let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).expect("timeout");
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut response = vec![0u8; 64];
+    let n = stream.read(&mut response).expect("read");
+    String::from_utf8_lossy(&response[..n]).into_owned()
+}
+
+#[test]
+fn http_beyond_loopback_requires_a_token() {
+    let out = sandpy().args(["serve", "--http", "0.0.0.0:0"]).output().expect("sandpy");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not a loopback address") && stderr.contains("token"), "{stderr}");
+}
