@@ -21,18 +21,21 @@ from typing import Any
 from wit_world.imports.types import (
     FunctionCall,
     Outcome,
+    Policy,
     PythonError,
     RunOptions,
     Task,
     Task_Call,
+    Task_Check,
     Task_ListModules,
     Task_Run,
     Value,
     Value_Json,
     Value_Repr,
+    Violation,
 )
 
-from . import event_loop, preload, tools
+from . import event_loop, policy, preload, tools
 
 _GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
 _RESULT_NAME = "__sandpy_result__"
@@ -118,10 +121,13 @@ def _compile_program(code: str, filename: str) -> CodeType:
     return compile(tree, filename, "exec", flags=flags, dont_inherit=True)
 
 
-def _exec_module(code: str, filename: str) -> dict[str, Any]:
+def _exec_module(code: str, options: RunOptions) -> dict[str, Any]:
+    filename = options.filename
     # Source lines for tracebacks, as CPython shows them for a file.
     linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    if options.policy is not None:
+        policy.enforce(options.policy, namespace)
     compiled = _compile_program(code, filename)
     if compiled.co_flags & inspect.CO_COROUTINE:
         event_loop.run(eval(compiled, namespace))  # top-level await
@@ -130,17 +136,21 @@ def _exec_module(code: str, filename: str) -> dict[str, Any]:
     return namespace
 
 
-def _run(code: str, filename: str) -> Outcome:
-    namespace = _exec_module(code, filename)
+def _outcome(value: Value | None = None, error: PythonError | None = None) -> Outcome:
+    return Outcome(value=value, error=error, violations=[])
+
+
+def _run(code: str, options: RunOptions) -> Outcome:
+    namespace = _exec_module(code, options)
     if _RESULT_NAME in namespace:
         result = namespace.pop(_RESULT_NAME)
         if result is not None:
-            return Outcome(value=_to_value(result), error=None)
-    return Outcome(value=None, error=None)
+            return _outcome(_to_value(result))
+    return _outcome()
 
 
-def _call(call: FunctionCall, filename: str) -> Outcome:
-    namespace = _exec_module(call.code, filename)
+def _call(call: FunctionCall, options: RunOptions) -> Outcome:
+    namespace = _exec_module(call.code, options)
     function = namespace.get(call.function)
     if function is None:
         raise NameError(f"the module defines no function {call.function!r}")
@@ -162,37 +172,69 @@ def _call(call: FunctionCall, filename: str) -> Outcome:
             f"{call.function}() returned a value that is not JSON-serialisable "
             f"({type(result).__name__}: {exc}): {repr(result)[:200]}"
         ) from None
-    return Outcome(value=Value_Json(encoded), error=None)
+    return _outcome(Value_Json(encoded))
 
 
 def _list_modules() -> Outcome:
     report = {"available": sorted(preload.AVAILABLE), "absent": dict(sorted(preload.ABSENT.items()))}
-    return Outcome(value=Value_Json(json.dumps(report)), error=None)
+    return _outcome(Value_Json(json.dumps(report)))
+
+
+_NO_POLICY = Policy(name="none", allowed_modules=None, denied_modules=[], denied_builtins=[], denied_attributes=[])
+
+
+def _refused_by_check(code: str, options: RunOptions) -> Outcome | None:
+    """Run the static check of the run's policy; an outcome when it found violations."""
+    if options.policy is None:
+        return None
+    found = policy.check(code, options.filename, options.policy)
+    if not found:
+        return None
+    first = found[0]
+    text = "".join(f"{options.filename}:{v.line}:{v.column}: {v.rule}: {v.message}\n" for v in found)
+    sys.stderr.write(text)
+    error = PythonError(type_name="PolicyViolation", message=first.message, traceback=text)
+    return Outcome(value=None, error=error, violations=found)
+
+
+def _with_runtime_violation(outcome: Outcome) -> Outcome:
+    """A violation refused at run time is reported even when the code caught it."""
+    refused = policy.violation()
+    if refused is None:
+        return outcome
+    found = Violation(line=0, column=0, rule=refused.rule, message=str(refused))
+    error = outcome.error
+    if error is None or error.type_name != "PolicyViolation":
+        error = PythonError(type_name="PolicyViolation", message=str(refused), traceback=error.traceback if error else "")
+    return Outcome(value=None, error=error, violations=[found])
 
 
 def execute(task: Task, options: RunOptions) -> Outcome:
     """Run `task`; never raises (a Python error becomes `Outcome.error`)."""
     try:
         _prepare_interpreter()
-        if isinstance(task, Task_Run):
-            outcome = _run(task.value, options.filename)
+        if isinstance(task, Task_Check):
+            found = policy.check(task.value, options.filename, options.policy or _NO_POLICY)
+            outcome = Outcome(value=None, error=None, violations=found)
+        elif isinstance(task, Task_Run):
+            outcome = _refused_by_check(task.value, options) or _run(task.value, options)
         elif isinstance(task, Task_Call):
-            outcome = _call(task.value, options.filename)
+            outcome = _refused_by_check(task.value.code, options) or _call(task.value, options)
         elif isinstance(task, Task_ListModules):
             outcome = _list_modules()
         else:
             raise TypeError(f"unknown task {task!r}")
     except SystemExit as exc:
         if exc.code is None or exc.code == 0:
-            outcome = Outcome(value=None, error=None)
+            outcome = _outcome()
         else:
-            outcome = Outcome(value=None, error=_python_error(exc, options.filename))
+            outcome = _outcome(error=_python_error(exc, options.filename))
     except BaseException as exc:  # noqa: BLE001 - every escape is reported, never raised
-        outcome = Outcome(value=None, error=_python_error(exc, options.filename))
+        outcome = _outcome(error=_python_error(exc, options.filename))
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except BaseException:  # noqa: BLE001 - a closed stream must not lose the outcome
                 pass
-    return outcome
+    return _with_runtime_violation(outcome)

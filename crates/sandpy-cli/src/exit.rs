@@ -24,6 +24,7 @@ pub fn status_code(status: Status) -> u8 {
         Status::StackOverflow => 6,
         Status::ToolCallLimit => 7,
         Status::InvalidInput => 8,
+        Status::PolicyViolation => 9,
         Status::InternalError => 10,
         _ => 10,
     }

@@ -98,6 +98,10 @@ pub struct Config {
     pub audit_log: Option<PathBuf>,
     /// Whether the audit log records tool-call argument values.
     pub audit_arguments: bool,
+    /// Policies defined in the config, by name (beside the built-in `strict` and `default`).
+    pub policies: BTreeMap<String, sandpy::Policy>,
+    /// The policy runs use unless they name one.
+    pub default_policy: Option<String>,
     /// The file this came from, if any.
     pub source: Option<PathBuf>,
 }
@@ -135,6 +139,9 @@ struct RawSandpy {
     audit_log: Option<PathBuf>,
     #[serde(default)]
     audit_arguments: bool,
+    #[serde(default)]
+    policies: BTreeMap<String, sandpy::Policy>,
+    default_policy: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -246,14 +253,39 @@ impl Config {
                 }
             }
         }
-        Ok(Config {
+        let mut policies = BTreeMap::new();
+        for (name, mut policy) in raw.sandpy.policies {
+            if sandpy::Policy::builtin(&name).is_some() {
+                return Err(invalid(&format!("sandpy.policies.{name}"), format!("`{name}` is a built-in policy; choose another name")));
+            }
+            policy.name = name.clone();
+            policies.insert(name, policy);
+        }
+        let config = Config {
             servers,
             defaults,
             allowed_tools: raw.sandpy.allowed_tools,
             audit_log: raw.sandpy.audit_log.map(|p| base.join(p)),
             audit_arguments: raw.sandpy.audit_arguments,
+            policies,
+            default_policy: raw.sandpy.default_policy,
             source: Some(path.to_path_buf()),
-        })
+        };
+        if let Err(message) = config.policy(None) {
+            return Err(invalid("sandpy.default_policy", message));
+        }
+        Ok(config)
+    }
+
+    /// The policy named `name`, else the config's default policy, else none.
+    pub fn policy(&self, name: Option<&str>) -> Result<Option<sandpy::Policy>, String> {
+        let Some(name) = name.or(self.default_policy.as_deref()) else { return Ok(None) };
+        if let Some(policy) = self.policies.get(name).cloned().or_else(|| sandpy::Policy::builtin(name)) {
+            return Ok(Some(policy));
+        }
+        let mut known = vec!["default".to_string(), "strict".to_string()];
+        known.extend(self.policies.keys().cloned());
+        Err(format!("unknown policy {name:?}; known policies: {}", known.join(", ")))
     }
 }
 
@@ -298,5 +330,23 @@ mod tests {
         assert!(e.contains("at `.`") && e.contains("key must be a string"), "{e}");
         let e = error(r#"{"mcpServers": {"old": {"type": "sse", "url": "http://x"}}}"#);
         assert!(e.contains("SSE"), "{e}");
+        let e = error(r#"{"sandpy": {"default_policy": "nope"}}"#);
+        assert!(e.contains("sandpy.default_policy") && e.contains("known policies: default, strict"), "{e}");
+        let e = error(r#"{"sandpy": {"policies": {"strict": {}}}}"#);
+        assert!(e.contains("built-in policy"), "{e}");
+        let e = error(r#"{"sandpy": {"policies": {"mine": {"allowed_modulez": []}}}}"#);
+        assert!(e.contains("sandpy.policies.mine") && e.contains("unknown field `allowed_modulez`"), "{e}");
+    }
+
+    #[test]
+    fn user_policies_and_default_policy() {
+        let c = Config::parse(
+            r#"{"sandpy": {"policies": {"evals": {"allowed_modules": ["json"], "timeout_ms": 100}}, "default_policy": "evals"}}"#,
+            Path::new("c.json"),
+        )
+        .unwrap();
+        let policy = c.policy(None).unwrap().unwrap();
+        assert_eq!((policy.name.as_str(), policy.timeout_ms), ("evals", Some(100)));
+        assert_eq!(c.policy(Some("strict")).unwrap().unwrap().name, "strict");
     }
 }

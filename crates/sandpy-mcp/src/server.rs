@@ -14,7 +14,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use sandpy::{Execution, RunOptions, Sandbox, ToolHost};
+use sandpy::{Execution, Policy, RunOptions, Sandbox, ToolHost};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,7 +24,10 @@ use std::time::Duration;
 pub struct ServerState {
     sandbox: Sandbox,
     hub: Hub,
-    config: Config,
+    /// The config's default policy, applied to every run.
+    policy: Option<Policy>,
+    /// Config defaults with the policy's limit defaults applied.
+    limits: sandpy::Limits,
     audit: Option<AuditLog>,
     executions: AtomicU64,
 }
@@ -71,13 +74,21 @@ Call MCP tools from the code (no imports needed):\n\
 Results are the tool's structured content, else its text (JSON-decoded when it is JSON).";
 
 impl SandpyServer {
-    /// A server over `sandbox` and the hub started from `config`.
+    /// A server over `sandbox` and the hub started from `config`; every run uses the
+    /// config's default policy. Fails when the audit log cannot be opened or the default
+    /// policy is unknown.
     pub fn new(sandbox: Sandbox, hub: Hub, config: Config) -> std::io::Result<SandpyServer> {
         let audit = match &config.audit_log {
             Some(path) => Some(AuditLog::open(path, config.audit_arguments)?),
             None => None,
         };
-        Ok(SandpyServer(Arc::new(ServerState { sandbox, hub, config, audit, executions: AtomicU64::new(0) })))
+        let policy = config.policy(None).map_err(std::io::Error::other)?;
+        let limits = match &policy {
+            Some(policy) => policy.limits(&config.defaults.limits),
+            None => config.defaults.limits.clone(),
+        };
+        let state = ServerState { sandbox, hub, policy, limits, audit, executions: AtomicU64::new(0) };
+        Ok(SandpyServer(Arc::new(state)))
     }
 
     /// The hub, e.g. to shut it down.
@@ -123,7 +134,7 @@ impl SandpyServer {
     }
 
     fn options(&self, args: &JsonObject, execution_id: String) -> Result<RunOptions, ErrorData> {
-        let mut limits = self.0.config.defaults.limits.clone();
+        let mut limits = self.0.limits.clone();
         if let Some(ms) = args.get("timeout_ms").filter(|v| !v.is_null()) {
             let ms = ms.as_u64().filter(|ms| *ms >= 1).ok_or_else(|| invalid("`timeout_ms` must be a positive integer"))?;
             limits.timeout = limits.timeout.min(Duration::from_millis(ms));
@@ -132,6 +143,7 @@ impl SandpyServer {
             limits,
             tools: Some(self.0.hub.for_execution(execution_id, self.0.audit.clone())),
             allowed_tools: strings_arg(args, "allowed_tools")?,
+            policy: self.0.policy.clone(),
             ..RunOptions::default()
         })
     }

@@ -23,6 +23,9 @@ pub enum Status {
     ToolCallLimit,
     /// The WebAssembly stack was exhausted (deep recursion in C code).
     StackOverflow,
+    /// The code broke its policy: found by the check before running, or refused while
+    /// running (see `violations`).
+    PolicyViolation,
     /// The request was refused before running (e.g. code too large, bad arguments).
     InvalidInput,
     /// The sandbox itself failed; the program's behaviour is not to blame.
@@ -40,6 +43,7 @@ impl Status {
             Status::OutputLimit => "output_limit",
             Status::ToolCallLimit => "tool_call_limit",
             Status::StackOverflow => "stack_overflow",
+            Status::PolicyViolation => "policy_violation",
             Status::InvalidInput => "invalid_input",
             Status::InternalError => "internal_error",
         }
@@ -92,6 +96,9 @@ pub struct Execution {
     /// Tool calls the program made.
     #[serde(default)]
     pub tool_calls: u64,
+    /// Policy violations, when `status` is `policy_violation`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub violations: Vec<crate::Violation>,
 }
 
 impl Execution {
@@ -112,6 +119,7 @@ impl Execution {
             duration_ms: 0.0,
             memory_peak_bytes: 0,
             tool_calls: 0,
+            violations: Vec::new(),
         }
     }
 }

@@ -6,6 +6,9 @@
 //! - [`Limits`]: time, memory, output, code size and tool-call caps of one run.
 //! - [`Execution`]: what the run printed and returned, and its [`Status`].
 //!
+//! A [`Policy`] (least privilege, checked before and enforced during a run) can narrow
+//! what code may import and use; `Sandbox::validate` runs only the check.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), sandpy::Error> {
 //! let sandbox = sandpy::Sandbox::new(sandpy::Config::default())?;
@@ -30,6 +33,7 @@ mod execution;
 mod host;
 mod limits;
 mod output;
+mod policy;
 mod runtime;
 mod sandbox;
 mod tools;
@@ -38,5 +42,6 @@ pub use config::Config;
 pub use error::Error;
 pub use execution::{ErrorInfo, Execution, Status};
 pub use limits::Limits;
+pub use policy::{Policy, Violation};
 pub use sandbox::{RunOptions, Sandbox};
 pub use tools::{search as search_tools, validate_tool_pattern, Allowlist, ToolFuture, ToolHost, ToolInfo};

@@ -1,13 +1,13 @@
 //! [`Sandbox`]: runs each task in a fresh instance under the run's limits, and decides
 //! the run's [`Status`].
 
-use crate::bindings::{FunctionCall, GuestOptions, Outcome, Task, Value};
+use crate::bindings::{FunctionCall, GuestOptions, GuestPolicy, GuestViolation, Outcome, Task, Value};
 use crate::execution::{ErrorInfo, Execution, Status};
 use crate::host::{HostState, MemoryLimiter, ToolAccess};
 use crate::output::Capture;
 use crate::runtime::Runtime;
 use crate::tools::{Allowlist, ToolHost};
-use crate::{Config, Error, Limits};
+use crate::{Config, Error, Limits, Policy, Violation};
 use std::sync::Arc;
 use std::time::Instant;
 use wasmtime::component::ResourceTable;
@@ -27,7 +27,7 @@ pub struct Sandbox {
 }
 
 /// Everything about one run besides the code. Defaults: [`Limits::default`], empty stdin,
-/// no tools, every tool of the tool host allowed, tracebacks naming `<sandbox>`.
+/// no tools, every tool of the tool host allowed, no policy, tracebacks naming `<sandbox>`.
 #[derive(Clone, Default)]
 pub struct RunOptions {
     /// The run's limits.
@@ -40,6 +40,9 @@ pub struct RunOptions {
     pub allowed_tools: Option<Vec<String>>,
     /// File name shown in tracebacks.
     pub filename: Option<String>,
+    /// Checked before the code runs and enforced while it runs. Its limit defaults are not
+    /// applied here (see [`Policy::limits`]); its `allowed_tools` narrow `allowed_tools`.
+    pub policy: Option<Policy>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -50,6 +53,7 @@ impl std::fmt::Debug for RunOptions {
             .field("tools", &self.tools.is_some())
             .field("allowed_tools", &self.allowed_tools)
             .field("filename", &self.filename)
+            .field("policy", &self.policy.as_ref().map(|p| &p.name))
             .finish()
     }
 }
@@ -113,10 +117,26 @@ impl Sandbox {
         self.execute(Task::ListModules, &RunOptions::default()).await
     }
 
+    /// Check `code` against `policy` without running it: every violation with its line
+    /// and column (a syntax error is one), or why the check itself failed.
+    pub async fn validate(&self, code: &str, policy: &Policy) -> Result<Vec<Violation>, ErrorInfo> {
+        let options = RunOptions { policy: Some(policy.clone()), ..RunOptions::default() };
+        let execution = self.execute(Task::Check(code.to_string()), &options).await;
+        match execution.status {
+            Status::Ok | Status::PolicyViolation => Ok(execution.violations),
+            _ => Err(execution.error.unwrap_or_else(|| ErrorInfo {
+                kind: "InternalError".into(),
+                message: format!("the check ended with status {}", execution.status),
+                traceback: None,
+            })),
+        }
+    }
+
     async fn execute(&self, task: Task, options: &RunOptions) -> Execution {
         let started = Instant::now();
         let limits = &options.limits;
-        let allowlist = match Allowlist::new(options.allowed_tools.as_deref()) {
+        let policy_tools = options.policy.as_ref().and_then(|p| p.allowed_tools.as_deref());
+        let allowlist = match Allowlist::new(options.allowed_tools.as_deref()).and_then(|l| l.narrow(policy_tools)) {
             Ok(list) => list,
             Err(message) => return Execution::refused(Status::InvalidInput, "InvalidInput", message),
         };
@@ -147,7 +167,10 @@ impl Sandbox {
         store.limiter(|s| &mut s.limiter);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
-        let guest_options = GuestOptions { filename: options.filename.clone().unwrap_or_else(|| "<sandbox>".into()) };
+        let guest_options = GuestOptions {
+            filename: options.filename.clone().unwrap_or_else(|| "<sandbox>".into()),
+            policy: options.policy.as_ref().filter(|p| p.restricts_code()).map(guest_policy),
+        };
 
         let result = {
             let pre = &self.runtime.pre;
@@ -172,6 +195,7 @@ impl Sandbox {
             duration_ms,
             memory_peak_bytes: state.limiter.peak as u64,
             tool_calls: state.tools.calls as u64,
+            violations: Vec::new(),
         };
         let (status, error) = match result {
             Err(_elapsed) => (
@@ -185,6 +209,20 @@ impl Sandbox {
         execution.error = error;
         execution
     }
+}
+
+fn guest_policy(policy: &Policy) -> GuestPolicy {
+    GuestPolicy {
+        name: policy.name.clone(),
+        allowed_modules: policy.allowed_modules.clone(),
+        denied_modules: policy.denied_modules.clone(),
+        denied_builtins: policy.denied_builtins.clone(),
+        denied_attributes: policy.denied_attributes.clone(),
+    }
+}
+
+fn violation(v: GuestViolation) -> Violation {
+    Violation { line: v.line, column: v.column, rule: v.rule, message: v.message }
 }
 
 fn check_code(code: &str, limits: &Limits) -> Option<Execution> {
@@ -248,6 +286,16 @@ fn classify_outcome(
     limits: &Limits,
     execution: &mut Execution,
 ) -> (Status, Option<ErrorInfo>) {
+    if !outcome.violations.is_empty() {
+        execution.violations = outcome.violations.into_iter().map(violation).collect();
+        if let Some(error) = outcome.error {
+            let info = ErrorInfo { kind: error.type_name, message: error.message, traceback: Some(error.traceback) };
+            return (Status::PolicyViolation, Some(info));
+        }
+        let first = &execution.violations[0];
+        let message = format!("{} violation(s); first at line {}: {}", execution.violations.len(), first.line, first.message);
+        return (Status::PolicyViolation, limit_error("PolicyViolation", message));
+    }
     if let Some(error) = outcome.error {
         if state.limiter.refused && error.type_name == "MemoryError" {
             return memory_limit(limits);

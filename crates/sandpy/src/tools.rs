@@ -41,33 +41,40 @@ pub trait ToolHost: Send + Sync + 'static {
     }
 }
 
-/// Which tools may be used: all, or those matching exact names or globs (`mcp__fs__*`).
-#[derive(Debug, Clone)]
+/// Which tools may be used: all, or those matching every layer of exact names or globs
+/// (`mcp__fs__*`); each layer (config, policy, run) can only narrow the ones before.
+#[derive(Debug, Clone, Default)]
 pub struct Allowlist {
-    patterns: Option<(Vec<String>, GlobSet)>,
+    layers: Vec<(Vec<String>, GlobSet)>,
 }
 
 impl Allowlist {
     /// `None` allows every tool; otherwise a tool must match one of `patterns`.
     pub fn new(patterns: Option<&[String]>) -> Result<Self, String> {
-        let Some(patterns) = patterns else { return Ok(Allowlist { patterns: None }) };
+        Allowlist::default().narrow(patterns)
+    }
+
+    /// This allowlist, further limited to `patterns` (no change for `None`).
+    pub fn narrow(mut self, patterns: Option<&[String]>) -> Result<Self, String> {
+        let Some(patterns) = patterns else { return Ok(self) };
         let mut builder = GlobSetBuilder::new();
         for pattern in patterns {
             let glob = Glob::new(pattern).map_err(|e| format!("invalid allowed_tools pattern {pattern:?}: {e}"))?;
             builder.add(glob);
         }
         let set = builder.build().map_err(|e| format!("invalid allowed_tools: {e}"))?;
-        Ok(Allowlist { patterns: Some((patterns.to_vec(), set)) })
+        self.layers.push((patterns.to_vec(), set));
+        Ok(self)
     }
 
     /// Whether `name` may be used.
     pub fn allows(&self, name: &str) -> bool {
-        self.patterns.as_ref().is_none_or(|(_, set)| set.is_match(name))
+        self.layers.iter().all(|(_, set)| set.is_match(name))
     }
 
     /// Why `name` is refused, naming the rules.
     pub fn refusal(&self, name: &str) -> String {
-        match &self.patterns {
+        match self.layers.iter().find(|(_, set)| !set.is_match(name)) {
             Some((patterns, _)) => format!(
                 "tool {name:?} is not allowed: it matches none of the allowed_tools patterns {patterns:?}"
             ),
@@ -177,5 +184,9 @@ mod tests {
         assert!(list.refusal("mcp__mem__write").contains("mcp__fs__*"));
         assert!(Allowlist::new(Some(&["[".to_string()])).is_err());
         assert!(Allowlist::new(None).unwrap().allows("anything"));
+        let narrowed = list.narrow(Some(&["mcp__fs__read*".to_string()])).unwrap();
+        assert!(narrowed.allows("mcp__fs__read_file") && !narrowed.allows("mcp__fs__write_file"));
+        assert!(narrowed.refusal("mcp__fs__write_file").contains("mcp__fs__read*"));
+        assert!(!Allowlist::new(Some(&[])).unwrap().allows("x"));
     }
 }

@@ -18,6 +18,29 @@ pub struct Args {
     /// Native interpreter for the CPU-bound baseline.
     #[arg(long, default_value = "python3")]
     python: String,
+    /// Skip the parts that start the reference MCP server with npx.
+    #[arg(long)]
+    no_upstream: bool,
+}
+
+/// A tool that answers at once: what is left of a call is the sandbox's own cost.
+struct NoopTools;
+
+impl sandpy::ToolHost for NoopTools {
+    fn list_tools(&self) -> Vec<sandpy::ToolInfo> {
+        vec![sandpy::ToolInfo { name: "noop".into(), description: String::new(), input_schema: serde_json::json!({"type": "object"}) }]
+    }
+
+    fn call_tool(&self, _name: &str, _arguments: serde_json::Value) -> sandpy::ToolFuture {
+        Box::pin(async { Ok(serde_json::Value::Null) })
+    }
+}
+
+/// Per-call milliseconds of `calls` sequential calls of `tool`, timed inside the program.
+const CALL_LOOP: &str = "import time\nt = time.perf_counter()\nfor _ in range(N):\n    call_mcp_tool(TOOL, ARGS)\n(time.perf_counter() - t) * 1000 / N";
+
+fn call_loop(tool: &str, arguments: &str, calls: usize) -> String {
+    CALL_LOOP.replace("N", &calls.to_string()).replace("TOOL", &format!("{tool:?}")).replace("ARGS", arguments)
 }
 
 /// CPU-bound programs; each prints its own elapsed seconds so that start-up is excluded
@@ -143,7 +166,24 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let native_version = Command::new(&args.python).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
     println!("  geometric mean ratio: {:.2}x (sandbox CPython 3.14 vs native {native_version})", geo.exp());
 
-    // 5. Private memory per live instance.
+    // 5. Tool-call round trips.
+    println!("\ntool calls (per call, timed inside the program):");
+    let noop = sandpy::RunOptions { tools: Some(std::sync::Arc::new(NoopTools)), ..sandpy::RunOptions::default() };
+    let mut per_call = Vec::new();
+    for _ in 0..5 {
+        let e = rt.block_on(sandbox.run_with(&call_loop("noop", "{}", 2000), &noop));
+        per_call.push(e.return_value.and_then(|v| v.as_f64()).context("noop loop failed")?);
+    }
+    println!("  sandbox -> host round trip, no-op tool: {:.4} ms", median(&mut per_call));
+    let batched = "import asyncio, time\nt = time.perf_counter()\nawait asyncio.gather(*(call_mcp_tool('noop') for _ in range(2000)))\n(time.perf_counter() - t) * 1000 / 2000";
+    let e = rt.block_on(sandbox.run_with(batched, &noop));
+    println!("  same, 2000 calls in one asyncio.gather batch: {:.4} ms per call", e.return_value.and_then(|v| v.as_f64()).unwrap_or(f64::NAN));
+    if !args.no_upstream {
+        rt.block_on(upstream_overhead(&sandbox))?;
+        rt.block_on(stdio_end_to_end(&exe))?;
+    }
+
+    // 6. Private memory per live instance.
     let live = 40;
     let before = private_bytes()?;
     let during = rt.block_on(async {
@@ -166,3 +206,53 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     Ok(Outcome::Success)
 }
 
+
+/// Echo through the sandbox and the hub, against the hub alone, on the same server.
+async fn upstream_overhead(sandbox: &sandpy::Sandbox) -> anyhow::Result<()> {
+    use sandpy::ToolHost;
+    let mut config = sandpy_mcp::Config::default();
+    config.servers.insert(
+        "everything".into(),
+        sandpy_mcp::ServerSpec::Stdio { command: "npx".into(), args: vec!["-y".into(), super::demo::EVERYTHING.into()], env: Default::default(), cwd: None },
+    );
+    let hub = sandpy_mcp::Hub::start(&config).await;
+    let calls = 300;
+    let mut direct = Vec::new();
+    let mut inside = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..calls {
+            hub.call_tool("mcp__everything__echo", serde_json::json!({"message": "x"})).await.map_err(anyhow::Error::msg)?;
+        }
+        direct.push(t.elapsed().as_secs_f64() * 1e3 / calls as f64);
+        let options = sandpy::RunOptions { tools: Some(hub.for_execution("bench".into(), None)), ..sandpy::RunOptions::default() };
+        let e = sandbox.run_with(&call_loop("mcp__everything__echo", "{'message': 'x'}", calls), &options).await;
+        inside.push(e.return_value.and_then(|v| v.as_f64()).context("upstream loop failed")?);
+    }
+    let (d, i) = (median(&mut direct), median(&mut inside));
+    println!("  echo on server-everything: from Rust via the hub {d:.3} ms, from sandboxed Python {i:.3} ms: overhead {:.3} ms", i - d);
+    hub.shutdown().await;
+    Ok(())
+}
+
+/// `run_python` over stdio, end to end: an rmcp client driving `sandpy serve`.
+async fn stdio_end_to_end(exe: &std::path::Path) -> anyhow::Result<()> {
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::ServiceExt;
+    let mut command = tokio::process::Command::new(exe);
+    command.arg("serve").env_remove("SANDPY_CONFIG").current_dir(std::env::temp_dir());
+    let transport = rmcp::transport::TokioChildProcess::new(command)?;
+    let client = ().serve(transport).await?;
+    let mut times = Vec::new();
+    for _ in 0..100 {
+        let args = serde_json::json!({"code": "print('hello')"});
+        let serde_json::Value::Object(args) = args else { bail!("arguments are an object") };
+        let t = Instant::now();
+        client.call_tool(CallToolRequestParams::new("run_python").with_arguments(args)).await?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    println!("  run_python print('hello') over stdio, end to end: p50 {:.2} ms  p99 {:.2} ms", percentile(&times, 0.5), percentile(&times, 0.99));
+    let _ = client.cancel().await;
+    Ok(())
+}

@@ -1,6 +1,8 @@
 //! The command line: one subcommand per file.
 
 mod bench;
+mod call;
+mod check;
 mod demo;
 mod run;
 mod serve;
@@ -24,6 +26,10 @@ enum Command {
     /// Be an MCP server (stdio, or streamable HTTP with --http) whose `run_python` tool
     /// runs code that can call the configured MCP servers' tools.
     Serve(serve::Args),
+    /// Check a program against a policy without running it.
+    Check(check::Args),
+    /// Call a function of a Python file with JSON arguments (one call, or one per line of a file).
+    Call(call::Args),
     /// Run a built-in example: Python that calls MCP tools of the reference `everything` server.
     Demo(demo::Args),
     /// Compile the Python runtime to native code now, so the first run is fast.
@@ -37,6 +43,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Run(args) => run::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Check(args) => check::run(args),
+        Command::Call(args) => call::run(args),
         Command::Warmup(args) => warmup::run(args),
         Command::Bench(args) => bench::run(args),
     }
@@ -56,20 +64,37 @@ pub fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
 
-/// Where tools come from: a config file with `mcpServers`, and a per-run allowlist.
+/// The config file, and the policy and tools a run may use.
 #[derive(clap::Args, Clone)]
-pub struct ToolArgs {
+pub struct ConfigArgs {
     /// Config file (`mcpServers` + `sandpy` settings) [default: $SANDPY_CONFIG, else ./.mcp.json].
     #[arg(long, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,
+    /// Policy: `strict`, `default`, or one defined in the config [default: the config's].
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
     /// Tool names or globs the code may call (repeatable; narrows the config's allowlist).
     #[arg(long = "allow-tool", value_name = "PATTERN")]
     pub allow_tool: Vec<String>,
 }
 
-impl ToolArgs {
-    pub fn config(&self) -> anyhow::Result<sandpy_mcp::Config> {
-        Ok(sandpy_mcp::Config::discover(self.config.as_deref())?)
+/// What a config and the flags resolve to.
+pub struct Resolved {
+    pub config: sandpy_mcp::Config,
+    pub policy: Option<sandpy::Policy>,
+    /// Config defaults with the policy's limit defaults applied (flags come on top).
+    pub limits: sandpy::Limits,
+}
+
+impl ConfigArgs {
+    pub fn resolve(&self) -> anyhow::Result<Resolved> {
+        let config = sandpy_mcp::Config::discover(self.config.as_deref())?;
+        let policy = config.policy(self.policy.as_deref()).map_err(anyhow::Error::msg)?;
+        let limits = match &policy {
+            Some(policy) => policy.limits(&config.defaults.limits),
+            None => config.defaults.limits.clone(),
+        };
+        Ok(Resolved { config, policy, limits })
     }
 
     pub fn allowed(&self) -> Option<Vec<String>> {

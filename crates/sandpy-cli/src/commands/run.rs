@@ -27,7 +27,7 @@ pub struct Args {
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
-    tools: super::ToolArgs,
+    settings: super::ConfigArgs,
 }
 
 /// Limit flags shared by the commands that run code; unset flags keep the config's
@@ -62,11 +62,11 @@ impl LimitArgs {
     }
 }
 
-fn read_code(args: &Args) -> anyhow::Result<(String, String)> {
-    if let Some(code) = &args.code {
+pub fn read_code(file: Option<&PathBuf>, code: Option<&String>) -> anyhow::Result<(String, String)> {
+    if let Some(code) = code {
         return Ok((code.clone(), "<string>".into()));
     }
-    let Some(file) = &args.file else { bail!("give a FILE, `-` or -c CODE") };
+    let Some(file) = file else { bail!("give a FILE, `-` or -c CODE") };
     let from_stdin = file.as_os_str() == "-";
     let bytes = if from_stdin {
         let mut bytes = Vec::new();
@@ -83,24 +83,25 @@ fn read_code(args: &Args) -> anyhow::Result<(String, String)> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let (code, filename) = if args.list_modules { (String::new(), String::new()) } else { read_code(&args)? };
+    let (code, filename) = if args.list_modules { (String::new(), String::new()) } else { read_code(args.file.as_ref(), args.code.as_ref())? };
     let stdin = match &args.input {
         Some(path) => Some(std::fs::read(path).with_context(|| format!("cannot read input `{}`", path.display()))?),
         None => None,
     };
-    let config = args.tools.config()?;
+    let resolved = args.settings.resolve()?;
     let sandbox = super::sandbox()?;
     let execution = super::tokio_runtime()?.block_on(async {
         if args.list_modules {
             return Ok::<_, anyhow::Error>(sandbox.module_report().await);
         }
-        let hub = super::start_hub(&config).await;
+        let hub = super::start_hub(&resolved.config).await;
         let options = RunOptions {
-            limits: args.limits.apply(&config.defaults.limits),
+            limits: args.limits.apply(&resolved.limits),
             stdin,
             filename: Some(filename),
             tools: hub.as_ref().map(|h| h.for_execution("cli".into(), None)),
-            allowed_tools: args.tools.allowed(),
+            allowed_tools: args.settings.allowed(),
+            policy: resolved.policy,
         };
         let execution = sandbox.run_with(&code, &options).await;
         if let Some(hub) = hub {
@@ -118,14 +119,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     Ok(Outcome::Run(execution.status))
 }
 
-fn print_human(execution: &sandpy::Execution) -> anyhow::Result<()> {
+pub fn print_human(execution: &sandpy::Execution) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(execution.stdout.as_bytes())?;
     stdout.flush()?;
     let mut stderr = std::io::stderr().lock();
     stderr.write_all(execution.stderr.as_bytes())?;
     if let Some(error) = &execution.error {
-        if error.traceback.is_none() {
+        if error.traceback.as_deref().is_none_or(str::is_empty) {
             writeln!(stderr, "sandpy: {}: {}", execution.status, error.message)?;
         }
     }

@@ -13,7 +13,7 @@ pub struct Args {
     #[arg(long, env = "SANDPY_TOKEN", hide_env_values = true)]
     token: Option<String>,
     #[command(flatten)]
-    tools: super::ToolArgs,
+    settings: super::ConfigArgs,
 }
 
 async fn shutdown_signal() {
@@ -34,7 +34,9 @@ async fn shutdown_signal() {
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let config = args.tools.config()?;
+    let resolved = args.settings.resolve()?;
+    let mut config = resolved.config;
+    config.default_policy = resolved.policy.map(|p| p.name);
     let sandbox = super::sandbox()?;
     super::tokio_runtime()?.block_on(async {
         let hub = match super::start_hub(&config).await {
@@ -42,7 +44,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             None => sandpy_mcp::Hub::start(&config).await,
         };
         let server = sandpy_mcp::SandpyServer::new(sandbox, hub.clone(), config.clone())
-            .context("cannot open the audit log")?;
+            .context("cannot start the MCP server")?;
         let served = match args.http {
             None => tokio::select! {
                 served = sandpy_mcp::serve_stdio(server) => served.context("MCP over stdio failed"),

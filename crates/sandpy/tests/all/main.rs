@@ -5,6 +5,7 @@ mod attacks;
 mod guest_python;
 mod language;
 mod limits;
+mod policy;
 mod results;
 mod tools;
 
