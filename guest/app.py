@@ -8,8 +8,16 @@ from sandpy_guest import preload as _preload  # noqa: F401  (pre-imports the std
 from sandpy_guest import testing as _testing  # noqa: F401  (used by the guest's own tests)
 from sandpy_guest.runner import execute
 
+import gc
+
 import wit_world
 from wit_world.imports.types import Outcome, RunOptions, Task
+
+# Everything alive now is part of the snapshot that every run shares copy-on-write. Move
+# it out of the collector's sight: otherwise each run's collections would walk (and
+# write to) the whole snapshot heap, faulting in private copies of its pages.
+gc.collect()
+gc.freeze()
 
 
 class WitWorld(wit_world.WitWorld):

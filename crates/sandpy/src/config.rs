@@ -5,13 +5,22 @@ use std::sync::Arc;
 
 /// How to set up the runtime. Defaults: the compiled-code cache lives in
 /// `$SANDPY_CACHE_DIR`, else the user's cache folder (`~/.cache/sandpy` on Linux); no
-/// progress messages.
-#[derive(Clone, Default)]
+/// progress messages; a pool of 256 reusable instance slots.
+#[derive(Clone)]
 pub struct Config {
     /// Where the compiled runtime (`.cwasm`) is cached.
     pub cache_dir: Option<PathBuf>,
     /// Called with a human-readable message before slow steps (compiling the runtime).
     pub progress: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    /// Instance slots of wasmtime's pooling allocator (also the most runs alive at once;
+    /// a run beyond it ends `internal_error`). `None` allocates each instance afresh.
+    pub pooled_instances: Option<u32>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { cache_dir: None, progress: None, pooled_instances: Some(256) }
+    }
 }
 
 impl std::fmt::Debug for Config {
@@ -19,6 +28,7 @@ impl std::fmt::Debug for Config {
         f.debug_struct("Config")
             .field("cache_dir", &self.cache_dir)
             .field("progress", &self.progress.is_some())
+            .field("pooled_instances", &self.pooled_instances)
             .finish()
     }
 }

@@ -9,7 +9,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Engine, OptLevel};
+use wasmtime::{Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 
 /// The guest component built by `build.rs` from `guest/`.
 static COMPONENT: &[u8] = include_bytes!(env!("SANDPY_COMPONENT_PATH"));
@@ -24,17 +24,45 @@ pub(crate) struct Runtime {
     pub pre: SandboxPre<HostState>,
 }
 
-fn engine_config() -> wasmtime::Config {
-    let mut config = wasmtime::Config::new();
-    config.wasm_component_model(true);
-    config.epoch_interruption(true);
-    config.cranelift_opt_level(OptLevel::Speed);
-    config
+/// Largest linear memory a run may be given (the `Limits::memory_bytes` ceiling).
+pub(crate) const MAX_MEMORY_BYTES: usize = 4 << 30;
+
+fn engine_config(config: &Config) -> wasmtime::Config {
+    let mut engine = wasmtime::Config::new();
+    engine.wasm_component_model(true);
+    engine.epoch_interruption(true);
+    engine.cranelift_opt_level(OptLevel::Speed);
+    if let Some(slots) = config.pooled_instances {
+        // Reused slots: no mmap/munmap (and no cross-core TLB shootdowns) per run, and
+        // only the pages a run dirtied are reset, so the next run takes no page faults.
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(slots)
+            .total_core_instances(slots * CORE_INSTANCES_PER_RUN)
+            .max_core_instances_per_component(CORE_INSTANCES_PER_RUN)
+            .total_memories(slots * MEMORIES_PER_RUN)
+            .max_memories_per_component(MEMORIES_PER_RUN)
+            .total_tables(slots * TABLES_PER_RUN)
+            .max_tables_per_component(TABLES_PER_RUN)
+            .table_elements(TABLE_ELEMENTS)
+            .max_memory_size(MAX_MEMORY_BYTES)
+            .max_core_instance_size(1 << 20)
+            .linear_memory_keep_resident(64 << 20)
+            .table_keep_resident(1 << 20)
+            .pagemap_scan(Enabled::Auto);
+        engine.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    engine
 }
+
+/// Per-run needs of the guest component, with room to spare (pooling allocator sizing).
+const CORE_INSTANCES_PER_RUN: u32 = 32;
+const MEMORIES_PER_RUN: u32 = 4;
+const TABLES_PER_RUN: u32 = 8;
+const TABLE_ELEMENTS: usize = 64 * 1024;
 
 impl Runtime {
     pub fn load(config: &Config) -> Result<Runtime, Error> {
-        let engine = Engine::new(&engine_config()).map_err(|e| Error::Engine(format!("{e:#}")))?;
+        let engine = Engine::new(&engine_config(config)).map_err(|e| Error::Engine(format!("{e:#}")))?;
         let component = load_component(&engine, config)?;
         let mut linker: Linker<HostState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| Error::Link(format!("{e:#}")))?;

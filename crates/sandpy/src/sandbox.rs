@@ -177,11 +177,13 @@ impl Sandbox {
             let store = &mut store;
             let run = async move {
                 let instance = pre.instantiate_async(&mut *store).await?;
+                tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "instantiated");
                 instance.call_execute(&mut *store, &task, &guest_options).await
             };
             tokio::time::timeout(limits.timeout, run).await
         };
         let duration_ms = started.elapsed().as_secs_f64() * 1e3;
+        tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "executed");
         let state = store.data();
         let captured = capture.finish();
         let mut execution = Execution {

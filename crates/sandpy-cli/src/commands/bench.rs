@@ -81,47 +81,23 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let limits = Limits::default();
     println!("sandpy bench (medians; the machine is shared, compare ratios)\n");
 
-    // 1. In-process fresh-instance latency.
-    let mut latencies = Vec::with_capacity(args.runs);
-    rt.block_on(async {
-        for _ in 0..args.runs.max(1) {
-            let t = Instant::now();
-            let e = sandbox.run("print('hello')", &limits).await;
-            latencies.push(t.elapsed().as_secs_f64() * 1e3);
-            if e.status != Status::Ok {
-                bail!("hello failed: {e:?}");
-            }
-        }
-        Ok(())
-    })?;
-    latencies.sort_by(f64::total_cmp);
-    println!(
-        "in-process print('hello'), fresh instance: p50 {:.3} ms  p99 {:.3} ms  (n={})",
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
-        latencies.len()
-    );
-
-    // 2. Throughput with all cores busy.
+    // 1-2. In-process fresh-instance latency and throughput, with wasmtime's pooling
+    // allocator (the default) and with on-demand allocation, measured in turn.
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
-    let total = 2000;
-    let started = Instant::now();
-    rt.block_on(async {
-        let mut tasks = tokio::task::JoinSet::new();
-        for worker in 0..cores * 2 {
-            let sandbox = sandbox.clone();
-            let limits = limits.clone();
-            let share = total / (cores * 2) + usize::from(worker < total % (cores * 2));
-            tasks.spawn(async move {
-                for _ in 0..share {
-                    sandbox.run("print('hello')", &limits).await;
-                }
-            });
-        }
-        while tasks.join_next().await.is_some() {}
-    });
-    let per_sec = total as f64 / started.elapsed().as_secs_f64();
-    println!("throughput, {cores} cores busy: {per_sec:.0} fresh-instance runs/s (n={total})");
+    let on_demand = sandpy::Sandbox::new(sandpy::Config { pooled_instances: None, ..sandpy::Config::default() })?;
+    for (name, sandbox) in [("pooling allocator", &sandbox), ("on-demand allocator", &on_demand)] {
+        let mut latencies = hello_latencies(&rt, sandbox, args.runs.max(1))?;
+        latencies.sort_by(f64::total_cmp);
+        let per_sec = hello_throughput(&rt, sandbox, cores, 2000);
+        println!(
+            "{name:<20} in-process print('hello'), fresh instance: p50 {:.3} ms  p99 {:.3} ms (n={});  \
+             {per_sec:.0} runs/s with {cores} cores busy (n=2000)",
+            percentile(&latencies, 0.5),
+            percentile(&latencies, 0.99),
+            latencies.len()
+        );
+    }
+    drop(on_demand);
 
     // 3. Whole-process latency, warm cache, against native python3 start-up.
     let exe = std::env::current_exe()?;
@@ -168,11 +144,15 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
 
     // 5. Tool-call round trips.
     println!("\ntool calls (per call, timed inside the program):");
-    let noop = sandpy::RunOptions { tools: Some(std::sync::Arc::new(NoopTools)), ..sandpy::RunOptions::default() };
+    let noop = sandpy::RunOptions {
+        tools: Some(std::sync::Arc::new(NoopTools)),
+        limits: Limits { tool_calls: 10_000, ..Limits::default() },
+        ..sandpy::RunOptions::default()
+    };
     let mut per_call = Vec::new();
     for _ in 0..5 {
         let e = rt.block_on(sandbox.run_with(&call_loop("noop", "{}", 2000), &noop));
-        per_call.push(e.return_value.and_then(|v| v.as_f64()).context("noop loop failed")?);
+        per_call.push(e.return_value.as_ref().and_then(|v| v.as_f64()).with_context(|| format!("noop loop failed: {e:?}"))?);
     }
     println!("  sandbox -> host round trip, no-op tool: {:.4} ms", median(&mut per_call));
     let batched = "import asyncio, time\nt = time.perf_counter()\nawait asyncio.gather(*(call_mcp_tool('noop') for _ in range(2000)))\n(time.perf_counter() - t) * 1000 / 2000";
@@ -183,7 +163,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         rt.block_on(stdio_end_to_end(&exe))?;
     }
 
-    // 6. Private memory per live instance.
+    // 6. Eval batch: the real `sandpy call --args-file` over 10,000 inputs.
+    eval_batch(&exe, cores)?;
+
+    // 7. Private memory per live instance.
     let live = 40;
     let before = private_bytes()?;
     let during = rt.block_on(async {
@@ -206,6 +189,69 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     Ok(Outcome::Success)
 }
 
+
+fn hello_latencies(rt: &tokio::runtime::Runtime, sandbox: &sandpy::Sandbox, runs: usize) -> anyhow::Result<Vec<f64>> {
+    rt.block_on(async {
+        let mut latencies = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t = Instant::now();
+            let e = sandbox.run("print('hello')", &Limits::default()).await;
+            latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            if e.status != Status::Ok {
+                bail!("hello failed: {e:?}");
+            }
+        }
+        Ok(latencies)
+    })
+}
+
+/// Fresh-instance runs per second with `2 * cores` tasks in flight.
+fn hello_throughput(rt: &tokio::runtime::Runtime, sandbox: &sandpy::Sandbox, cores: usize, total: usize) -> f64 {
+    let started = Instant::now();
+    rt.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        let workers = cores * 2;
+        for worker in 0..workers {
+            let sandbox = sandbox.clone();
+            let share = total / workers + usize::from(worker < total % workers);
+            tasks.spawn(async move {
+                for _ in 0..share {
+                    sandbox.run("print('hello')", &Limits::default()).await;
+                }
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+    });
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+/// A small scoring function over 10,000 JSON lines, one fresh sandbox per line.
+fn eval_batch(exe: &std::path::Path, cores: usize) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("sandpy-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let scorer = dir.join("scorer.py");
+    std::fs::write(&scorer, "import difflib\ndef score(pred, gold):\n    return round(difflib.SequenceMatcher(None, pred, gold).ratio(), 3)\n")?;
+    let inputs = dir.join("inputs.jsonl");
+    let lines: Vec<String> = (0..10_000).map(|i| format!("[\"answer {i}\", \"answer {}\"]", i % 97)).collect();
+    std::fs::write(&inputs, lines.join("\n") + "\n")?;
+    let started = Instant::now();
+    let out = Command::new(exe)
+        .args(["call", &scorer.display().to_string(), "score", "--policy", "strict", "--args-file", &inputs.display().to_string()])
+        .output()?;
+    let seconds = started.elapsed().as_secs_f64();
+    let results = String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains("\"status\":\"ok\"")).count();
+    std::fs::remove_dir_all(&dir)?;
+    if results != lines.len() {
+        bail!("eval batch: {results} of {} lines ok: {}", lines.len(), String::from_utf8_lossy(&out.stderr));
+    }
+    println!(
+        "\neval batch `sandpy call scorer.py score --policy strict --args-file inputs.jsonl` (10,000 lines, {cores} jobs): \
+         {:.0} calls/s, {:.1} s in all",
+        results as f64 / seconds,
+        seconds
+    );
+    Ok(())
+}
 
 /// Echo through the sandbox and the hub, against the hub alone, on the same server.
 async fn upstream_overhead(sandbox: &sandpy::Sandbox) -> anyhow::Result<()> {

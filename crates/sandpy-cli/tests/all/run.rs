@@ -1,7 +1,7 @@
 //! `sandpy run`: output, exit codes per status, JSON, inputs, errors a person can act on.
 
 use crate::{sandpy, sandpy_with_stdin};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 fn run(args: &[&str]) -> (i32, String, String) {
     let out = sandpy().args(args).output().expect("sandpy");
@@ -106,4 +106,78 @@ fn bad_config_names_file_and_key() {
     let (code, _, stderr) = run(&["run", "--config", config.to_str().expect("path"), "-c", "1"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("bad.json") && stderr.contains("mcpServers.x") && stderr.contains("not both"), "{stderr}");
+}
+
+#[test]
+fn check_reports_violations_and_exits_by_result() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.py");
+    std::fs::write(&bad, "import json\nimport socket\nx = eval('1')\n").expect("write");
+    let bad = bad.to_str().expect("path");
+    let (code, stdout, _) = run(&["check", bad, "--policy", "strict"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        stdout,
+        format!(
+            "{bad}:2:1: import: import of 'socket' is not allowed (allowed_modules of policy 'strict' does not include 'socket')\n\
+             {bad}:3:5: builtin: builtin 'eval' is denied by policy 'strict'\n"
+        )
+    );
+    let (code, stdout, _) = run(&["check", bad, "--policy", "strict", "--json"]);
+    assert_eq!(code, 1);
+    let report: Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(report["violations"].as_array().map(Vec::len), Some(2));
+    let (code, stdout, _) = run(&["check", bad]);
+    assert_eq!((code, stdout.as_str()), (0, ""), "the default policy allows the whole stdlib");
+    let (code, _, stderr) = run(&["check", bad, "--policy", "nope"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("unknown policy \"nope\""), "{stderr}");
+    let (code, _, stderr) = run(&["run", "--policy", "strict", "-c", "import os"]);
+    assert_eq!(code, 9, "{stderr}");
+    assert!(stderr.contains("<string>:1:1: import"), "{stderr}");
+}
+
+const SCORER: &str = "def score(pred, gold, weight=1):\n    if pred is None:\n        raise ValueError('no prediction')\n    return {'match': pred == gold, 'w': weight}\n";
+
+#[test]
+fn call_a_function_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("scorer.py");
+    std::fs::write(&file, SCORER).expect("write");
+    let file = file.to_str().expect("path");
+    let (code, stdout, _) = run(&["call", file, "score", "--args", r#"["a", "a"]"#, "--policy", "strict"]);
+    assert_eq!((code, stdout.as_str()), (0, "{\"match\":true,\"w\":1}\n"));
+    let (code, stdout, _) = run(&["call", file, "score", "--args", r#"{"pred": 1, "gold": 2, "weight": 0.5}"#]);
+    assert_eq!((code, stdout.as_str()), (0, "{\"match\":false,\"w\":0.5}\n"));
+    let (code, _, stderr) = run(&["call", file, "score", "--args", "[null, 1]"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("ValueError: no prediction"), "{stderr}");
+    let (code, _, stderr) = run(&["call", file, "score", "--args", "{bad"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--args") && stderr.contains("not valid JSON"), "{stderr}");
+}
+
+#[test]
+fn call_a_batch_with_bad_lines_in_the_middle() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("scorer.py");
+    std::fs::write(&file, SCORER).expect("write");
+    let inputs = dir.path().join("inputs.jsonl");
+    let mut lines: Vec<String> = (0..30).map(|i| format!("[{i}, {}]", i % 3)).collect();
+    lines[5] = "not json".into();
+    lines[12] = "[null, 1]".into();
+    lines[20] = "42".into();
+    std::fs::write(&inputs, lines.join("\n") + "\n").expect("write");
+    let (code, stdout, _) = run(&["call", file.to_str().expect("path"), "score", "--args-file", inputs.to_str().expect("path"), "--jobs", "4"]);
+    assert_eq!(code, 1, "some lines failed");
+    let results: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    assert_eq!(results.len(), 30, "one result per input line");
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r["line"], i + 1, "in input order");
+        match i {
+            5 | 20 => assert_eq!(r["status"], "invalid_input"),
+            12 => assert_eq!((r["status"].as_str(), r["error"]["type"].as_str()), (Some("error"), Some("ValueError"))),
+            _ => assert_eq!(r["result"]["match"], json!(i % 3 == i), "{r}"),
+        }
+    }
 }

@@ -112,8 +112,9 @@ fn http_server(extra: &[&str]) -> (Server, String) {
 #[test]
 fn http_serves_a_real_client_with_a_bearer_token() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = config_file(dir.path(), "sandpy-http");
-    let (_server, url) = http_server(&["--config", &config, "--token", "s3cret"]);
+    let marker = format!("sandpy-http-{}", std::process::id());
+    let config = config_file(dir.path(), &marker);
+    let (mut server, url) = http_server(&["--config", &config, "--token", "s3cret"]);
     let (out, status) = mcp_client(&["http", &url, "s3cret"], &requests());
     assert_eq!(status, 0, "{out}");
     check_responses(&out);
@@ -125,6 +126,15 @@ fn http_serves_a_real_client_with_a_bearer_token() {
         assert!(raw_post(&url, authorization).starts_with("HTTP/1.1 401"), "{authorization:?} got in");
     }
     assert!(!raw_post(&url, Some("Bearer s3cret")).starts_with("HTTP/1.1 401"));
+
+    // SIGTERM: a clean shutdown that stops the upstream servers too.
+    assert!(processes_with_env(&marker) > 0);
+    let term = std::process::Command::new("kill").args(["-TERM", &server.0.id().to_string()]).status().expect("kill");
+    assert!(term.success());
+    let status = server.0.wait().expect("wait");
+    assert!(status.success(), "sandpy serve exits 0 on SIGTERM: {status}");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(processes_with_env(&marker), 0, "upstream servers were left running");
 }
 
 /// A bare `initialize` POST, to read the status line the server answers with.

@@ -2,6 +2,7 @@
 //! per concern. All share one `Sandbox`, and through it the on-disk `.cwasm` cache.
 
 mod attacks;
+mod cache;
 mod guest_python;
 mod language;
 mod limits;

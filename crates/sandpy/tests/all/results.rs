@@ -95,3 +95,30 @@ fn call_function_with_positional_and_keyword_arguments() {
     let e = crate::block_on(crate::sandbox().call_function("def f(): pass", "f", &json!(3), &options));
     assert_eq!(e.status, Status::InvalidInput);
 }
+
+#[test]
+fn call_function_with_every_kind_of_argument_and_result() {
+    let code = "def echo(*args, **kwargs):\n    return {'args': args, 'kwargs': kwargs}\n\
+                def none():\n    return None\n\
+                def tuple_():\n    return (1, 'two', [3.5, None, True])\n\
+                def nan():\n    return float('nan')\n\
+                async def coro(x):\n    import asyncio\n    await asyncio.sleep(0)\n    return x * 2\n";
+    let call = |function: &str, arguments: serde_json::Value| {
+        crate::block_on(crate::sandbox().call_function(code, function, &arguments, &sandpy::RunOptions::default()))
+    };
+    let nested = json!([{"a": [1, 2, {"b": null}]}, "ünïcødé ✓", -7, 2.5, true, null, [], {}]);
+    let e = call("echo", nested.clone());
+    assert_eq!(e.return_value, Some(json!({"args": nested, "kwargs": {}})));
+    let e = call("echo", json!({"k": [1], "big": 12345678901234567890u64}));
+    assert_eq!(e.return_value, Some(json!({"args": [], "kwargs": {"k": [1], "big": 12345678901234567890u64}})));
+    assert_eq!(call("none", json!([])).return_value, Some(json!(null)));
+    assert_eq!(call("tuple_", json!([])).return_value, Some(json!([1, "two", [3.5, null, true]])));
+    assert_eq!(call("coro", json!([21])).return_value, Some(json!(42)));
+    let e = call("nan", json!([]));
+    assert_eq!(e.status, Status::Error);
+    assert!(e.error.unwrap().message.contains("not JSON-serialisable"));
+    let e = call("echo", json!({"not an identifier": 1}));
+    assert_eq!(e.status, Status::Ok, "any string key is a valid keyword for **kwargs");
+    let e = call("none", json!([1]));
+    assert_eq!(e.error.unwrap().kind, "TypeError");
+}
