@@ -277,6 +277,14 @@ impl Config {
         Ok(config)
     }
 
+    /// The config's default limits with `policy`'s limit defaults applied.
+    pub fn limits_for(&self, policy: Option<&sandpy::Policy>) -> sandpy::Limits {
+        match policy {
+            Some(policy) => policy.limits(&self.defaults.limits),
+            None => self.defaults.limits.clone(),
+        }
+    }
+
     /// The policy named `name`, else the config's default policy, else none.
     pub fn policy(&self, name: Option<&str>) -> Result<Option<sandpy::Policy>, String> {
         let Some(name) = name.or(self.default_policy.as_deref()) else { return Ok(None) };

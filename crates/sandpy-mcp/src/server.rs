@@ -83,10 +83,7 @@ impl SandpyServer {
             None => None,
         };
         let policy = config.policy(None).map_err(std::io::Error::other)?;
-        let limits = match &policy {
-            Some(policy) => policy.limits(&config.defaults.limits),
-            None => config.defaults.limits.clone(),
-        };
+        let limits = config.limits_for(policy.as_ref());
         let state = ServerState { sandbox, hub, policy, limits, audit, executions: AtomicU64::new(0) };
         Ok(SandpyServer(Arc::new(state)))
     }

@@ -256,12 +256,7 @@ fn eval_batch(exe: &std::path::Path, cores: usize) -> anyhow::Result<()> {
 /// Echo through the sandbox and the hub, against the hub alone, on the same server.
 async fn upstream_overhead(sandbox: &sandpy::Sandbox) -> anyhow::Result<()> {
     use sandpy::ToolHost;
-    let mut config = sandpy_mcp::Config::default();
-    config.servers.insert(
-        "everything".into(),
-        sandpy_mcp::ServerSpec::Stdio { command: "npx".into(), args: vec!["-y".into(), super::demo::EVERYTHING.into()], env: Default::default(), cwd: None },
-    );
-    let hub = sandpy_mcp::Hub::start(&config).await;
+    let hub = sandpy_mcp::Hub::start(&super::demo::everything_config()).await;
     let calls = 300;
     let mut direct = Vec::new();
     let mut inside = Vec::new();

@@ -7,7 +7,7 @@ use sandpy::RunOptions;
 use sandpy_mcp::{Config, ServerSpec};
 
 /// The reference server the demo starts (pinned, so the demo is repeatable).
-pub const EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+const EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 
 const PROGRAM: &str = r#"
 import asyncio
@@ -36,12 +36,18 @@ pub struct Args {
     json: bool,
 }
 
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+/// A config with one upstream: the pinned reference `everything` server, via npx.
+pub fn everything_config() -> Config {
     let mut config = Config::default();
     config.servers.insert(
         "everything".into(),
         ServerSpec::Stdio { command: "npx".into(), args: vec!["-y".into(), EVERYTHING.into()], env: Default::default(), cwd: None },
     );
+    config
+}
+
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    let config = everything_config();
     let sandbox = super::sandbox()?;
     eprintln!("sandpy demo: starting `npx {EVERYTHING}` and running this program in the sandbox:\n{PROGRAM}");
     let execution = super::tokio_runtime()?.block_on(async {

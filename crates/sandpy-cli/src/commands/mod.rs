@@ -90,10 +90,7 @@ impl ConfigArgs {
     pub fn resolve(&self) -> anyhow::Result<Resolved> {
         let config = sandpy_mcp::Config::discover(self.config.as_deref())?;
         let policy = config.policy(self.policy.as_deref()).map_err(anyhow::Error::msg)?;
-        let limits = match &policy {
-            Some(policy) => policy.limits(&config.defaults.limits),
-            None => config.defaults.limits.clone(),
-        };
+        let limits = config.limits_for(policy.as_ref());
         Ok(Resolved { config, policy, limits })
     }
 
