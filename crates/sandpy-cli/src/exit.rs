@@ -26,6 +26,7 @@ pub fn status_code(status: Status) -> u8 {
         Status::InvalidInput => 8,
         Status::PolicyViolation => 9,
         Status::InternalError => 10,
+        Status::Busy => 11,
         _ => 10,
     }
 }

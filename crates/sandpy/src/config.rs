@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 /// How to set up the runtime. Defaults: the compiled-code cache lives in
 /// `$SANDPY_CACHE_DIR`, else the user's cache folder (`~/.cache/sandpy` on Linux); no
-/// progress messages; a pool of 256 reusable instance slots.
+/// progress messages; a pool of 256 reusable instance slots; as many runs at once as the
+/// machine has cores, and up to 256 more waiting in line (then `busy`).
 #[derive(Clone)]
 pub struct Config {
     /// Where the compiled runtime (`.cwasm`) is cached.
@@ -15,11 +16,15 @@ pub struct Config {
     /// Instance slots of wasmtime's pooling allocator (also the most runs alive at once;
     /// a run beyond it ends `internal_error`). `None` allocates each instance afresh.
     pub pooled_instances: Option<u32>,
+    /// Runs executing at once; `None` means the number of cores.
+    pub max_concurrent_runs: Option<usize>,
+    /// Runs waiting for a slot; one more ends at once with status `busy`.
+    pub max_queued_runs: usize,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { cache_dir: None, progress: None, pooled_instances: Some(256) }
+        Config { cache_dir: None, progress: None, pooled_instances: Some(256), max_concurrent_runs: None, max_queued_runs: 256 }
     }
 }
 
@@ -29,6 +34,8 @@ impl std::fmt::Debug for Config {
             .field("cache_dir", &self.cache_dir)
             .field("progress", &self.progress.is_some())
             .field("pooled_instances", &self.pooled_instances)
+            .field("max_concurrent_runs", &self.max_concurrent_runs)
+            .field("max_queued_runs", &self.max_queued_runs)
             .finish()
     }
 }
@@ -43,6 +50,16 @@ impl Config {
             return PathBuf::from(dir);
         }
         dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("sandpy")
+    }
+
+    /// Runs executing at once, never more than the instance pool holds.
+    pub(crate) fn concurrency(&self) -> usize {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+        let wanted = self.max_concurrent_runs.unwrap_or(cores).max(1);
+        match self.pooled_instances {
+            Some(slots) => wanted.min(slots as usize),
+            None => wanted,
+        }
     }
 
     pub(crate) fn report_progress(&self, message: &str) {

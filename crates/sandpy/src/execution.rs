@@ -28,6 +28,9 @@ pub enum Status {
     PolicyViolation,
     /// The request was refused before running (e.g. code too large, bad arguments).
     InvalidInput,
+    /// Every run slot was taken and the queue was full (or no slot freed up in time):
+    /// nothing ran; retry later.
+    Busy,
     /// The sandbox itself failed; the program's behaviour is not to blame.
     InternalError,
 }
@@ -45,6 +48,7 @@ impl Status {
             Status::StackOverflow => "stack_overflow",
             Status::PolicyViolation => "policy_violation",
             Status::InvalidInput => "invalid_input",
+            Status::Busy => "busy",
             Status::InternalError => "internal_error",
         }
     }

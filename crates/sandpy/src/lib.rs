@@ -26,6 +26,7 @@
 //! processes, environment variables or host memory beyond its own linear memory.
 #![deny(missing_docs)]
 
+mod admission;
 mod bindings;
 mod config;
 mod error;

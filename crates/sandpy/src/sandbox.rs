@@ -1,6 +1,7 @@
 //! [`Sandbox`]: runs each task in a fresh instance under the run's limits, and decides
 //! the run's [`Status`].
 
+use crate::admission::Admission;
 use crate::bindings::{FunctionCall, GuestOptions, GuestPolicy, GuestViolation, Outcome, Task, Value};
 use crate::execution::{ErrorInfo, Execution, Status};
 use crate::host::{HostState, MemoryLimiter, ToolAccess};
@@ -24,6 +25,7 @@ use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
 #[derive(Clone)]
 pub struct Sandbox {
     runtime: Arc<Runtime>,
+    admission: Arc<Admission>,
 }
 
 /// Everything about one run besides the code. Defaults: [`Limits::default`], empty stdin,
@@ -68,7 +70,8 @@ impl RunOptions {
 impl Sandbox {
     /// Load the runtime: from the on-disk cache, or compiled now and cached.
     pub fn new(config: Config) -> Result<Sandbox, Error> {
-        Ok(Sandbox { runtime: Arc::new(Runtime::load(&config)?) })
+        let admission = Admission::new(config.concurrency(), config.max_queued_runs);
+        Ok(Sandbox { runtime: Arc::new(Runtime::load(&config)?), admission: Arc::new(admission) })
     }
 
     /// Run `code` as a program (`__main__`) with `limits` and no tools.
@@ -133,6 +136,10 @@ impl Sandbox {
     }
 
     async fn execute(&self, task: Task, options: &RunOptions) -> Execution {
+        let _slot = match self.admission.enter(options.limits.timeout).await {
+            Ok(slot) => slot,
+            Err(refusal) => return Execution::refused(Status::Busy, "Busy", refusal.message()),
+        };
         let started = Instant::now();
         let limits = &options.limits;
         let policy_tools = options.policy.as_ref().and_then(|p| p.allowed_tools.as_deref());

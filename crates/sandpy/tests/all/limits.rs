@@ -113,3 +113,33 @@ fn many_runs_at_once_are_independent() {
         assert_eq!(e.return_value, Some(serde_json::json!(i * 2)));
     }
 }
+
+#[test]
+fn a_full_queue_answers_busy_at_once() {
+    let config = sandpy::Config { max_concurrent_runs: Some(1), max_queued_runs: 1, ..sandpy::Config::default() };
+    let sandbox = sandpy::Sandbox::new(config).expect("sandbox");
+    let statuses = block_on(async {
+        let mut tasks = Vec::new();
+        for i in 0..3 {
+            let sandbox = sandbox.clone();
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(20 * i)).await; // arrive in order
+                let started = Instant::now();
+                let e = sandbox.run("import time\ntime.sleep(0.4)", &Limits::default()).await;
+                (e.status, started.elapsed())
+            }));
+        }
+        let mut out = Vec::new();
+        for task in tasks {
+            out.push(task.await.expect("task"));
+        }
+        out
+    });
+    assert_eq!(statuses[0].0, Status::Ok);
+    assert_eq!(statuses[1].0, Status::Ok, "the second waited in line");
+    assert!(statuses[1].1 >= Duration::from_millis(300), "and ran after the first: {:?}", statuses[1].1);
+    assert_eq!(statuses[2].0, Status::Busy, "the third found the queue full");
+    assert!(statuses[2].1 < Duration::from_millis(100), "and was told at once: {:?}", statuses[2].1);
+    let e = block_on(sandbox.run("1", &Limits::default()));
+    assert_eq!(e.status, Status::Ok, "and the sandbox is fine afterwards");
+}

@@ -16,7 +16,10 @@ use std::sync::OnceLock;
 /// The process-wide sandbox (compiled once, or loaded from the shared cache).
 pub fn sandbox() -> &'static Sandbox {
     static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
-    SANDBOX.get_or_init(|| Sandbox::new(sandpy::Config::default()).expect("the runtime loads"))
+    // Tests about behaviour, not admission: let every test's runs in at once, so that a
+    // timing assertion never measures time spent waiting for another test's run.
+    let config = sandpy::Config { max_concurrent_runs: Some(64), ..sandpy::Config::default() };
+    SANDBOX.get_or_init(|| Sandbox::new(config).expect("the runtime loads"))
 }
 
 /// Block on a future on a fresh current-thread runtime (epoch yields need no more).

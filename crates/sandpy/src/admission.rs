@@ -1,0 +1,55 @@
+//! Backpressure: at most N runs execute at once, at most M wait, and the rest are turned
+//! away at once with `busy` instead of piling up. Waiting is first come, first served.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+pub(crate) struct Admission {
+    running: Arc<Semaphore>,
+    waiting: AtomicUsize,
+    max_waiting: usize,
+}
+
+/// Why a run was not admitted.
+pub(crate) enum Refusal {
+    /// The queue was full.
+    QueueFull(usize),
+    /// No slot freed up within the run's own timeout.
+    WaitedTooLong(Duration),
+}
+
+impl Admission {
+    pub fn new(max_running: usize, max_waiting: usize) -> Admission {
+        Admission { running: Arc::new(Semaphore::new(max_running.max(1))), waiting: AtomicUsize::new(0), max_waiting }
+    }
+
+    /// A slot to run in: at once, after waiting in line (at most `patience`), or refused.
+    pub async fn enter(&self, patience: Duration) -> Result<OwnedSemaphorePermit, Refusal> {
+        if let Ok(permit) = self.running.clone().try_acquire_owned() {
+            return Ok(permit);
+        }
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.max_waiting {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(Refusal::QueueFull(self.max_waiting));
+        }
+        let acquired = tokio::time::timeout(patience, self.running.clone().acquire_owned()).await;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        match acquired {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) | Err(_) => Err(Refusal::WaitedTooLong(patience)),
+        }
+    }
+}
+
+impl Refusal {
+    pub fn message(&self) -> String {
+        match self {
+            Refusal::QueueFull(max) => format!("sandpy is busy: every run slot is taken and {max} runs are already waiting; retry later"),
+            Refusal::WaitedTooLong(waited) => {
+                format!("sandpy is busy: no run slot freed up within the run's {} ms timeout; retry later", waited.as_millis())
+            }
+        }
+    }
+}
