@@ -44,8 +44,16 @@ _RESULT_NAME = "__sandpy_result__"
 _SNAPSHOT_MODULES = dict(sys.modules)
 
 
+_prepared = False
+_session_namespace: dict[str, Any] | None = None
+
+
 def _prepare_interpreter() -> None:
-    """Per-run set-up of a snapshot that every run shares."""
+    """Set-up of the snapshot every instance starts from, once per instance."""
+    global _prepared
+    if _prepared:
+        return
+    _prepared = True
     random.seed()  # the snapshot's seed is the same for every run: reseed from WASI random
     tempfile._name_sequence = None  # type: ignore[attr-defined]
     for stream in (sys.stdout, sys.stderr):
@@ -125,7 +133,12 @@ def _exec_module(code: str, options: RunOptions) -> dict[str, Any]:
     filename = options.filename
     # Source lines for tracebacks, as CPython shows them for a file.
     linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+    global _session_namespace
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    if options.keep_globals:
+        if _session_namespace is None:
+            _session_namespace = namespace
+        namespace = _session_namespace
     if options.policy is not None:
         policy.enforce(options.policy, namespace)
     compiled = _compile_program(code, filename)

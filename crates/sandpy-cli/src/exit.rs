@@ -27,6 +27,7 @@ pub fn status_code(status: Status) -> u8 {
         Status::PolicyViolation => 9,
         Status::InternalError => 10,
         Status::Busy => 11,
+        Status::SessionPoisoned => 12,
         _ => 10,
     }
 }

@@ -28,6 +28,8 @@ pub enum Status {
     PolicyViolation,
     /// The request was refused before running (e.g. code too large, bad arguments).
     InvalidInput,
+    /// The session's earlier run hit a limit or trapped; reset or close the session.
+    SessionPoisoned,
     /// Every run slot was taken and the queue was full (or no slot freed up in time):
     /// nothing ran; retry later.
     Busy,
@@ -48,6 +50,7 @@ impl Status {
             Status::StackOverflow => "stack_overflow",
             Status::PolicyViolation => "policy_violation",
             Status::InvalidInput => "invalid_input",
+            Status::SessionPoisoned => "session_poisoned",
             Status::Busy => "busy",
             Status::InternalError => "internal_error",
         }

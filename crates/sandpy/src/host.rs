@@ -33,6 +33,7 @@ impl ResourceLimiter for MemoryLimiter {
 }
 
 /// What one run may do with tools, and what it did.
+#[derive(Clone)]
 pub(crate) struct ToolAccess {
     pub host: Option<Arc<dyn ToolHost>>,
     pub allowlist: Allowlist,

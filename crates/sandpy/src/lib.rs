@@ -7,7 +7,8 @@
 //! - [`Execution`]: what the run printed and returned, and its [`Status`].
 //!
 //! A [`Policy`] (least privilege, checked before and enforced during a run) can narrow
-//! what code may import and use; `Sandbox::validate` runs only the check.
+//! what code may import and use; `Sandbox::validate` runs only the check. A [`Session`]
+//! keeps one interpreter's state across runs; [`Sessions`] keeps them by id.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), sandpy::Error> {
@@ -37,6 +38,7 @@ mod output;
 mod policy;
 mod runtime;
 mod sandbox;
+mod session;
 mod tools;
 
 pub use config::Config;
@@ -45,4 +47,5 @@ pub use execution::{ErrorInfo, Execution, Status};
 pub use limits::Limits;
 pub use policy::{Policy, Violation};
 pub use sandbox::{RunOptions, Sandbox};
+pub use session::{Session, SessionInfo, SessionLimits, Sessions};
 pub use tools::{search as search_tools, validate_tool_pattern, Allowlist, ToolFuture, ToolHost, ToolInfo};

@@ -51,6 +51,12 @@ impl Capture {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Start afresh for the next call of a session, with a new cap.
+    pub fn reset(&self, cap: usize) {
+        let mut b = self.lock();
+        *b = Buffers { cap, ..Buffers::default() };
+    }
+
     pub fn overflowed(&self) -> bool {
         self.lock().overflowed
     }

@@ -11,6 +11,7 @@ use crate::tools::{Allowlist, ToolHost};
 use crate::{Config, Error, Limits, Policy, Violation};
 use std::sync::Arc;
 use std::time::Instant;
+use tokio::sync::OwnedSemaphorePermit;
 use wasmtime::component::ResourceTable;
 use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
@@ -136,49 +137,19 @@ impl Sandbox {
     }
 
     async fn execute(&self, task: Task, options: &RunOptions) -> Execution {
-        let _slot = match self.admission.enter(options.limits.timeout).await {
+        let _slot = match self.admit(options).await {
             Ok(slot) => slot,
-            Err(refusal) => return Execution::refused(Status::Busy, "Busy", refusal.message()),
+            Err(refused) => return refused,
         };
         let started = Instant::now();
         let limits = &options.limits;
-        let policy_tools = options.policy.as_ref().and_then(|p| p.allowed_tools.as_deref());
-        let allowlist = match Allowlist::new(options.allowed_tools.as_deref()).and_then(|l| l.narrow(policy_tools)) {
-            Ok(list) => list,
-            Err(message) => return Execution::refused(Status::InvalidInput, "InvalidInput", message),
+        let tools = match tool_access(options) {
+            Ok(tools) => tools,
+            Err(refused) => return refused,
         };
         let capture = Capture::new(limits.output_bytes);
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.stdout(capture.stdout_factory())
-            .stderr(capture.stderr_factory())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false);
-        if let Some(stdin) = &options.stdin {
-            wasi.stdin(MemoryInputPipe::new(stdin.clone()));
-        }
-        let state = HostState {
-            wasi: wasi.build(),
-            table: ResourceTable::new(),
-            limiter: MemoryLimiter { cap: limits.memory_bytes, peak: 0, refused: false },
-            tools: ToolAccess {
-                host: options.tools.clone(),
-                allowlist,
-                max_calls: limits.tool_calls,
-                max_bytes: limits.tool_result_bytes,
-                calls: 0,
-                limit_hit: false,
-            },
-        };
-        let mut store = Store::new(&self.runtime.engine, state);
-        store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
-        let guest_options = GuestOptions {
-            filename: options.filename.clone().unwrap_or_else(|| "<sandbox>".into()),
-            policy: options.policy.as_ref().filter(|p| p.restricts_code()).map(guest_policy),
-        };
-
+        let mut store = self.new_store(&capture, limits.memory_bytes, options.stdin.as_deref(), tools);
+        let guest_options = guest_options(options, false);
         let result = {
             let pre = &self.runtime.pre;
             let store = &mut store;
@@ -189,35 +160,110 @@ impl Sandbox {
             };
             tokio::time::timeout(limits.timeout, run).await
         };
-        let duration_ms = started.elapsed().as_secs_f64() * 1e3;
-        tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "executed");
-        let state = store.data();
-        let captured = capture.finish();
-        let mut execution = Execution {
-            status: Status::Ok,
-            stdout: captured.stdout,
-            stderr: captured.stderr,
-            return_value: None,
-            return_value_is_repr: false,
-            error: None,
-            output_truncated: captured.truncated,
-            duration_ms,
-            memory_peak_bytes: state.limiter.peak as u64,
-            tool_calls: state.tools.calls as u64,
-            violations: Vec::new(),
-        };
-        let (status, error) = match result {
-            Err(_elapsed) => (
-                Status::Timeout,
-                limit_error("Timeout", format!("the run exceeded its wall-clock limit of {} ms", limits.timeout.as_millis())),
-            ),
-            Ok(Err(trap)) => classify_trap(&trap, state, captured.truncated, limits),
-            Ok(Ok(outcome)) => classify_outcome(outcome, state, limits, &mut execution),
-        };
-        execution.status = status;
-        execution.error = error;
-        execution
+        finish(&store, &capture, result, limits, started).0
     }
+
+    /// A run slot, or the `busy` execution that says why there is none.
+    pub(crate) async fn admit(&self, options: &RunOptions) -> Result<OwnedSemaphorePermit, Execution> {
+        self.admission
+            .enter(options.limits.timeout)
+            .await
+            .map_err(|refusal| Execution::refused(Status::Busy, "Busy", refusal.message()))
+    }
+
+    pub(crate) fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// A store for one instance: its WASI context (stdio captured, no network), memory
+    /// limiter and tools; epoch ticks yield to tokio so timeouts can fire.
+    pub(crate) fn new_store(&self, capture: &Capture, memory_bytes: usize, stdin: Option<&[u8]>, tools: ToolAccess) -> Store<HostState> {
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(capture.stdout_factory())
+            .stderr(capture.stderr_factory())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        if let Some(stdin) = stdin {
+            wasi.stdin(MemoryInputPipe::new(stdin.to_vec()));
+        }
+        let state = HostState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter { cap: memory_bytes, peak: 0, refused: false },
+            tools,
+        };
+        let mut store = Store::new(&self.runtime.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+        store
+    }
+}
+
+/// The tools a run may use under its options (allowlist narrowed by its policy).
+pub(crate) fn tool_access(options: &RunOptions) -> Result<ToolAccess, Execution> {
+    let limits = &options.limits;
+    let policy_tools = options.policy.as_ref().and_then(|p| p.allowed_tools.as_deref());
+    let allowlist = Allowlist::new(options.allowed_tools.as_deref())
+        .and_then(|l| l.narrow(policy_tools))
+        .map_err(|message| Execution::refused(Status::InvalidInput, "InvalidInput", message))?;
+    Ok(ToolAccess {
+        host: options.tools.clone(),
+        allowlist,
+        max_calls: limits.tool_calls,
+        max_bytes: limits.tool_result_bytes,
+        calls: 0,
+        limit_hit: false,
+    })
+}
+
+pub(crate) fn guest_options(options: &RunOptions, keep_globals: bool) -> GuestOptions {
+    GuestOptions {
+        filename: options.filename.clone().unwrap_or_else(|| "<sandbox>".into()),
+        policy: options.policy.as_ref().filter(|p| p.restricts_code()).map(guest_policy),
+        keep_globals,
+    }
+}
+
+/// The execution of one finished (or stopped) call, and whether the guest returned
+/// normally (a trap or a timeout leaves an instance unfit for another call).
+pub(crate) fn finish(
+    store: &Store<HostState>,
+    capture: &Capture,
+    result: Result<wasmtime::Result<Outcome>, tokio::time::error::Elapsed>,
+    limits: &Limits,
+    started: Instant,
+) -> (Execution, bool) {
+    let duration_ms = started.elapsed().as_secs_f64() * 1e3;
+    tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "executed");
+    let state = store.data();
+    let captured = capture.finish();
+    let mut execution = Execution {
+        status: Status::Ok,
+        stdout: captured.stdout,
+        stderr: captured.stderr,
+        return_value: None,
+        return_value_is_repr: false,
+        error: None,
+        output_truncated: captured.truncated,
+        duration_ms,
+        memory_peak_bytes: state.limiter.peak as u64,
+        tool_calls: state.tools.calls as u64,
+        violations: Vec::new(),
+    };
+    let returned = matches!(result, Ok(Ok(_)));
+    let (status, error) = match result {
+        Err(_elapsed) => (
+            Status::Timeout,
+            limit_error("Timeout", format!("the run exceeded its wall-clock limit of {} ms", limits.timeout.as_millis())),
+        ),
+        Ok(Err(trap)) => classify_trap(&trap, state, captured.truncated, limits),
+        Ok(Ok(outcome)) => classify_outcome(outcome, state, limits, &mut execution),
+    };
+    execution.status = status;
+    execution.error = error;
+    (execution, returned)
 }
 
 fn guest_policy(policy: &Policy) -> GuestPolicy {

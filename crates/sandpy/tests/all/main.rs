@@ -8,6 +8,7 @@ mod language;
 mod limits;
 mod policy;
 mod results;
+mod sessions;
 mod tools;
 
 use sandpy::{Execution, Limits, RunOptions, Sandbox};

@@ -1,0 +1,252 @@
+//! Stateful sessions: runs that share one live instance (globals, imports), one at a
+//! time in call order; and [`Sessions`], a set of them by id with an idle TTL, a maximum
+//! count and a memory cap each.
+//!
+//! A run that does not return normally (timeout, trap, limit) or hits the memory cap
+//! poisons its session: the interpreter may be half-way through anything, so the next
+//! run is refused with `session_poisoned` until the session is reset.
+
+use crate::bindings::{Sandbox as Instance, Task};
+use crate::execution::{Execution, Status};
+use crate::host::HostState;
+use crate::output::Capture;
+use crate::sandbox::{finish, guest_options, tool_access};
+use crate::{RunOptions, Sandbox};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use wasmtime::Store;
+
+struct Live {
+    store: Store<HostState>,
+    instance: Instance,
+    capture: Capture,
+}
+
+#[derive(Default)]
+struct State {
+    live: Option<Live>,
+    poisoned: Option<String>,
+    runs: u64,
+}
+
+/// One interpreter that keeps its state between runs.
+pub struct Session {
+    sandbox: Sandbox,
+    memory_bytes: usize,
+    state: tokio::sync::Mutex<State>,
+}
+
+impl Session {
+    /// A session whose instance (created on the first run) may grow to `memory_bytes`.
+    pub fn new(sandbox: &Sandbox, memory_bytes: usize) -> Session {
+        Session { sandbox: sandbox.clone(), memory_bytes, state: tokio::sync::Mutex::new(State::default()) }
+    }
+
+    /// Run `code` in the session's namespace. `options.stdin` is ignored (a session's
+    /// stdin is empty) and the memory limit is the session's own.
+    pub async fn run(&self, code: &str, options: &RunOptions) -> Execution {
+        let mut state = self.state.lock().await; // FIFO: runs go in call order
+        if let Some(reason) = &state.poisoned {
+            let message = format!("the session is unusable since a run {reason}; reset or close it");
+            return Execution::refused(Status::SessionPoisoned, "SessionPoisoned", message);
+        }
+        if code.len() > options.limits.code_bytes {
+            let message = format!("the code is {} bytes, over the limit of {} bytes", code.len(), options.limits.code_bytes);
+            return Execution::refused(Status::InvalidInput, "InvalidInput", message);
+        }
+        let tools = match tool_access(options) {
+            Ok(tools) => tools,
+            Err(refused) => return refused,
+        };
+        let _slot = match self.sandbox.admit(options).await {
+            Ok(slot) => slot,
+            Err(refused) => return refused,
+        };
+        let started = Instant::now();
+        let limits = &options.limits;
+        state.runs += 1;
+        let mut options = options.clone();
+        options.filename.get_or_insert_with(|| format!("<cell {}>", state.runs));
+        let guest_options = guest_options(&options, true);
+        let task = Task::Run(code.to_string());
+        let mut live = match state.live.take() {
+            Some(live) => live,
+            None => {
+                let capture = Capture::new(limits.output_bytes);
+                let mut store = self.sandbox.new_store(&capture, self.memory_bytes, None, tools.clone());
+                match self.sandbox.runtime().pre.instantiate_async(&mut store).await {
+                    Ok(instance) => Live { store, instance, capture },
+                    Err(e) => {
+                        let message = format!("cannot start the session's instance: {e:#}");
+                        return Execution::refused(Status::InternalError, "InternalError", message);
+                    }
+                }
+            }
+        };
+        live.capture.reset(limits.output_bytes);
+        {
+            let data = live.store.data_mut();
+            data.tools = tools;
+            data.limiter.refused = false;
+        }
+        live.store.set_epoch_deadline(1);
+        let result = tokio::time::timeout(limits.timeout, live.instance.call_execute(&mut live.store, &task, &guest_options)).await;
+        let (execution, returned) = finish(&live.store, &live.capture, result, limits, started);
+        if !returned || execution.status == Status::MemoryLimit {
+            state.poisoned = Some(format!("ended with status {}", execution.status));
+        } else {
+            state.live = Some(live);
+        }
+        execution
+    }
+
+    /// Forget all state: the next run starts from a fresh interpreter.
+    pub async fn reset(&self) {
+        let mut state = self.state.lock().await;
+        *state = State::default();
+    }
+
+    async fn info(&self, id: &str, idle: Duration) -> SessionInfo {
+        let state = self.state.lock().await;
+        SessionInfo {
+            id: id.to_string(),
+            runs: state.runs,
+            idle_ms: idle.as_millis() as u64,
+            poisoned: state.poisoned.is_some(),
+            memory_bytes: state.live.as_ref().map(|l| l.store.data().limiter.peak as u64).unwrap_or(0),
+        }
+    }
+}
+
+/// What [`Sessions::list`] reports of one session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionInfo {
+    /// The caller's id.
+    pub id: String,
+    /// Runs so far.
+    pub runs: u64,
+    /// Time since the last run started or ended.
+    pub idle_ms: u64,
+    /// Whether a run poisoned it (reset or close it).
+    pub poisoned: bool,
+    /// Linear memory it holds.
+    pub memory_bytes: u64,
+}
+
+/// Settings of a [`Sessions`] set. Defaults: 10 minutes idle TTL, 64 sessions, 256 MiB each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// A session idle this long is closed (checked on every access).
+    pub idle_ttl: Duration,
+    /// Sessions alive at once; a run for a new id beyond it ends `busy`.
+    pub max_sessions: usize,
+    /// Memory cap of each session's instance.
+    pub memory_bytes: usize,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits { idle_ttl: Duration::from_secs(600), max_sessions: 64, memory_bytes: 256 << 20 }
+    }
+}
+
+struct Entry {
+    session: Arc<Session>,
+    last_used: Mutex<Instant>,
+}
+
+impl Entry {
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    fn idle(&self) -> Duration {
+        self.last_used.lock().unwrap_or_else(|e| e.into_inner()).elapsed()
+    }
+}
+
+/// Sessions by id, for servers: `run` creates a session on first use.
+pub struct Sessions {
+    sandbox: Sandbox,
+    limits: SessionLimits,
+    entries: Mutex<HashMap<String, Arc<Entry>>>,
+}
+
+impl Sessions {
+    /// An empty set over `sandbox`.
+    pub fn new(sandbox: &Sandbox, limits: SessionLimits) -> Sessions {
+        Sessions { sandbox: sandbox.clone(), limits, entries: Mutex::new(HashMap::new()) }
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Entry>>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Close sessions idle longer than the TTL.
+    fn expire(&self) {
+        let ttl = self.limits.idle_ttl;
+        self.entries().retain(|_, entry| entry.idle() < ttl || Arc::strong_count(entry) > 1);
+    }
+
+    /// Run `code` in session `id`, creating it if needed.
+    pub async fn run(&self, id: &str, code: &str, options: &RunOptions) -> Execution {
+        self.expire();
+        let entry = {
+            let mut entries = self.entries();
+            match entries.get(id) {
+                Some(entry) => entry.clone(),
+                None if entries.len() >= self.limits.max_sessions => {
+                    let message = format!(
+                        "the session limit ({}) is reached; close a session or wait for one to expire",
+                        self.limits.max_sessions
+                    );
+                    return Execution::refused(Status::Busy, "Busy", message);
+                }
+                None => {
+                    let entry = Arc::new(Entry {
+                        session: Arc::new(Session::new(&self.sandbox, self.limits.memory_bytes)),
+                        last_used: Mutex::new(Instant::now()),
+                    });
+                    entries.insert(id.to_string(), entry.clone());
+                    entry
+                }
+            }
+        };
+        entry.touch();
+        let execution = entry.session.run(code, options).await;
+        entry.touch();
+        execution
+    }
+
+    /// Every live session, by id.
+    pub async fn list(&self) -> Vec<SessionInfo> {
+        self.expire();
+        let entries: Vec<(String, Arc<Entry>)> = self.entries().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut out = Vec::with_capacity(entries.len());
+        for (id, entry) in entries {
+            out.push(entry.session.info(&id, entry.idle()).await);
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
+    }
+
+    /// Reset session `id` to a fresh interpreter; false if there is none.
+    pub async fn reset(&self, id: &str) -> bool {
+        let entry = self.entries().get(id).cloned();
+        match entry {
+            Some(entry) => {
+                entry.session.reset().await;
+                entry.touch();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Close session `id`, freeing its instance; false if there is none.
+    pub fn close(&self, id: &str) -> bool {
+        self.entries().remove(id).is_some()
+    }
+}

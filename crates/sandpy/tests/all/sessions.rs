@@ -1,0 +1,95 @@
+//! Sessions: shared state, call order, poisoning, reset, close, TTL and limits.
+
+use crate::{block_on, sandbox};
+use sandpy::{Limits, RunOptions, SessionLimits, Sessions, Status};
+use serde_json::json;
+use std::time::Duration;
+
+fn opts() -> RunOptions {
+    RunOptions::default()
+}
+
+#[test]
+fn runs_in_a_session_share_globals_imports_and_functions() {
+    let sessions = Sessions::new(sandbox(), SessionLimits::default());
+    block_on(async {
+        let e = sessions.run("a", "import json\ncount = 1\ndef bump():\n    global count\n    count += 1\n    return count", &opts()).await;
+        assert_eq!(e.status, Status::Ok, "{e:#?}");
+        assert_eq!(sessions.run("a", "bump()", &opts()).await.return_value, Some(json!(2)));
+        assert_eq!(sessions.run("a", "json.dumps({'c': bump()})", &opts()).await.return_value, Some(json!("{\"c\": 3}")));
+        let other = sessions.run("b", "'count' in globals()", &opts()).await;
+        assert_eq!(other.return_value, Some(json!(false)), "sessions do not see each other");
+        let fresh = sandbox().run("'count' in globals()", &Limits::default()).await;
+        assert_eq!(fresh.return_value, Some(json!(false)), "runs without a session stay fresh");
+        let e = sessions.run("a", "print('only this run')\nbump()", &opts()).await;
+        assert_eq!((e.stdout.as_str(), e.return_value), ("only this run\n", Some(json!(4))), "output is per run");
+        let e = sessions.run("a", "def broken():\n    raise ValueError('x')\nbroken()", &opts()).await;
+        assert!(e.error.unwrap().traceback.unwrap().contains("<cell 5>"), "tracebacks name the cell");
+        assert_eq!(sessions.run("a", "bump()", &opts()).await.return_value, Some(json!(5)), "an exception does not poison");
+    });
+}
+
+#[test]
+fn runs_of_one_session_go_one_at_a_time_in_call_order() {
+    let sessions = std::sync::Arc::new(Sessions::new(sandbox(), SessionLimits::default()));
+    let values = block_on(async {
+        sessions.run("s", "log = []", &opts()).await;
+        let mut tasks = Vec::new();
+        for i in 0..5 {
+            let sessions = sessions.clone();
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(15 * i)).await;
+                sessions.run("s", &format!("import time\ntime.sleep(0.05)\nlog.append({i})"), &opts()).await
+            }));
+        }
+        for task in tasks {
+            task.await.expect("task");
+        }
+        sessions.run("s", "log", &opts()).await.return_value
+    });
+    assert_eq!(values, Some(json!([0, 1, 2, 3, 4])));
+}
+
+#[test]
+fn a_limit_poisons_the_session_until_reset() {
+    let sessions = Sessions::new(sandbox(), SessionLimits { memory_bytes: 96 << 20, ..SessionLimits::default() });
+    block_on(async {
+        sessions.run("t", "x = 1", &opts()).await;
+        let short = RunOptions::with_limits(Limits { timeout: Duration::from_millis(200), ..Limits::default() });
+        assert_eq!(sessions.run("t", "while True: pass", &short).await.status, Status::Timeout);
+        let e = sessions.run("t", "x", &opts()).await;
+        assert_eq!(e.status, Status::SessionPoisoned);
+        assert!(e.error.unwrap().message.contains("reset or close it"));
+        assert!(sessions.list().await.iter().any(|s| s.id == "t" && s.poisoned));
+        assert!(sessions.reset("t").await);
+        let e = sessions.run("t", "'x' in globals()", &opts()).await;
+        assert_eq!(e.return_value, Some(json!(false)), "a reset session starts fresh");
+
+        let e = sessions.run("m", "b = bytearray(200 * 2**20)", &opts()).await;
+        assert_eq!(e.status, Status::MemoryLimit, "the session's own memory cap holds");
+        assert_eq!(sessions.run("m", "1", &opts()).await.status, Status::SessionPoisoned);
+        assert!(!sessions.reset("nope").await);
+    });
+}
+
+#[test]
+fn close_ttl_and_the_session_limit() {
+    let limits = SessionLimits { idle_ttl: Duration::from_millis(300), max_sessions: 2, ..SessionLimits::default() };
+    let sessions = Sessions::new(sandbox(), limits);
+    block_on(async {
+        sessions.run("one", "v = 1", &opts()).await;
+        sessions.run("two", "v = 2", &opts()).await;
+        let e = sessions.run("three", "v = 3", &opts()).await;
+        assert_eq!(e.status, Status::Busy);
+        assert!(e.error.unwrap().message.contains("session limit (2)"));
+        assert!(sessions.close("two"));
+        assert!(!sessions.close("two"));
+        assert_eq!(sessions.run("three", "v = 3\nv", &opts()).await.return_value, Some(json!(3)));
+        let ids: Vec<String> = sessions.list().await.into_iter().map(|s| s.id).collect();
+        assert_eq!(ids, ["one", "three"]);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(sessions.list().await.is_empty(), "idle sessions expire");
+        let e = sessions.run("one", "'v' in globals()", &opts()).await;
+        assert_eq!(e.return_value, Some(json!(false)), "an expired id starts fresh");
+    });
+}
