@@ -102,6 +102,8 @@ pub struct Config {
     pub policies: BTreeMap<String, sandpy::Policy>,
     /// The policy runs use unless they name one.
     pub default_policy: Option<String>,
+    /// Idle TTL, count and memory of `run_python` sessions.
+    pub sessions: sandpy::SessionLimits,
     /// The file this came from, if any.
     pub source: Option<PathBuf>,
 }
@@ -142,6 +144,16 @@ struct RawSandpy {
     #[serde(default)]
     policies: BTreeMap<String, sandpy::Policy>,
     default_policy: Option<String>,
+    #[serde(default)]
+    sessions: RawSessions,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSessions {
+    idle_ttl_ms: Option<u64>,
+    max_sessions: Option<usize>,
+    memory_mb: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -261,6 +273,18 @@ impl Config {
             policy.name = name.clone();
             policies.insert(name, policy);
         }
+        let mut sessions = sandpy::SessionLimits::default();
+        let raw_sessions = raw.sandpy.sessions;
+        if let Some(ms) = raw_sessions.idle_ttl_ms {
+            sessions.idle_ttl = Duration::from_millis(ms);
+        }
+        sessions.max_sessions = raw_sessions.max_sessions.unwrap_or(sessions.max_sessions);
+        if let Some(mb) = raw_sessions.memory_mb {
+            if !(1..=4096).contains(&mb) {
+                return Err(invalid("sandpy.sessions.memory_mb", "must be between 1 and 4096".into()));
+            }
+            sessions.memory_bytes = (mb as usize) << 20;
+        }
         let config = Config {
             servers,
             defaults,
@@ -269,6 +293,7 @@ impl Config {
             audit_arguments: raw.sandpy.audit_arguments,
             policies,
             default_policy: raw.sandpy.default_policy,
+            sessions,
             source: Some(path.to_path_buf()),
         };
         if let Err(message) = config.policy(None) {

@@ -14,7 +14,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use sandpy::{Execution, Policy, RunOptions, Sandbox, ToolHost};
+use sandpy::{Execution, Policy, RunOptions, Sandbox, Sessions, ToolHost};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,6 +28,7 @@ pub struct ServerState {
     policy: Option<Policy>,
     /// Config defaults with the policy's limit defaults applied.
     limits: sandpy::Limits,
+    sessions: Sessions,
     audit: Option<AuditLog>,
     executions: AtomicU64,
 }
@@ -63,6 +64,21 @@ fn strings_arg(args: &JsonObject, key: &str) -> Result<Option<Vec<String>>, Erro
     }
 }
 
+/// A successful result carrying `value` as structured content and as text.
+fn structured(value: Value) -> CallToolResult {
+    let mut result = CallToolResult::success(vec![ContentBlock::text(value.to_string())]);
+    result.structured_content = Some(value);
+    result
+}
+
+fn session_result(session: &str, found: bool, done: &str) -> CallToolResult {
+    if found {
+        structured(json!({"session_id": session, done: true}))
+    } else {
+        CallToolResult::error(vec![ContentBlock::text(format!("no session {session:?}"))])
+    }
+}
+
 /// The in-sandbox API, taught in the `run_python` description.
 const API_GUIDE: &str = "Run Python 3.14 (full stdlib, no network/files) in a fresh sandbox. \
 The value of the last expression is returned; print() output is captured.\n\
@@ -71,7 +87,8 @@ Call MCP tools from the code (no imports needed):\n\
 - `tools.<server>.<tool>(**kwargs)` (names with - or . use _)\n\
 - `discover_mcp_tools()`, `search_tools(query, limit=10)`, `get_tool_schema(name)`\n\
 - `await asyncio.gather(...)` over calls runs them concurrently; failures raise `ToolError`.\n\
-Results are the tool's structured content, else its text (JSON-decoded when it is JSON).";
+Results are the tool's structured content, else its text (JSON-decoded when it is JSON).\n\
+Pass `session_id` to keep globals and imports between runs (like notebook cells).";
 
 impl SandpyServer {
     /// A server over `sandbox` and the hub started from `config`; every run uses the
@@ -84,7 +101,8 @@ impl SandpyServer {
         };
         let policy = config.policy(None).map_err(std::io::Error::other)?;
         let limits = config.limits_for(policy.as_ref());
-        let state = ServerState { sandbox, hub, policy, limits, audit, executions: AtomicU64::new(0) };
+        let sessions = Sessions::new(&sandbox, config.sessions.clone());
+        let state = ServerState { sandbox, hub, policy, limits, sessions, audit, executions: AtomicU64::new(0) };
         Ok(SandpyServer(Arc::new(state)))
     }
 
@@ -103,11 +121,13 @@ impl SandpyServer {
         let code = json!({"type": "string", "description": "Python source"});
         let timeout = json!({"type": "integer", "minimum": 1, "description": "wall-clock limit in ms (at most the server's limit)"});
         let allowed = json!({"type": "array", "items": {"type": "string"}, "description": "tool names or globs this run may use (narrows the server's allowlist)"});
+        let session = json!({"type": "string", "description": "run in this session: globals and imports persist between runs with the same id"});
+        let session_only = object(json!({"type": "object", "properties": {"session_id": {"type": "string"}}, "required": ["session_id"]}));
         vec![
             Tool::new(
                 "run_python",
                 self.run_python_description(),
-                object(json!({"type": "object", "properties": {"code": code, "timeout_ms": timeout, "allowed_tools": allowed}, "required": ["code"]})),
+                object(json!({"type": "object", "properties": {"code": code, "timeout_ms": timeout, "allowed_tools": allowed, "session_id": session}, "required": ["code"]})),
             ),
             Tool::new(
                 "call_python_function",
@@ -127,6 +147,9 @@ impl SandpyServer {
                 "The input JSON schema of one upstream tool (name as mcp__<server>__<tool>).",
                 object(json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]})),
             ),
+            Tool::new("list_sessions", "Live run_python sessions: id, runs, idle time, whether poisoned.", object(json!({"type": "object", "properties": {}}))),
+            Tool::new("reset_session", "Give a session a fresh interpreter (needed after a limit poisoned it).", session_only.clone()),
+            Tool::new("close_session", "Close a session and free its memory.", session_only),
         ]
     }
 
@@ -168,8 +191,23 @@ impl SandpyServer {
                 let code = string_arg(&args, "code")?;
                 let id = next_id();
                 let options = self.options(&args, id.clone())?;
-                let execution = self.0.sandbox.run_with(code, &options).await;
+                let execution = match args.get("session_id").filter(|v| !v.is_null()) {
+                    None => self.0.sandbox.run_with(code, &options).await,
+                    Some(session) => {
+                        let session = session.as_str().ok_or_else(|| invalid("`session_id` must be a string"))?;
+                        self.0.sessions.run(session, code, &options).await
+                    }
+                };
                 Ok(self.execution_result(&id, code, &options, execution))
+            }
+            "list_sessions" => Ok(structured(json!({"sessions": self.0.sessions.list().await}))),
+            "reset_session" => {
+                let session = string_arg(&args, "session_id")?;
+                Ok(session_result(session, self.0.sessions.reset(session).await, "reset"))
+            }
+            "close_session" => {
+                let session = string_arg(&args, "session_id")?;
+                Ok(session_result(session, self.0.sessions.close(session), "closed"))
             }
             "call_python_function" => {
                 let code = string_arg(&args, "code")?;
@@ -185,20 +223,12 @@ impl SandpyServer {
                 let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(10) as usize;
                 let tools = self.0.hub.list_tools();
                 let found = sandpy::search_tools(&tools, query, limit);
-                let value = json!({"tools": found});
-                let mut result = CallToolResult::success(vec![ContentBlock::text(value.to_string())]);
-                result.structured_content = Some(value);
-                Ok(result)
+                Ok(structured(json!({"tools": found})))
             }
             "get_tool_schema" => {
                 let tool = string_arg(&args, "name")?;
                 Ok(match self.0.hub.list_tools().into_iter().find(|t| t.name == tool) {
-                    Some(info) => {
-                        let value = json!({"name": info.name, "description": info.description, "inputSchema": info.input_schema});
-                        let mut result = CallToolResult::success(vec![ContentBlock::text(value.to_string())]);
-                        result.structured_content = Some(value);
-                        result
-                    }
+                    Some(info) => structured(json!({"name": info.name, "description": info.description, "inputSchema": info.input_schema})),
                     None => CallToolResult::error(vec![ContentBlock::text(format!(
                         "no allowed tool named {tool:?}; use search_tools to find one"
                     ))]),

@@ -27,13 +27,22 @@ fn requests() -> Value {
         {"method": "call_tool", "name": "search_tools", "arguments": {"query": "sum", "limit": 1}},
         {"method": "call_tool", "name": "get_tool_schema", "arguments": {"name": "mcp__everything__echo"}},
         {"method": "call_tool", "name": "call_python_function", "arguments": {"code": "def score(a, b):\n    return a == b", "function": "score", "arguments": [1, 1]}},
-        {"method": "call_tool", "name": "run_python", "arguments": {}}
+        {"method": "call_tool", "name": "run_python", "arguments": {}},
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": "x = 41", "session_id": "s1"}},
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": "x + 1", "session_id": "s1"}},
+        {"method": "call_tool", "name": "list_sessions", "arguments": {}},
+        {"method": "call_tool", "name": "close_session", "arguments": {"session_id": "s1"}},
+        {"method": "call_tool", "name": "reset_session", "arguments": {"session_id": "s1"}},
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": "'x' in globals()", "session_id": "s1"}}
     ])
 }
 
 fn check_responses(out: &Value) {
     let tools: Vec<&str> = out[0]["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(tools, ["run_python", "call_python_function", "search_tools", "get_tool_schema"]);
+    assert_eq!(
+        tools,
+        ["run_python", "call_python_function", "search_tools", "get_tool_schema", "list_sessions", "reset_session", "close_session"]
+    );
     let description = out[0]["tools"][0]["description"].as_str().expect("description");
     assert!(description.contains("call_mcp_tool") && description.contains("everything (ready"), "{description}");
 
@@ -55,6 +64,12 @@ fn check_responses(out: &Value) {
     assert_eq!(out[6]["structuredContent"]["inputSchema"]["required"], json!(["message"]));
     assert_eq!(out[7]["structuredContent"]["return_value"], true);
     assert!(out[8]["error"].as_str().expect("protocol error for a missing argument").contains("code"), "{}", out[8]);
+
+    assert_eq!(out[10]["structuredContent"]["return_value"], 42, "a session keeps globals: {}", out[10]);
+    assert_eq!(out[11]["structuredContent"]["sessions"][0]["id"], "s1");
+    assert_eq!(out[12]["structuredContent"]["closed"], true);
+    assert_eq!(out[13]["isError"], true, "no session left to reset");
+    assert_eq!(out[14]["structuredContent"]["return_value"], false, "a closed session starts afresh");
 }
 
 fn processes_with_env(marker: &str) -> usize {
