@@ -99,6 +99,28 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
     drop(on_demand);
 
+    // Sessions: ten small cells in one session, end to end, against ten fresh runs.
+    let (session_ms, fresh_ms) = rt.block_on(async {
+        let cells: Vec<String> = (0..10).map(|i| format!("v{i} = {i} * 2\ntotal = sum(v for k, v in globals().items() if k.startswith('v'))")).collect();
+        let mut session_ms = Vec::new();
+        let mut fresh_ms = Vec::new();
+        for round in 0..20 {
+            let sessions = sandpy::Sessions::new(&sandbox, sandpy::SessionLimits::default());
+            let t = Instant::now();
+            for cell in &cells {
+                sessions.run(&format!("bench-{round}"), cell, &sandpy::RunOptions::default()).await;
+            }
+            session_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            for cell in &cells {
+                sandbox.run(cell, &Limits::default()).await;
+            }
+            fresh_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        (median(&mut session_ms), median(&mut fresh_ms))
+    });
+    println!("10-cell session end to end: {session_ms:.2} ms (the same 10 cells as fresh runs: {fresh_ms:.2} ms, ratio {:.2}x)", session_ms / fresh_ms);
+
     // 3. Whole-process latency, warm cache, against native python3 start-up.
     let exe = std::env::current_exe()?;
     let mut sandpy_ms = Vec::new();
