@@ -104,6 +104,10 @@ pub struct Config {
     pub default_policy: Option<String>,
     /// Idle TTL, count and memory of `run_python` sessions.
     pub sessions: sandpy::SessionLimits,
+    /// Runs executing at once (default: the number of cores).
+    pub max_concurrent_runs: Option<usize>,
+    /// Runs waiting for a slot before new ones are answered `busy` (default 256).
+    pub max_queued_runs: Option<usize>,
     /// The file this came from, if any.
     pub source: Option<PathBuf>,
 }
@@ -146,6 +150,8 @@ struct RawSandpy {
     default_policy: Option<String>,
     #[serde(default)]
     sessions: RawSessions,
+    max_concurrent_runs: Option<usize>,
+    max_queued_runs: Option<usize>,
 }
 
 #[derive(Deserialize, Default)]
@@ -294,12 +300,23 @@ impl Config {
             policies,
             default_policy: raw.sandpy.default_policy,
             sessions,
+            max_concurrent_runs: raw.sandpy.max_concurrent_runs,
+            max_queued_runs: raw.sandpy.max_queued_runs,
             source: Some(path.to_path_buf()),
         };
         if let Err(message) = config.policy(None) {
             return Err(invalid("sandpy.default_policy", message));
         }
         Ok(config)
+    }
+
+    /// The sandbox settings this config asks for, over `base`.
+    pub fn sandbox_config(&self, base: sandpy::Config) -> sandpy::Config {
+        sandpy::Config {
+            max_concurrent_runs: self.max_concurrent_runs.or(base.max_concurrent_runs),
+            max_queued_runs: self.max_queued_runs.unwrap_or(base.max_queued_runs),
+            ..base
+        }
     }
 
     /// The config's default limits with `policy`'s limit defaults applied.

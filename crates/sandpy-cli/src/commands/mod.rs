@@ -52,10 +52,12 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
 
 /// The sandbox, with a progress message on stderr when the runtime must be compiled.
 pub fn sandbox() -> anyhow::Result<sandpy::Sandbox> {
-    let config = sandpy::Config {
-        progress: Some(std::sync::Arc::new(|message: &str| eprintln!("{message}"))),
-        ..sandpy::Config::default()
-    };
+    sandbox_with(sandpy::Config::default())
+}
+
+/// [`sandbox`] with these settings.
+pub fn sandbox_with(config: sandpy::Config) -> anyhow::Result<sandpy::Sandbox> {
+    let config = sandpy::Config { progress: Some(std::sync::Arc::new(|message: &str| eprintln!("{message}"))), ..config };
     Ok(sandpy::Sandbox::new(config)?)
 }
 

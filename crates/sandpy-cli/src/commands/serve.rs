@@ -37,7 +37,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let resolved = args.settings.resolve()?;
     let mut config = resolved.config;
     config.default_policy = resolved.policy.map(|p| p.name);
-    let sandbox = super::sandbox()?;
+    let sandbox = super::sandbox_with(config.sandbox_config(sandpy::Config::default()))?;
     super::tokio_runtime()?.block_on(async {
         let hub = match super::start_hub(&config).await {
             Some(hub) => hub,

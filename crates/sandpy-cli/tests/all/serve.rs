@@ -94,7 +94,7 @@ fn stdio_serves_a_real_client_and_stops_its_upstreams() {
     assert!(audit.lines().filter(|l| l.contains("\"kind\":\"execution\"")).count() >= 5, "{audit}");
 }
 
-struct Server(std::process::Child);
+pub struct Server(pub std::process::Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -104,7 +104,7 @@ impl Drop for Server {
 }
 
 /// Start `sandpy serve --http 127.0.0.1:0`; returns the child and its URL.
-fn http_server(extra: &[&str]) -> (Server, String) {
+pub fn http_server(extra: &[&str]) -> (Server, String) {
     let mut child = sandpy()
         .args(["serve", "--http", "127.0.0.1:0"])
         .args(extra)

@@ -1,0 +1,118 @@
+//! A bounded load test of `sandpy serve --http` on loopback: many concurrent MCP clients
+//! (rmcp), each with its own session. Every response must match its request, sessions must
+//! not see each other, the full queue must answer `busy`, and memory must stay flat
+//! between two identical rounds. Prints its figures.
+
+use crate::serve::http_server;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::ServiceExt;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const CLIENTS: usize = 12;
+const REQUESTS_PER_CLIENT: usize = 8;
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("server status");
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).expect("VmRSS")
+}
+
+#[derive(Default)]
+struct Round {
+    ok: usize,
+    busy: usize,
+    latencies_ms: Vec<f64>,
+}
+
+async fn client(url: String, me: usize, round: usize) -> Round {
+    let transport = StreamableHttpClientTransport::from_uri(url);
+    let client = ().serve(transport).await.expect("connect");
+    let session = format!("client-{me}-round-{round}");
+    let mut out = Round::default();
+    let call = |code: String| {
+        let args = json!({"code": code, "session_id": session});
+        let Value::Object(args) = args else { unreachable!("an object") };
+        CallToolRequestParams::new("run_python").with_arguments(args)
+    };
+    // The first run names the session; retried while the server is busy.
+    loop {
+        let result = client.call_tool(call(format!("me = {me}"))).await.expect("call");
+        let status = result.structured_content.as_ref().map(|v| v["status"].clone());
+        if status == Some(json!("ok")) {
+            break;
+        }
+        assert_eq!(status, Some(json!("busy")), "{result:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for request in 0..REQUESTS_PER_CLIENT {
+        let token = format!("{me}-{round}-{request}");
+        let started = Instant::now();
+        let result = client
+            .call_tool(call(format!("import time\ntime.sleep(0.02)\nassert me == {me}, me\n{token:?}")))
+            .await
+            .expect("call");
+        let execution = result.structured_content.expect("structured content");
+        match execution["status"].as_str() {
+            Some("ok") => {
+                assert_eq!(execution["return_value"], json!(token), "a response for another request");
+                out.ok += 1;
+                out.latencies_ms.push(started.elapsed().as_secs_f64() * 1e3);
+            }
+            Some("busy") => out.busy += 1,
+            other => panic!("unexpected status {other:?}: {execution}"),
+        }
+    }
+    let args = json!({"session_id": session});
+    let Value::Object(args) = args else { unreachable!("an object") };
+    let closed = client.call_tool(CallToolRequestParams::new("close_session").with_arguments(args)).await.expect("close");
+    assert_eq!(closed.is_error, Some(false), "{closed:?}");
+    let _ = client.cancel().await;
+    out
+}
+
+async fn round(url: &str, round: usize) -> (Round, Duration) {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..CLIENTS).map(|me| tokio::spawn(client(url.to_string(), me, round))).collect();
+    let mut total = Round::default();
+    for task in tasks {
+        let r = task.await.expect("client task");
+        total.ok += r.ok;
+        total.busy += r.busy;
+        total.latencies_ms.extend(r.latencies_ms);
+    }
+    (total, started.elapsed())
+}
+
+#[test]
+fn many_clients_at_once_get_their_own_answers_busy_when_full_and_flat_memory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("load.json");
+    std::fs::write(&config, r#"{"sandpy": {"max_concurrent_runs": 2, "max_queued_runs": 3, "sessions": {"max_sessions": 64}}}"#)
+        .expect("config");
+    let (server, url) = http_server(&["--config", config.to_str().expect("path")]);
+    let pid = server.0.id();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio");
+    let (first, first_took) = runtime.block_on(round(&url, 0));
+    let rss_first = rss_kib(pid);
+    let (second, second_took) = runtime.block_on(round(&url, 1));
+    let rss_second = rss_kib(pid);
+    for (name, r, took) in [("round 1", &first, first_took), ("round 2", &second, second_took)] {
+        let mut latencies = r.latencies_ms.clone();
+        latencies.sort_by(f64::total_cmp);
+        let p50 = latencies.get(latencies.len() / 2).copied().unwrap_or(f64::NAN);
+        println!(
+            "load {name}: {CLIENTS} clients, {} ok, {} busy, {:.0} ok runs/s, p50 {p50:.1} ms",
+            r.ok,
+            r.busy,
+            r.ok as f64 / took.as_secs_f64()
+        );
+    }
+    println!("load: server RSS {} MiB after round 1, {} MiB after round 2", rss_first / 1024, rss_second / 1024);
+    assert!(first.busy + second.busy > 0, "with 2 slots and 3 in line, {CLIENTS} clients must meet `busy`");
+    assert!(first.ok > 0 && second.ok > 0);
+    assert!(
+        rss_second < rss_first + 64 * 1024,
+        "memory grew from {rss_first} KiB to {rss_second} KiB between identical rounds"
+    );
+}
