@@ -32,6 +32,16 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
+/// One tool call as a session journal keeps it: replaying a session answers the call
+/// from here instead of calling the tool again.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RecordedCall {
+    /// The tool called.
+    pub name: String,
+    /// What the guest got: the result as JSON, or the error message.
+    pub result: Result<String, String>,
+}
+
 /// What one run may do with tools, and what it did.
 #[derive(Clone)]
 pub(crate) struct ToolAccess {
@@ -41,6 +51,10 @@ pub(crate) struct ToolAccess {
     pub max_bytes: usize,
     pub calls: usize,
     pub limit_hit: bool,
+    /// Calls made, kept when the run is part of a session journal.
+    pub recorded: Option<Vec<RecordedCall>>,
+    /// Answers to give instead of calling tools, when replaying a journal.
+    pub replay: Option<std::collections::VecDeque<RecordedCall>>,
 }
 
 impl ToolAccess {
@@ -95,6 +109,24 @@ impl ToolsHost for HostState {
             wasmtime::bail!("tool call limit of {} reached", access.max_calls);
         }
         access.calls += calls.len();
+        if let Some(replay) = &mut access.replay {
+            let mut answers = Vec::with_capacity(calls.len());
+            for call in &calls {
+                match replay.pop_front() {
+                    Some(recorded) if recorded.name == call.name => answers.push(recorded.result),
+                    other => wasmtime::bail!(
+                        "session replay diverged: the code called {:?} where the journal has {:?}",
+                        call.name,
+                        other.map(|r| r.name)
+                    ),
+                }
+            }
+            if let Some(recorded) = &mut access.recorded {
+                let calls = calls.iter().zip(&answers);
+                recorded.extend(calls.map(|(call, result)| RecordedCall { name: call.name.clone(), result: result.clone() }));
+            }
+            return Ok(answers);
+        }
         let known = access.allowed_tools();
         let pending: Vec<_> = calls
             .iter()
@@ -111,7 +143,7 @@ impl ToolsHost for HostState {
             .collect();
         let max_bytes = access.max_bytes;
         let results = futures::future::join_all(pending).await;
-        Ok(calls
+        let answers: Vec<Result<String, String>> = calls
             .iter()
             .zip(results)
             .map(|(call, result)| {
@@ -126,7 +158,12 @@ impl ToolsHost for HostState {
                 }
                 Ok(text)
             })
-            .collect())
+            .collect();
+        if let Some(recorded) = &mut access.recorded {
+            let calls = calls.iter().zip(&answers);
+            recorded.extend(calls.map(|(call, result)| RecordedCall { name: call.name.clone(), result: result.clone() }));
+        }
+        Ok(answers)
     }
 
     async fn list_tools(&mut self) -> wasmtime::Result<String> {

@@ -47,5 +47,6 @@ pub use execution::{ErrorInfo, Execution, Status};
 pub use limits::Limits;
 pub use policy::{Policy, Violation};
 pub use sandbox::{RunOptions, Sandbox};
-pub use session::{Session, SessionInfo, SessionLimits, Sessions};
+pub use host::RecordedCall;
+pub use session::{Cell, Session, SessionInfo, SessionLimits, SessionSnapshot, Sessions};
 pub use tools::{search as search_tools, validate_tool_pattern, Allowlist, ToolFuture, ToolHost, ToolInfo};

@@ -13,7 +13,7 @@ use wasmtime::{Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAll
 
 /// The guest component built by `build.rs` from `guest/`.
 static COMPONENT: &[u8] = include_bytes!(env!("SANDPY_COMPONENT_PATH"));
-const COMPONENT_SHA256: &str = env!("SANDPY_COMPONENT_SHA256");
+pub(crate) const COMPONENT_SHA256: &str = env!("SANDPY_COMPONENT_SHA256");
 const WASMTIME_VERSION: &str = "48.0.8";
 
 /// How often the epoch advances: the granularity of timeouts and of yields to tokio.

@@ -215,6 +215,8 @@ pub(crate) fn tool_access(options: &RunOptions) -> Result<ToolAccess, Execution>
         max_bytes: limits.tool_result_bytes,
         calls: 0,
         limit_hit: false,
+        recorded: None,
+        replay: None,
     })
 }
 

@@ -5,14 +5,23 @@
 //! A run that does not return normally (timeout, trap, limit) or hits the memory cap
 //! poisons its session: the interpreter may be half-way through anything, so the next
 //! run is refused with `session_poisoned` until the session is reset.
+//!
+//! Saving, restoring and forking work from the session's journal: the code of each run
+//! and the answers its tool calls got. A restore replays the journal in a fresh instance,
+//! answering tool calls from the journal (tools are not called again). The instance's
+//! memory itself cannot be captured: wasmtime 48 offers no public access to the linear
+//! memory or the non-exported globals of a component's inner core instances (only its
+//! guest-debug instrumentation does, at the cost of slower code). So what the code got
+//! from the clock or from `random` is computed anew on replay.
 
 use crate::bindings::{Sandbox as Instance, Task};
 use crate::execution::{Execution, Status};
-use crate::host::HostState;
+use crate::host::{HostState, RecordedCall};
 use crate::output::Capture;
 use crate::sandbox::{finish, guest_options, tool_access};
 use crate::{RunOptions, Sandbox};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,7 +38,33 @@ struct State {
     live: Option<Live>,
     poisoned: Option<String>,
     runs: u64,
+    journal: Vec<Cell>,
 }
+
+/// One run of a session, as its journal keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cell {
+    /// The code that ran.
+    pub code: String,
+    /// How it ended (`ok` or `error`: other runs poison the session and are not kept).
+    pub status: Status,
+    /// Its tool calls and the answers they got, in order.
+    pub tool_calls: Vec<RecordedCall>,
+}
+
+/// A saved session: enough to rebuild its state by replay (see the module docs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionSnapshot {
+    /// `sandpy-session/1`.
+    pub format: String,
+    /// SHA-256 of the Python runtime the journal was recorded with.
+    pub runtime: String,
+    /// The runs, in order.
+    pub cells: Vec<Cell>,
+}
+
+/// The snapshot format this version writes and reads.
+const SNAPSHOT_FORMAT: &str = "sandpy-session/1";
 
 /// One interpreter that keeps its state between runs.
 pub struct Session {
@@ -48,6 +83,62 @@ impl Session {
     /// stdin is empty) and the memory limit is the session's own.
     pub async fn run(&self, code: &str, options: &RunOptions) -> Execution {
         let mut state = self.state.lock().await; // FIFO: runs go in call order
+        self.run_cell(&mut state, code, options, None).await
+    }
+
+    /// The journal, to save with [`Session::restore`] later.
+    pub async fn snapshot(&self) -> SessionSnapshot {
+        let state = self.state.lock().await;
+        SessionSnapshot {
+            format: SNAPSHOT_FORMAT.into(),
+            runtime: crate::runtime::COMPONENT_SHA256.into(),
+            cells: state.journal.clone(),
+        }
+    }
+
+    /// A new session rebuilt from `snapshot` by replaying its cells (tool calls answered
+    /// from the journal); fails, naming the cell, if a replayed cell ends differently.
+    pub async fn restore(
+        sandbox: &Sandbox,
+        snapshot: &SessionSnapshot,
+        memory_bytes: usize,
+        options: &RunOptions,
+    ) -> Result<Session, String> {
+        if snapshot.format != SNAPSHOT_FORMAT {
+            return Err(format!("unknown session format {:?} (this sandpy reads {SNAPSHOT_FORMAT})", snapshot.format));
+        }
+        let session = Session::new(sandbox, memory_bytes);
+        {
+            let mut state = session.state.lock().await;
+            for (i, cell) in snapshot.cells.iter().enumerate() {
+                let replay = cell.tool_calls.iter().cloned().collect();
+                let execution = session.run_cell(&mut state, &cell.code, options, Some(replay)).await;
+                if execution.status != cell.status {
+                    let why = execution.error.map(|e| format!(": {}: {}", e.kind, e.message)).unwrap_or_default();
+                    return Err(format!(
+                        "replaying cell {} ended {} where the journal has {}{why}",
+                        i + 1,
+                        execution.status,
+                        cell.status
+                    ));
+                }
+            }
+        }
+        Ok(session)
+    }
+
+    /// A second session with this one's state (by replay), going its own way from here.
+    pub async fn fork(&self, options: &RunOptions) -> Result<Session, String> {
+        Session::restore(&self.sandbox, &self.snapshot().await, self.memory_bytes, options).await
+    }
+
+    async fn run_cell(
+        &self,
+        state: &mut State,
+        code: &str,
+        options: &RunOptions,
+        replay: Option<VecDeque<RecordedCall>>,
+    ) -> Execution {
         if let Some(reason) = &state.poisoned {
             let message = format!("the session is unusable since a run {reason}; reset or close it");
             return Execution::refused(Status::SessionPoisoned, "SessionPoisoned", message);
@@ -56,10 +147,12 @@ impl Session {
             let message = format!("the code is {} bytes, over the limit of {} bytes", code.len(), options.limits.code_bytes);
             return Execution::refused(Status::InvalidInput, "InvalidInput", message);
         }
-        let tools = match tool_access(options) {
+        let mut tools = match tool_access(options) {
             Ok(tools) => tools,
             Err(refused) => return refused,
         };
+        tools.recorded = Some(Vec::new());
+        tools.replay = replay;
         let _slot = match self.sandbox.admit(options).await {
             Ok(slot) => slot,
             Err(refused) => return refused,
@@ -97,6 +190,8 @@ impl Session {
         if !returned || execution.status == Status::MemoryLimit {
             state.poisoned = Some(format!("ended with status {}", execution.status));
         } else {
+            let tool_calls = live.store.data_mut().tools.recorded.take().unwrap_or_default();
+            state.journal.push(Cell { code: code.to_string(), status: execution.status, tool_calls });
             state.live = Some(live);
         }
         execution
@@ -248,5 +343,45 @@ impl Sessions {
     /// Close session `id`, freeing its instance; false if there is none.
     pub fn close(&self, id: &str) -> bool {
         self.entries().remove(id).is_some()
+    }
+
+    fn get(&self, id: &str) -> Result<Arc<Entry>, String> {
+        self.entries().get(id).cloned().ok_or_else(|| format!("no session {id:?}"))
+    }
+
+    fn insert(&self, id: &str, session: Session) -> Result<(), String> {
+        let mut entries = self.entries();
+        if entries.contains_key(id) {
+            return Err(format!("session {id:?} already exists; close it first"));
+        }
+        if entries.len() >= self.limits.max_sessions {
+            return Err(format!("the session limit ({}) is reached", self.limits.max_sessions));
+        }
+        let entry = Entry { session: Arc::new(session), last_used: Mutex::new(Instant::now()) };
+        entries.insert(id.to_string(), Arc::new(entry));
+        Ok(())
+    }
+
+    /// The journal of session `id`.
+    pub async fn snapshot(&self, id: &str) -> Result<SessionSnapshot, String> {
+        let entry = self.get(id)?;
+        entry.touch();
+        Ok(entry.session.snapshot().await)
+    }
+
+    /// A new session `id` rebuilt from `snapshot`.
+    pub async fn restore(&self, id: &str, snapshot: &SessionSnapshot, options: &RunOptions) -> Result<(), String> {
+        self.expire();
+        if self.entries().contains_key(id) {
+            return Err(format!("session {id:?} already exists; close it first"));
+        }
+        let session = Session::restore(&self.sandbox, snapshot, self.limits.memory_bytes, options).await?;
+        self.insert(id, session)
+    }
+
+    /// A new session `to` with the state of session `from`.
+    pub async fn fork(&self, from: &str, to: &str, options: &RunOptions) -> Result<(), String> {
+        let snapshot = self.snapshot(from).await?;
+        self.restore(to, &snapshot, options).await
     }
 }

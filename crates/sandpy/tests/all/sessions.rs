@@ -93,3 +93,61 @@ fn close_ttl_and_the_session_limit() {
         assert_eq!(e.return_value, Some(json!(false)), "an expired id starts fresh");
     });
 }
+
+/// Tools for the journal tests: `mcp__t__next` counts up; `mcp__t__broken` always fails.
+struct Counter(std::sync::atomic::AtomicU64);
+
+impl sandpy::ToolHost for Counter {
+    fn list_tools(&self) -> Vec<sandpy::ToolInfo> {
+        ["next", "broken"]
+            .iter()
+            .map(|n| sandpy::ToolInfo { name: format!("mcp__t__{n}"), description: String::new(), input_schema: json!({}) })
+            .collect()
+    }
+
+    fn call_tool(&self, name: &str, _: serde_json::Value) -> sandpy::ToolFuture {
+        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let broken = name.ends_with("broken");
+        Box::pin(async move { if broken { Err("down".to_string()) } else { Ok(json!(n * 100)) } })
+    }
+}
+
+fn with_counter(start: u64) -> RunOptions {
+    RunOptions { tools: Some(std::sync::Arc::new(Counter(start.into()))), ..RunOptions::default() }
+}
+
+#[test]
+fn save_restore_and_fork_by_journal_without_calling_tools_again() {
+    let sessions = Sessions::new(sandbox(), SessionLimits::default());
+    block_on(async {
+        let options = with_counter(7);
+        sessions.run("orig", "items = [call_mcp_tool('mcp__t__next')]", &options).await;
+        sessions.run("orig", "items.append(call_mcp_tool('mcp__t__next'))\ndef total():\n    return sum(items)", &options).await;
+        let e = sessions.run("orig", "try:\n    call_mcp_tool('mcp__t__broken')\nexcept ToolError as e:\n    err = str(e)\nraise KeyError('kept as an error cell')", &options).await;
+        assert_eq!(e.status, Status::Error);
+        let snapshot = sessions.snapshot("orig").await.expect("snapshot");
+        assert_eq!(snapshot.cells.len(), 3);
+        let text = serde_json::to_string(&snapshot).expect("json");
+        let snapshot: sandpy::SessionSnapshot = serde_json::from_str(&text).expect("round trip");
+
+        // Restored with tools that would answer differently: the journal answers instead.
+        sessions.restore("copy", &snapshot, &with_counter(1000)).await.expect("restore");
+        let e = sessions.run("copy", "[items, total(), err]", &options).await;
+        assert_eq!(e.return_value, Some(json!([[700, 800], 1500, "down"])), "{e:#?}");
+
+        sessions.fork("orig", "fork", &with_counter(1000)).await.expect("fork");
+        sessions.run("fork", "items.append(1)", &options).await;
+        assert_eq!(sessions.run("fork", "total()", &options).await.return_value, Some(json!(1501)));
+        assert_eq!(sessions.run("orig", "total()", &options).await.return_value, Some(json!(1500)), "the original goes its own way");
+        assert!(sessions.fork("orig", "fork", &options).await.unwrap_err().contains("already exists"));
+        assert!(sessions.fork("nope", "x", &options).await.unwrap_err().contains("no session"));
+
+        let mut diverged = snapshot.clone();
+        diverged.cells[1].status = Status::Error;
+        let error = sessions.restore("bad", &diverged, &options).await.unwrap_err();
+        assert!(error.contains("replaying cell 2 ended ok where the journal has error"), "{error}");
+        let mut other = snapshot.clone();
+        other.format = "v0".into();
+        assert!(sessions.restore("bad2", &other, &options).await.unwrap_err().contains("unknown session format"));
+    });
+}
