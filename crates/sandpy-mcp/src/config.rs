@@ -104,6 +104,8 @@ pub struct Config {
     pub default_policy: Option<String>,
     /// Idle TTL, count and memory of `run_python` sessions.
     pub sessions: sandpy::SessionLimits,
+    /// Folder where `save_session` writes and `restore_session` reads; none disables both.
+    pub session_dir: Option<PathBuf>,
     /// Runs executing at once (default: the number of cores).
     pub max_concurrent_runs: Option<usize>,
     /// Runs waiting for a slot before new ones are answered `busy` (default 256).
@@ -160,6 +162,7 @@ struct RawSessions {
     idle_ttl_ms: Option<u64>,
     max_sessions: Option<usize>,
     memory_mb: Option<u64>,
+    save_dir: Option<PathBuf>,
 }
 
 #[derive(Deserialize, Default)]
@@ -291,6 +294,7 @@ impl Config {
             }
             sessions.memory_bytes = (mb as usize) << 20;
         }
+        let session_dir = raw_sessions.save_dir.map(|dir| base.join(dir));
         let config = Config {
             servers,
             defaults,
@@ -300,6 +304,7 @@ impl Config {
             policies,
             default_policy: raw.sandpy.default_policy,
             sessions,
+            session_dir,
             max_concurrent_runs: raw.sandpy.max_concurrent_runs,
             max_queued_runs: raw.sandpy.max_queued_runs,
             source: Some(path.to_path_buf()),

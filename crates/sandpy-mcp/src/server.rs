@@ -29,6 +29,7 @@ pub struct ServerState {
     /// Config defaults with the policy's limit defaults applied.
     limits: sandpy::Limits,
     sessions: Sessions,
+    session_dir: Option<std::path::PathBuf>,
     audit: Option<AuditLog>,
     executions: AtomicU64,
 }
@@ -71,6 +72,13 @@ fn structured(value: Value) -> CallToolResult {
     result
 }
 
+fn outcome(result: Result<Value, String>) -> CallToolResult {
+    match result {
+        Ok(value) => structured(value),
+        Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
+    }
+}
+
 fn session_result(session: &str, found: bool, done: &str) -> CallToolResult {
     if found {
         structured(json!({"session_id": session, done: true}))
@@ -102,7 +110,8 @@ impl SandpyServer {
         let policy = config.policy(None).map_err(std::io::Error::other)?;
         let limits = config.limits_for(policy.as_ref());
         let sessions = Sessions::new(&sandbox, config.sessions.clone());
-        let state = ServerState { sandbox, hub, policy, limits, sessions, audit, executions: AtomicU64::new(0) };
+        let session_dir = config.session_dir.clone();
+        let state = ServerState { sandbox, hub, policy, limits, sessions, session_dir, audit, executions: AtomicU64::new(0) };
         Ok(SandpyServer(Arc::new(state)))
     }
 
@@ -150,7 +159,37 @@ impl SandpyServer {
             Tool::new("list_sessions", "Live run_python sessions: id, runs, idle time, whether poisoned.", object(json!({"type": "object", "properties": {}}))),
             Tool::new("reset_session", "Give a session a fresh interpreter (needed after a limit poisoned it).", session_only.clone()),
             Tool::new("close_session", "Close a session and free its memory.", session_only),
+            Tool::new(
+                "save_session",
+                "Save a session's journal (its runs and the answers its tool calls got) under a name, to restore later.",
+                object(json!({"type": "object", "properties": {"session_id": {"type": "string"}, "name": {"type": "string"}}, "required": ["session_id", "name"]})),
+            ),
+            Tool::new(
+                "restore_session",
+                "Rebuild a saved session under a new session_id by replaying its runs (tools are not called again).",
+                object(json!({"type": "object", "properties": {"name": {"type": "string"}, "session_id": {"type": "string"}}, "required": ["name", "session_id"]})),
+            ),
+            Tool::new(
+                "fork_session",
+                "Copy a session's state into a new session_id; the two then go their own ways.",
+                object(json!({"type": "object", "properties": {"session_id": {"type": "string"}, "new_session_id": {"type": "string"}}, "required": ["session_id", "new_session_id"]})),
+            ),
         ]
+    }
+
+    /// Where a saved session named `name` lives; names are plain, so they cannot leave
+    /// the configured folder.
+    fn snapshot_path(&self, name: &str) -> Result<std::path::PathBuf, ErrorData> {
+        let dir = self.0.session_dir.as_ref().ok_or_else(|| invalid("saving sessions is off: set sandpy.sessions.save_dir in the config"))?;
+        let plain = !name.is_empty()
+            && name.len() <= 64
+            && !name.starts_with('.')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !plain {
+            return Err(invalid("`name` may use letters, digits, `-`, `_` and `.` (at most 64, not starting with `.`)"));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| ErrorData::internal_error(format!("cannot create {}: {e}", dir.display()), None))?;
+        Ok(dir.join(format!("{name}.session.json")))
     }
 
     fn options(&self, args: &JsonObject, execution_id: String) -> Result<RunOptions, ErrorData> {
@@ -208,6 +247,36 @@ impl SandpyServer {
             "close_session" => {
                 let session = string_arg(&args, "session_id")?;
                 Ok(session_result(session, self.0.sessions.close(session), "closed"))
+            }
+            "save_session" => {
+                let session = string_arg(&args, "session_id")?;
+                let path = self.snapshot_path(string_arg(&args, "name")?)?;
+                let saved = async {
+                    let snapshot = self.0.sessions.snapshot(session).await?;
+                    let text = serde_json::to_string(&snapshot).map_err(|e| e.to_string())?;
+                    std::fs::write(&path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                    Ok::<_, String>(json!({"session_id": session, "saved": path.display().to_string(), "bytes": text.len(), "cells": snapshot.cells.len()}))
+                };
+                Ok(outcome(saved.await))
+            }
+            "restore_session" => {
+                let session = string_arg(&args, "session_id")?;
+                let path = self.snapshot_path(string_arg(&args, "name")?)?;
+                let options = self.options(&args, next_id())?;
+                let restored = async {
+                    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                    let snapshot: sandpy::SessionSnapshot = serde_json::from_str(&text).map_err(|e| format!("not a saved session: {e}"))?;
+                    self.0.sessions.restore(session, &snapshot, &options).await?;
+                    Ok::<_, String>(json!({"session_id": session, "restored": true, "cells": snapshot.cells.len()}))
+                };
+                Ok(outcome(restored.await))
+            }
+            "fork_session" => {
+                let from = string_arg(&args, "session_id")?;
+                let to = string_arg(&args, "new_session_id")?;
+                let options = self.options(&args, next_id())?;
+                let forked = self.0.sessions.fork(from, to, &options).await.map(|()| json!({"session_id": to, "forked_from": from}));
+                Ok(outcome(forked))
             }
             "call_python_function" => {
                 let code = string_arg(&args, "code")?;

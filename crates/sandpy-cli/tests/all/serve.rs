@@ -10,7 +10,7 @@ fn config_file(dir: &std::path::Path, marker: &str) -> String {
     let path = dir.join("sandpy.mcp.json");
     let text = format!(
         r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{EVERYTHING_PKG}"], "env": {{"SANDPY_MARKER": "{marker}"}}}}}},
-            "sandpy": {{"audit_log": "audit.jsonl"}}}}"#
+            "sandpy": {{"audit_log": "audit.jsonl", "sessions": {{"save_dir": "saved"}}}}}}"#
     );
     std::fs::write(&path, text).expect("config");
     path.display().to_string()
@@ -33,7 +33,14 @@ fn requests() -> Value {
         {"method": "call_tool", "name": "list_sessions", "arguments": {}},
         {"method": "call_tool", "name": "close_session", "arguments": {"session_id": "s1"}},
         {"method": "call_tool", "name": "reset_session", "arguments": {"session_id": "s1"}},
-        {"method": "call_tool", "name": "run_python", "arguments": {"code": "'x' in globals()", "session_id": "s1"}}
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": "'x' in globals()", "session_id": "s1"}},
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": "y = tools.everything.echo(message='kept')", "session_id": "s2"}},
+        {"method": "call_tool", "name": "save_session", "arguments": {"session_id": "s2", "name": "nb"}},
+        {"method": "call_tool", "name": "restore_session", "arguments": {"name": "nb", "session_id": "s3"}},
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": "y", "session_id": "s3"}},
+        {"method": "call_tool", "name": "fork_session", "arguments": {"session_id": "s3", "new_session_id": "s4"}},
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": "y", "session_id": "s4"}},
+        {"method": "call_tool", "name": "save_session", "arguments": {"session_id": "s2", "name": "../escape"}}
     ])
 }
 
@@ -41,7 +48,10 @@ fn check_responses(out: &Value) {
     let tools: Vec<&str> = out[0]["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
     assert_eq!(
         tools,
-        ["run_python", "call_python_function", "search_tools", "get_tool_schema", "list_sessions", "reset_session", "close_session"]
+        [
+            "run_python", "call_python_function", "search_tools", "get_tool_schema", "list_sessions", "reset_session",
+            "close_session", "save_session", "restore_session", "fork_session"
+        ]
     );
     let description = out[0]["tools"][0]["description"].as_str().expect("description");
     assert!(description.contains("call_mcp_tool") && description.contains("everything (ready"), "{description}");
@@ -70,6 +80,11 @@ fn check_responses(out: &Value) {
     assert_eq!(out[12]["structuredContent"]["closed"], true);
     assert_eq!(out[13]["isError"], true, "no session left to reset");
     assert_eq!(out[14]["structuredContent"]["return_value"], false, "a closed session starts afresh");
+    assert!(out[16]["structuredContent"]["bytes"].as_u64().expect("saved bytes") > 0, "{}", out[16]);
+    assert_eq!(out[17]["structuredContent"]["restored"], true, "{}", out[17]);
+    assert_eq!(out[18]["structuredContent"]["return_value"], "Echo: kept", "restored state: {}", out[18]);
+    assert_eq!(out[20]["structuredContent"]["return_value"], "Echo: kept", "forked state: {}", out[20]);
+    assert!(out[21]["error"].as_str().expect("a refused name").contains("`name` may use"), "{}", out[21]);
 }
 
 fn processes_with_env(marker: &str) -> usize {
