@@ -97,7 +97,6 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             latencies.len()
         );
     }
-    drop(on_demand);
 
     // Sessions: ten small cells in one session, end to end, against ten fresh runs.
     let (session_ms, fresh_ms) = rt.block_on(async {
@@ -120,6 +119,26 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         (median(&mut session_ms), median(&mut fresh_ms))
     });
     println!("10-cell session end to end: {session_ms:.2} ms (the same 10 cells as fresh runs: {fresh_ms:.2} ms, ratio {:.2}x)", session_ms / fresh_ms);
+    let (save_ms, bytes, restore_ms) = rt.block_on(async {
+        let sessions = sandpy::Sessions::new(&sandbox, sandpy::SessionLimits::default());
+        for i in 0..10 {
+            sessions.run("s", &format!("v{i} = list(range({i} * 100))"), &sandpy::RunOptions::default()).await;
+        }
+        let (mut save, mut restore, mut bytes) = (Vec::new(), Vec::new(), 0);
+        for round in 0..10 {
+            let t = Instant::now();
+            let text = serde_json::to_string(&sessions.snapshot("s").await.map_err(anyhow::Error::msg)?)?;
+            save.push(t.elapsed().as_secs_f64() * 1e3);
+            bytes = text.len();
+            let t = Instant::now();
+            let snapshot: sandpy::SessionSnapshot = serde_json::from_str(&text)?;
+            sessions.restore(&format!("r{round}"), &snapshot, &sandpy::RunOptions::default()).await.map_err(anyhow::Error::msg)?;
+            restore.push(t.elapsed().as_secs_f64() * 1e3);
+            sessions.close(&format!("r{round}"));
+        }
+        Ok::<_, anyhow::Error>((median(&mut save), bytes, median(&mut restore)))
+    })?;
+    println!("  save it (journal to JSON): {save_ms:.3} ms, {bytes} bytes; restore it (replay): {restore_ms:.2} ms");
 
     // 3. Whole-process latency, warm cache, against native python3 start-up.
     let exe = std::env::current_exe()?;
@@ -188,13 +207,17 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     // 6. Eval batch: the real `sandpy call --args-file` over 10,000 inputs.
     eval_batch(&exe, cores)?;
 
-    // 7. Private memory per live instance.
+    // 7. Private memory per live instance (on-demand allocator: the pool keeps idle
+    // slots' pages warm, which would blur the figure).
     let live = 40;
+    drop(on_demand);
+    let config = sandpy::Config { pooled_instances: None, max_concurrent_runs: Some(live), ..sandpy::Config::default() };
+    let on_demand = sandpy::Sandbox::new(config)?;
     let before = private_bytes()?;
     let during = rt.block_on(async {
         let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..live {
-            let sandbox = sandbox.clone();
+            let sandbox = on_demand.clone();
             tasks.spawn(async move { sandbox.run("import time\ntime.sleep(1.5)", &Limits::default()).await });
         }
         tokio::time::sleep(Duration::from_millis(1000)).await;
