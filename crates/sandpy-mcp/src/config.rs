@@ -5,7 +5,7 @@
 //! {
 //!   "mcpServers": {
 //!     "everything": { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"] },
-//!     "remote": { "url": "https://example.com/mcp", "headers": { "Authorization": "Bearer x" } }
+//!     "remote": { "url": "http://127.0.0.1:3001/mcp", "headers": { "Authorization": "Bearer x" } }
 //!   },
 //!   "sandpy": {
 //!     "limits": { "timeout_ms": 30000, "memory_mb": 256, "max_output_bytes": 1048576,
@@ -237,8 +237,13 @@ impl Config {
                     ServerSpec::Stdio { command, args: server.args, env: server.env, cwd: server.cwd.map(|c| base.join(c)) }
                 }
                 (None, Some(url), _) => {
-                    if !(url.starts_with("http://") || url.starts_with("https://")) {
-                        return Err(invalid(&format!("{key}.url"), format!("{url:?} is not an http(s) URL")));
+                    if url.starts_with("https://") {
+                        let message = "https upstreams are not supported yet (this build has no TLS stack); \
+                                       use http on loopback or a local TLS-terminating proxy";
+                        return Err(invalid(&format!("{key}.url"), message.into()));
+                    }
+                    if !url.starts_with("http://") {
+                        return Err(invalid(&format!("{key}.url"), format!("{url:?} is not an http URL")));
                     }
                     ServerSpec::Http { url, headers: server.headers }
                 }
@@ -383,6 +388,8 @@ mod tests {
         assert!(e.contains("not `__`"), "{e}");
         let e = error("{not json");
         assert!(e.contains("at `.`") && e.contains("key must be a string"), "{e}");
+        let e = error(r#"{"mcpServers": {"tls": {"url": "https://example.com/mcp"}}}"#);
+        assert!(e.contains("mcpServers.tls.url") && e.contains("no TLS"), "{e}");
         let e = error(r#"{"mcpServers": {"old": {"type": "sse", "url": "http://x"}}}"#);
         assert!(e.contains("SSE"), "{e}");
         let e = error(r#"{"sandpy": {"default_policy": "nope"}}"#);

@@ -4,6 +4,7 @@ use crate::{block_on, config, run_with_hub};
 use sandpy::{Limits, RunOptions, Status};
 use sandpy_mcp::Hub;
 use serde_json::json;
+use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 pub const EVERYTHING_PKG: &str = "@modelcontextprotocol/server-everything@2026.8.31";
@@ -209,4 +210,34 @@ fn processes_with_env(marker: &str) -> usize {
         .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
         .filter(|e| std::fs::read(e.path().join("environ")).is_ok_and(|env| env.windows(marker.len()).any(|w| w == marker.as_bytes())))
         .count()
+}
+
+#[test]
+fn a_streamable_http_upstream_with_headers() {
+    // The reference server over streamable HTTP, on a free loopback port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let mut server = std::process::Command::new("npx")
+        .args(["-y", EVERYTHING_PKG, "streamableHttp"])
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("npx");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the HTTP server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = format!(r#"{{"mcpServers": {{"web": {{"type": "http", "url": "http://127.0.0.1:{port}/mcp", "headers": {{"X-Sandpy-Test": "1"}}}}}}}}"#);
+    let value = block_on(async {
+        let hub = Hub::start(&config(&text)).await;
+        assert!(hub.servers()[0].status.starts_with("ready"), "{:?}", hub.servers());
+        let e = run_with_hub(&hub, "tools.web.echo(message='over http')", RunOptions::default()).await;
+        hub.shutdown().await;
+        e.return_value
+    });
+    let _ = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{}", server.id())]).status();
+    let _ = server.wait();
+    assert_eq!(value, Some(json!("Echo: over http")));
 }
