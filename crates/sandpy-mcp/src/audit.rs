@@ -24,7 +24,7 @@ fn now_ms() -> u64 {
 }
 
 /// Hex SHA-256 of the code, so records identify a program without storing it.
-pub fn code_hash(code: &str) -> String {
+fn code_hash(code: &str) -> String {
     Sha256::digest(code.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 

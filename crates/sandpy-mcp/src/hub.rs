@@ -109,7 +109,7 @@ fn is_connection_error(error: &ServiceError) -> bool {
 
 /// The value Python sees: structured content, else the text content (decoded as JSON when
 /// it is JSON), else the raw content blocks; an error result becomes the error text.
-pub fn result_value(result: CallToolResult) -> Result<Value, String> {
+fn result_value(result: CallToolResult) -> Result<Value, String> {
     let texts: Vec<&str> = result.content.iter().filter_map(ContentBlock::as_text).map(|t| t.text.as_str()).collect();
     if result.is_error == Some(true) {
         let message = if texts.is_empty() {

@@ -15,10 +15,10 @@ mod schema;
 mod server;
 mod summary;
 
-pub use audit::{code_hash, AuditLog};
+pub use audit::AuditLog;
 pub use config::{Config, ConfigError, LimitDefaults, ServerSpec};
 pub use http::{HttpError, HttpListener};
-pub use hub::{result_value, Hub, ServerStatus};
+pub use hub::{Hub, ServerStatus};
 pub use server::SandpyServer;
 pub use summary::summarize;
 

@@ -25,6 +25,20 @@ pub struct Limits {
     pub tool_result_bytes: usize,
 }
 
+impl Limits {
+    /// These limits with a new wall-clock limit and memory cap, where given.
+    pub fn with_time_and_memory(&self, timeout_ms: Option<u64>, memory_mb: Option<u64>) -> Limits {
+        let mut limits = self.clone();
+        if let Some(ms) = timeout_ms {
+            limits.timeout = Duration::from_millis(ms);
+        }
+        if let Some(mb) = memory_mb {
+            limits.memory_bytes = (mb as usize) << 20;
+        }
+        limits
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {

@@ -7,7 +7,6 @@
 
 use crate::Limits;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
 
 /// A named set of rules for a run. Built-ins: [`Policy::strict`] and [`Policy::standard`]
 /// (named `default`); configs add their own.
@@ -112,14 +111,7 @@ impl Policy {
 
     /// `limits` with this policy's defaults applied.
     pub fn limits(&self, limits: &Limits) -> Limits {
-        let mut limits = limits.clone();
-        if let Some(ms) = self.timeout_ms {
-            limits.timeout = Duration::from_millis(ms);
-        }
-        if let Some(mb) = self.memory_mb {
-            limits.memory_bytes = (mb as usize) << 20;
-        }
-        limits
+        limits.with_time_and_memory(self.timeout_ms, self.memory_mb)
     }
 
     /// Whether the guest has anything to check or enforce.

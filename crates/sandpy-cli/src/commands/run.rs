@@ -5,7 +5,6 @@ use anyhow::{bail, Context};
 use sandpy::{Limits, RunOptions};
 use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -48,13 +47,7 @@ pub struct LimitArgs {
 impl LimitArgs {
     /// `base` with the flags that were given applied.
     pub fn apply(&self, base: &Limits) -> Limits {
-        let mut limits = base.clone();
-        if let Some(ms) = self.timeout_ms {
-            limits.timeout = Duration::from_millis(ms);
-        }
-        if let Some(mb) = self.memory_mb {
-            limits.memory_bytes = (mb as usize) << 20;
-        }
+        let mut limits = base.with_time_and_memory(self.timeout_ms, self.memory_mb);
         if let Some(bytes) = self.max_output_bytes {
             limits.output_bytes = bytes;
         }

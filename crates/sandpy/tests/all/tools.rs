@@ -11,7 +11,7 @@ struct LocalTools;
 
 impl ToolHost for LocalTools {
     fn list_tools(&self) -> Vec<ToolInfo> {
-        ["echo", "slow", "fail"]
+        ["echo", "slow", "fail", "big"]
             .iter()
             .map(|n| ToolInfo {
                 name: format!("mcp__local__{n}"),
@@ -26,6 +26,7 @@ impl ToolHost for LocalTools {
         Box::pin(async move {
             match name.as_str() {
                 "mcp__local__echo" => Ok(arguments),
+                "mcp__local__big" => Ok(json!("x".repeat(5000))),
                 "mcp__local__slow" => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     Ok(json!("slept"))
@@ -114,4 +115,16 @@ fn timeout_covers_tool_time() {
 fn no_tools_configured() {
     let e = run_with("try:\n    call_mcp_tool('mcp__x__y')\nexcept ToolError as e:\n    err = str(e)\nerr", &RunOptions::default());
     assert!(e.return_value.unwrap().as_str().unwrap().contains("no tools"));
+}
+
+#[test]
+fn tool_results_and_arguments_have_a_size_cap() {
+    let options = RunOptions { limits: Limits { tool_result_bytes: 1000, ..Limits::default() }, ..options() };
+    let code = "out = []\nfor name, args in [('mcp__local__big', {}), ('mcp__local__echo', {'a': 'y' * 2000}), ('mcp__local__echo', {'a': 'ok'})]:\n\
+                \x20   try:\n        out.append(call_mcp_tool(name, args))\n    except ToolError as e:\n        out.append(str(e))\nout";
+    let e = run_with(code, &options);
+    let v = e.return_value.expect("value");
+    assert_eq!(v[0], json!("result of mcp__local__big is 5002 bytes, over the limit of 1000 bytes"));
+    assert!(v[1].as_str().unwrap().starts_with("arguments of mcp__local__echo are 2009 bytes, over the limit of 1000 bytes"), "{v}");
+    assert_eq!(v[2], json!({"a": "ok"}));
 }
