@@ -22,6 +22,8 @@ pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 pub(crate) struct Runtime {
     pub engine: Engine,
     pub pre: SandboxPre<HostState>,
+    /// The `.cwasm` this runtime was loaded from.
+    pub cache_file: PathBuf,
 }
 
 /// Largest linear memory a run may be given (the `Limits::memory_bytes` ceiling).
@@ -65,7 +67,8 @@ const TABLE_ELEMENTS: usize = 64 * 1024;
 impl Runtime {
     pub fn load(config: &Config) -> Result<Runtime, Error> {
         let engine = Engine::new(&engine_config(config)).map_err(|e| Error::Engine(format!("{e:#}")))?;
-        let component = load_component(&engine, config)?;
+        let cache_file = cache_file(&engine, &config.resolved_cache_dir());
+        let component = load_component(&engine, config, &cache_file)?;
         let mut linker: Linker<HostState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| Error::Link(format!("{e:#}")))?;
         crate::bindings::Sandbox::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
@@ -73,7 +76,7 @@ impl Runtime {
         let pre = linker.instantiate_pre(&component).map_err(|e| Error::Link(format!("{e:#}")))?;
         let pre = SandboxPre::new(pre).map_err(|e| Error::Link(format!("{e:#}")))?;
         start_epoch_ticker(&engine);
-        Ok(Runtime { engine, pre })
+        Ok(Runtime { engine, pre, cache_file })
     }
 }
 
@@ -95,37 +98,64 @@ fn start_epoch_ticker(engine: &Engine) {
 
 /// The cache file name: component hash, wasmtime version and everything of the engine's
 /// configuration and host CPU that decides whether compiled code is compatible.
-pub(crate) fn cache_file(engine: &Engine, dir: &Path) -> PathBuf {
+fn cache_file(engine: &Engine, dir: &Path) -> PathBuf {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     let compat = hasher.finish();
     dir.join(format!("python-{}-wasmtime{WASMTIME_VERSION}-{compat:016x}.cwasm", &COMPONENT_SHA256[..16]))
 }
 
-fn load_component(engine: &Engine, config: &Config) -> Result<Component, Error> {
-    let dir = config.resolved_cache_dir();
-    let path = cache_file(engine, &dir);
+fn load_component(engine: &Engine, config: &Config, path: &Path) -> Result<Component, Error> {
+    let dir = path.parent().unwrap_or(Path::new("."));
     if path.exists() {
         // SAFETY: the file was written by `precompile_component` of an engine whose
         // compatibility hash is in its name; wasmtime also checks its header and refuses
         // files from another version or configuration.
-        match unsafe { Component::deserialize_file(engine, &path) } {
+        match unsafe { Component::deserialize_file(engine, path) } {
             Ok(component) => return Ok(component),
             Err(e) => tracing::warn!("cached runtime `{}` did not load ({e:#}); rebuilding it", path.display()),
         }
     }
     config.report_progress("sandpy: compiling the Python runtime to native code (first run only, a few seconds)...");
     let compiled = engine.precompile_component(COMPONENT).map_err(|e| Error::Compile(format!("{e:#}")))?;
-    match write_atomically(&dir, &path, &compiled) {
-        // SAFETY: as above; the file was just written from `precompile_component`.
-        Ok(()) => match unsafe { Component::deserialize_file(engine, &path) } {
-            Ok(component) => return Ok(component),
-            Err(e) => tracing::warn!("fresh cache entry `{}` did not load: {e:#}", path.display()),
-        },
+    match write_atomically(dir, path, &compiled) {
+        Ok(()) => {
+            prune_cache(dir, path);
+            // SAFETY: as above; the file was just written from `precompile_component`.
+            match unsafe { Component::deserialize_file(engine, path) } {
+                Ok(component) => return Ok(component),
+                Err(e) => tracing::warn!("fresh cache entry `{}` did not load: {e:#}", path.display()),
+            }
+        }
         Err(e) => tracing::warn!("cannot cache the compiled runtime ({e}); it will be compiled again next time"),
     }
     // SAFETY: `compiled` comes from `precompile_component` of this very engine.
     unsafe { Component::deserialize(engine, &compiled) }.map_err(|e| Error::Compile(format!("{e:#}")))
+}
+
+/// Other runtimes' entries kept beside the current one (other sandpy builds on the
+/// machine); older ones are removed, since each is ~50 MB and is rebuilt if needed.
+const OTHER_ENTRIES_KEPT: usize = 3;
+
+/// Remove all but the newest [`OTHER_ENTRIES_KEPT`] cache entries other than `current`.
+fn prune_cache(dir: &Path, current: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut others: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p != current)
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            name.starts_with("python-") && name.ends_with(".cwasm")
+        })
+        .filter_map(|p| Some((std::fs::metadata(&p).and_then(|m| m.modified()).ok()?, p)))
+        .collect();
+    others.sort_by(|a, b| b.0.cmp(&a.0));
+    for (_, stale) in others.into_iter().skip(OTHER_ENTRIES_KEPT) {
+        if let Err(e) = std::fs::remove_file(&stale) {
+            tracing::debug!("cannot prune `{}`: {e}", stale.display());
+        }
+    }
 }
 
 fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), Error> {

@@ -76,6 +76,11 @@ impl Sandbox {
         Ok(Sandbox { runtime: Arc::new(Runtime::load(&config)?), admission: Arc::new(admission) })
     }
 
+    /// The compiled runtime's cache file (to copy into images, or to check it exists).
+    pub fn cache_file(&self) -> &std::path::Path {
+        &self.runtime.cache_file
+    }
+
     /// Run `code` as a program (`__main__`) with `limits` and no tools.
     pub async fn run(&self, code: &str, limits: &Limits) -> Execution {
         self.run_with(code, &RunOptions::with_limits(limits.clone())).await

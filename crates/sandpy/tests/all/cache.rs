@@ -1,21 +1,21 @@
-//! The compiled-runtime cache: a bad entry is rebuilt, never fatal.
+//! The compiled-runtime cache: a bad entry is rebuilt, never fatal, and old entries of
+//! other runtimes are pruned.
 
 use sandpy::{Config, Limits, Sandbox, Status};
 
 #[test]
-fn a_corrupt_cache_entry_is_rebuilt() {
-    crate::sandbox(); // make sure the shared cache holds a good entry
-    let shared = Config::default().resolved_cache_dir();
+fn a_corrupt_cache_entry_is_rebuilt_and_old_entries_pruned() {
+    let current = crate::sandbox().cache_file();
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut copied = 0;
-    for entry in std::fs::read_dir(&shared).expect("shared cache").filter_map(|e| e.ok()) {
-        if entry.path().extension().is_some_and(|x| x == "cwasm") {
-            let target = dir.path().join(entry.file_name());
-            std::fs::write(&target, b"\x7fELF this is not a compiled component").expect("corrupt copy");
-            copied += 1;
-        }
+    let name = current.file_name().expect("a file name");
+    std::fs::write(dir.path().join(name), b"\x7fELF this is not a compiled component").expect("corrupt copy");
+    // Entries of five other (older) runtimes: all but the newest three get pruned.
+    for i in 0..5u64 {
+        let stale = dir.path().join(format!("python-{i:016x}-wasmtime48.0.8-0000000000000000.cwasm"));
+        let file = std::fs::File::create(&stale).expect("stale entry");
+        let age = std::time::Duration::from_secs(3600 * (i + 1));
+        file.set_modified(std::time::SystemTime::now() - age).expect("mtime");
     }
-    assert!(copied > 0, "no cache entry in {}", shared.display());
     let messages = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let seen = messages.clone();
     let config = Config {
@@ -28,5 +28,11 @@ fn a_corrupt_cache_entry_is_rebuilt() {
     assert_eq!((e.status, e.return_value), (Status::Ok, Some(serde_json::json!(2))));
     assert!(messages.lock().expect("lock").iter().any(|m| m.contains("compiling")), "a progress message was shown");
     let rebuilt: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").filter_map(|e| e.ok()).collect();
-    assert!(rebuilt.iter().any(|e| e.metadata().map(|m| m.len() > 1_000_000).unwrap_or(false)), "the entry was rewritten");
+    let size = std::fs::metadata(dir.path().join(name)).expect("the entry").len();
+    assert!(size > 1_000_000, "the corrupt entry was rewritten ({size} bytes)");
+    let mut names: Vec<String> = rebuilt.iter().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    let stale: Vec<&String> = names.iter().filter(|n| n.contains("-0000000000000000.cwasm")).collect();
+    assert_eq!(stale.len(), 3, "the three newest other entries are kept: {names:?}");
+    assert!(stale.iter().all(|n| !n.starts_with("python-0000000000000003") && !n.starts_with("python-0000000000000004")), "{names:?}");
 }
