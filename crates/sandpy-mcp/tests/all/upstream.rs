@@ -169,8 +169,7 @@ fn python_reads_from_one_tool_and_writes_to_another() {
         assert!(hub.servers().iter().all(|s| s.status.starts_with("ready")), "{:?}", hub.servers());
         let code = format!(
             "import csv, io\n\
-             text = call_mcp_tool('mcp__fs__read_text_file', {{'path': '{root}/people.csv'}})\n\
-             text = text['content'] if isinstance(text, dict) else text\n\
+             text = call_mcp_tool('mcp__fs__read_text_file', {{'path': '{root}/people.csv'}})['content']\n\
              rows = list(csv.DictReader(io.StringIO(text)))\n\
              tools.memory.create_entities(entities=[{{'name': r['name'], 'entityType': 'person', 'observations': [r['role']]}} for r in rows])\n\
              graph = tools.memory.read_graph()\n\
