@@ -68,6 +68,17 @@ impl AuditLog {
         }));
     }
 
+    /// One tool call the sandbox refused before it reached a server.
+    pub fn refused_call(&self, execution_id: &str, tool: &str, reason: &str) {
+        self.append(json!({
+            "kind": "tool_call",
+            "execution_id": execution_id,
+            "tool": tool,
+            "outcome": "refused",
+            "reason": reason,
+        }));
+    }
+
     /// One tool call, with sizes (and argument values when configured).
     pub fn tool_call(
         &self,

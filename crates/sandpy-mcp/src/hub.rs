@@ -345,6 +345,10 @@ impl ToolHost for AuditedTools {
         self.hub.explain_missing(name)
     }
 
+    fn refused(&self, name: &str, reason: &str) {
+        self.audit.refused_call(&self.execution_id, name, reason);
+    }
+
     fn call_tool(&self, name: &str, arguments: Value) -> ToolFuture {
         let (hub, audit, id, name) = (self.hub.clone(), self.audit.clone(), self.execution_id.clone(), name.to_string());
         Box::pin(async move {

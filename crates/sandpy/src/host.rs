@@ -132,6 +132,9 @@ impl ToolsHost for HostState {
             .iter()
             .map(|call| {
                 let admitted = access.admit(call, &known);
+                if let (Err(reason), Some(host)) = (&admitted, &access.host) {
+                    host.refused(&call.name, reason);
+                }
                 let host = access.host.clone();
                 let name = call.name.clone();
                 async move {

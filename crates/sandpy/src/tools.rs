@@ -39,6 +39,9 @@ pub trait ToolHost: Send + Sync + 'static {
     fn explain_missing(&self, name: &str) -> String {
         format!("unknown tool {name:?}; use discover_mcp_tools() or search_tools() to find one")
     }
+    /// A call the sandbox refused before it reached this host (allowlist, unknown tool,
+    /// size, malformed arguments), e.g. to audit it. Does nothing by default.
+    fn refused(&self, _name: &str, _reason: &str) {}
 }
 
 /// Which tools may be used: all, or those matching every layer of exact names or globs
