@@ -12,7 +12,12 @@ pub const MEMORY_PKG: &str = "@modelcontextprotocol/server-memory@2026.8.31";
 pub const FILESYSTEM_PKG: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
 
 fn everything() -> String {
-    format!(r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{EVERYTHING_PKG}"]}}}}}}"#)
+    everything_with("{}")
+}
+
+/// The `everything` server with this `sandpy` section.
+fn everything_with(sandpy: &str) -> String {
+    format!(r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{EVERYTHING_PKG}"]}}}}, "sandpy": {sandpy}}}"#)
 }
 
 #[test]
@@ -80,11 +85,7 @@ fn schema_violations_unknown_tools_and_allowlist_raise_tool_error() {
 #[test]
 fn config_allowlist_applies_to_every_run() {
     block_on(async {
-        let text = format!(
-            r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{EVERYTHING_PKG}"]}}}},
-                "sandpy": {{"allowed_tools": ["mcp__everything__echo"]}}}}"#
-        );
-        let hub = Hub::start(&config(&text)).await;
+        let hub = Hub::start(&config(&everything_with(r#"{"allowed_tools": ["mcp__everything__echo"]}"#))).await;
         let e = run_with_hub(&hub, "try:\n    call_mcp_tool('mcp__everything__get-env')\n    r = 'leaked'\nexcept ToolError as e:\n    r = str(e)\nr", RunOptions::default()).await;
         assert!(e.return_value.unwrap().as_str().unwrap().contains("not allowed"));
         hub.shutdown().await;
@@ -94,11 +95,7 @@ fn config_allowlist_applies_to_every_run() {
 #[test]
 fn a_hanging_tool_times_out_and_the_run_goes_on() {
     block_on(async {
-        let text = format!(
-            r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{EVERYTHING_PKG}"]}}}},
-                "sandpy": {{"limits": {{"tool_timeout_ms": 500}}}}}}"#
-        );
-        let hub = Hub::start(&config(&text)).await;
+        let hub = Hub::start(&config(&everything_with(r#"{"limits": {"tool_timeout_ms": 500}}"#))).await;
         let code = "try:\n    call_mcp_tool('mcp__everything__trigger-long-running-operation', {'duration': 30, 'steps': 1})\n    r = 'returned'\n\
                     except ToolError as e:\n    r = str(e)\n[r, call_mcp_tool('mcp__everything__echo', {'message': 'after'})]";
         let started = Instant::now();
