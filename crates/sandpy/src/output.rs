@@ -57,10 +57,6 @@ impl Capture {
         *b = Buffers { cap, ..Buffers::default() };
     }
 
-    pub fn overflowed(&self) -> bool {
-        self.lock().overflowed
-    }
-
     /// Take what was captured, marking a truncated stream.
     pub fn finish(&self) -> Captured {
         let mut b = self.lock();
@@ -98,8 +94,6 @@ pub(crate) struct CaptureStream {
     which: Which,
 }
 
-/// Largest single write the guest is offered; bounds the host's per-write allocation.
-const WRITE_PERMIT: usize = 64 * 1024;
 
 impl CaptureStream {
     fn write_bytes(&self, bytes: &[u8]) -> Result<(), &'static str> {
@@ -126,10 +120,15 @@ impl OutputStream for CaptureStream {
     }
 
     fn check_write(&mut self) -> StreamResult<usize> {
-        if self.capture.overflowed() {
+        // Offer the room left plus one byte, so that one write takes all a program prints
+        // (CPython's unbuffered stdio does not retry a partial write: it would silently
+        // drop the rest), and a write that does not fit reaches the cap and traps. The
+        // host's per-write allocation stays bounded by the cap.
+        let b = self.capture.lock();
+        if b.overflowed {
             return Err(StreamError::trap("sandpy: output limit reached"));
         }
-        Ok(WRITE_PERMIT)
+        Ok(b.cap.saturating_sub(b.stdout.len() + b.stderr.len()) + 1)
     }
 }
 

@@ -2,7 +2,7 @@
 //! the run's [`Status`].
 
 use crate::admission::Admission;
-use crate::bindings::{FunctionCall, GuestOptions, GuestPolicy, GuestViolation, Outcome, Task, Value};
+use crate::bindings::{FunctionCall, GuestOptions, GuestPolicy, GuestViolation, Outcome, PythonError, Task, Value};
 use crate::execution::{ErrorInfo, Execution, Status};
 use crate::host::{HostState, MemoryLimiter, ToolAccess};
 use crate::output::Capture;
@@ -298,6 +298,23 @@ fn check_code(code: &str, limits: &Limits) -> Option<Execution> {
     })
 }
 
+/// The guest's error report, each text cut at the output cap: the guest chooses how long
+/// an exception message is, and the host keeps what it is given.
+fn python_error(error: PythonError, limits: &Limits) -> ErrorInfo {
+    let cut = |mut text: String| {
+        if text.len() > limits.output_bytes {
+            let mut end = limits.output_bytes;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+            text.push_str(crate::output::TRUNCATION_MARKER);
+        }
+        text
+    };
+    ErrorInfo { kind: cut(error.type_name), message: cut(error.message), traceback: Some(cut(error.traceback)) }
+}
+
 fn limit_error(kind: &str, message: String) -> Option<ErrorInfo> {
     Some(ErrorInfo { kind: kind.into(), message, traceback: None })
 }
@@ -352,8 +369,7 @@ fn classify_outcome(
     if !outcome.violations.is_empty() {
         execution.violations = outcome.violations.into_iter().map(violation).collect();
         if let Some(error) = outcome.error {
-            let info = ErrorInfo { kind: error.type_name, message: error.message, traceback: Some(error.traceback) };
-            return (Status::PolicyViolation, Some(info));
+            return (Status::PolicyViolation, Some(python_error(error, limits)));
         }
         let first = &execution.violations[0];
         let message = format!("{} violation(s); first at line {}: {}", execution.violations.len(), first.line, first.message);
@@ -363,8 +379,7 @@ fn classify_outcome(
         if state.limiter.refused && error.type_name == "MemoryError" {
             return memory_limit(limits);
         }
-        let info = ErrorInfo { kind: error.type_name, message: error.message, traceback: Some(error.traceback) };
-        return (Status::Error, Some(info));
+        return (Status::Error, Some(python_error(error, limits)));
     }
     let (text, is_repr) = match outcome.value {
         None => return (Status::Ok, None),

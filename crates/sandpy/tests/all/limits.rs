@@ -67,8 +67,10 @@ fn output_cap_truncates_with_a_marker() {
     assert!(e.stdout.len() < 1100, "{} bytes kept", e.stdout.len());
     let e = run_with("import os\nwhile True:\n    os.write(2, b'x' * 4096)", &with(limits.clone()));
     assert_eq!(e.status, Status::OutputLimit);
-    let e = run_with("'y' * 5000", &with(limits));
+    let e = run_with("'y' * 5000", &with(limits.clone()));
     assert_eq!(e.status, Status::OutputLimit, "a return value counts too");
+    let e = run_with("raise ValueError('z' * 200_000)", &with(Limits { output_bytes: 100_000, ..limits }));
+    assert_eq!(e.status, Status::OutputLimit, "a huge exception message meets the cap as its traceback is printed");
     assert_host_fine();
 }
 

@@ -26,6 +26,14 @@ fn stdout_and_stderr_are_kept_apart() {
 }
 
 #[test]
+fn large_writes_arrive_whole() {
+    let e = run_ok("import sys, os\nprint('a' * 300_000)\nsys.stderr.write('b' * 200_000)\nos.write(1, b'c' * 100_000)");
+    assert_eq!(e.stdout.len(), 400_001, "a write over 64 KiB is not cut short");
+    assert_eq!(e.stderr.len(), 200_000);
+    assert!(!e.output_truncated);
+}
+
+#[test]
 fn python_error_has_type_message_and_user_traceback() {
     let e = run("def f(x):\n    return 1 / x\n\nf(0)\n");
     assert_eq!(e.status, Status::Error);
