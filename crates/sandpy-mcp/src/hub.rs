@@ -164,14 +164,10 @@ impl Upstream {
         Ok((peer, true))
     }
 
-    async fn forget_if_dead(&self) {
-        let mut slot = self.client.lock().await;
-        if slot.as_ref().is_some_and(|c| c.is_transport_closed()) {
-            if let Some(dead) = slot.take() {
-                tokio::spawn(async move { drop(dead.cancel().await) });
-            }
-        } else if let Some(client) = slot.take() {
-            // A send failed although the transport looks open: start afresh next time.
+    /// Drop the connection after a transport error (even one whose transport still looks
+    /// open), so that the next call starts the server afresh.
+    async fn forget(&self) {
+        if let Some(client) = self.client.lock().await.take() {
             tokio::spawn(async move { drop(client.cancel().await) });
         }
     }
@@ -290,7 +286,7 @@ impl Hub {
             Err(_) => Err(format!("tool {name} timed out after {} ms", timeout.as_millis())),
             Ok(Ok(result)) => result_value(result),
             Ok(Err(error)) if is_connection_error(&error) => {
-                upstream.forget_if_dead().await;
+                upstream.forget().await;
                 upstream.set_status(format!("crashed ({error}); restarts on the next call"));
                 Err(format!("server {} failed during the call ({error}); it will be restarted on the next call", upstream.name))
             }

@@ -288,7 +288,8 @@ fn violation(v: GuestViolation) -> Violation {
     Violation { line: v.line, column: v.column, rule: v.rule, message: v.message }
 }
 
-fn check_code(code: &str, limits: &Limits) -> Option<Execution> {
+/// The `invalid_input` execution for code over the size cap.
+pub(crate) fn check_code(code: &str, limits: &Limits) -> Option<Execution> {
     (code.len() > limits.code_bytes).then(|| {
         Execution::refused(
             Status::InvalidInput,

@@ -18,7 +18,7 @@ use crate::bindings::{Sandbox as Instance, Task};
 use crate::execution::{Execution, Status};
 use crate::host::{HostState, RecordedCall};
 use crate::output::Capture;
-use crate::sandbox::{finish, guest_options, tool_access};
+use crate::sandbox::{check_code, finish, guest_options, tool_access};
 use crate::{RunOptions, Sandbox};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -143,9 +143,8 @@ impl Session {
             let message = format!("the session is unusable since a run {reason}; reset or close it");
             return Execution::refused(Status::SessionPoisoned, "SessionPoisoned", message);
         }
-        if code.len() > options.limits.code_bytes {
-            let message = format!("the code is {} bytes, over the limit of {} bytes", code.len(), options.limits.code_bytes);
-            return Execution::refused(Status::InvalidInput, "InvalidInput", message);
+        if let Some(refused) = check_code(code, &options.limits) {
+            return refused;
         }
         let mut tools = match tool_access(options) {
             Ok(tools) => tools,
