@@ -39,6 +39,7 @@ from . import event_loop, policy, preload, tools
 
 _GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
 _RESULT_NAME = "__sandpy_result__"
+_SCRATCH_DIR = "/tmp"
 # The modules as pre-init left them: restored before reporting, so that user code that
 # emptied or poisoned `sys.modules` cannot break the error report.
 _SNAPSHOT_MODULES = dict(sys.modules)
@@ -56,6 +57,8 @@ def _prepare_interpreter() -> None:
     _prepared = True
     random.seed()  # the snapshot's seed is the same for every run: reseed from WASI random
     tempfile._name_sequence = None  # type: ignore[attr-defined]
+    tempfile.tempdir = _SCRATCH_DIR
+    os.chdir(_SCRATCH_DIR)  # the host preopens the run's private scratch folder here
     for stream in (sys.stdout, sys.stderr):
         # Line buffering keeps output that precedes a timeout or a trap.
         stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]

@@ -28,6 +28,7 @@ pub fn status_code(status: Status) -> u8 {
         Status::InternalError => 10,
         Status::Busy => 11,
         Status::SessionPoisoned => 12,
+        Status::DiskLimit => 13,
         _ => 10,
     }
 }

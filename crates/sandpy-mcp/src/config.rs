@@ -110,6 +110,8 @@ pub struct Config {
     pub max_concurrent_runs: Option<usize>,
     /// Runs waiting for a slot before new ones are answered `busy` (default 256).
     pub max_queued_runs: Option<usize>,
+    /// Host folders every run may read, at their guest paths.
+    pub mounts: Vec<sandpy::Mount>,
     /// The file this came from, if any.
     pub source: Option<PathBuf>,
 }
@@ -154,6 +156,9 @@ struct RawSandpy {
     sessions: RawSessions,
     max_concurrent_runs: Option<usize>,
     max_queued_runs: Option<usize>,
+    /// Guest path -> host folder (relative to the config file), read-only.
+    #[serde(default)]
+    mounts: BTreeMap<String, PathBuf>,
 }
 
 #[derive(Deserialize, Default)]
@@ -175,6 +180,8 @@ struct RawLimits {
     max_tool_calls: Option<usize>,
     max_tool_result_bytes: Option<usize>,
     tool_timeout_ms: Option<u64>,
+    disk_mb: Option<u64>,
+    output_files_mb: Option<u64>,
 }
 
 /// Server names become part of tool names and Python identifiers.
@@ -269,6 +276,12 @@ impl Config {
         limits.code_bytes = l.max_code_bytes.unwrap_or(limits.code_bytes);
         limits.tool_calls = l.max_tool_calls.unwrap_or(limits.tool_calls);
         limits.tool_result_bytes = l.max_tool_result_bytes.unwrap_or(limits.tool_result_bytes);
+        if let Some(mb) = l.disk_mb {
+            limits.disk_bytes = mb << 20;
+        }
+        if let Some(mb) = l.output_files_mb {
+            limits.output_files_bytes = mb << 20;
+        }
         if let Some(ms) = l.tool_timeout_ms {
             defaults.tool_timeout = Duration::from_millis(ms.max(1));
         }
@@ -300,6 +313,9 @@ impl Config {
             sessions.memory_bytes = (mb as usize) << 20;
         }
         let session_dir = raw_sessions.save_dir.map(|dir| base.join(dir));
+        let mounts: Vec<sandpy::Mount> =
+            raw.sandpy.mounts.into_iter().map(|(guest, host)| sandpy::Mount { host: base.join(host), guest }).collect();
+        sandpy::Mount::validate(&mounts).map_err(|message| invalid("sandpy.mounts", message))?;
         let config = Config {
             servers,
             defaults,
@@ -312,6 +328,7 @@ impl Config {
             session_dir,
             max_concurrent_runs: raw.sandpy.max_concurrent_runs,
             max_queued_runs: raw.sandpy.max_queued_runs,
+            mounts,
             source: Some(path.to_path_buf()),
         };
         if let Err(message) = config.policy(None) {

@@ -30,6 +30,8 @@ pub struct ServerState {
     limits: sandpy::Limits,
     sessions: Sessions,
     session_dir: Option<std::path::PathBuf>,
+    /// The config's read-only mounts, given to every run.
+    mounts: Vec<sandpy::Mount>,
     audit: Option<AuditLog>,
     executions: AtomicU64,
 }
@@ -65,6 +67,43 @@ fn strings_arg(args: &JsonObject, key: &str) -> Result<Option<Vec<String>>, Erro
     }
 }
 
+/// The `files` argument: each with `text` or `content_base64`.
+fn input_files(args: &JsonObject) -> Result<Vec<sandpy::InputFile>, ErrorData> {
+    use base64::Engine;
+    let Some(items) = args.get("files").filter(|v| !v.is_null()) else { return Ok(Vec::new()) };
+    let items = items.as_array().ok_or_else(|| invalid("`files` must be a list of {path, text | content_base64}"))?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let path = item.get("path").and_then(Value::as_str).ok_or_else(|| invalid(format!("`files[{i}].path` must be a string")))?;
+            let content = match (item.get("text").and_then(Value::as_str), item.get("content_base64").and_then(Value::as_str)) {
+                (Some(text), None) => text.as_bytes().to_vec(),
+                (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .map_err(|e| invalid(format!("`files[{i}].content_base64` is not base64: {e}")))?,
+                _ => return Err(invalid(format!("`files[{i}]` needs exactly one of `text` and `content_base64`"))),
+            };
+            Ok(sandpy::InputFile { path: path.to_string(), content })
+        })
+        .collect()
+}
+
+/// An output file as MCP content: images as images, other files as embedded resources
+/// (text when UTF-8).
+fn file_block(file: &sandpy::OutputFile) -> ContentBlock {
+    use base64::Engine;
+    let encoded = || base64::engine::general_purpose::STANDARD.encode(&file.content);
+    let uri = format!("file://{}/{}", sandpy::OUTPUT_DIR, file.name);
+    if file.mime_type.starts_with("image/") {
+        ContentBlock::image(encoded(), file.mime_type.clone())
+    } else if let Some(text) = file.text() {
+        ContentBlock::resource(rmcp::model::ResourceContents::text(text, uri).with_mime_type(file.mime_type.clone()))
+    } else {
+        ContentBlock::resource(rmcp::model::ResourceContents::blob(encoded(), uri).with_mime_type(file.mime_type.clone()))
+    }
+}
+
 /// A successful result carrying `value` as structured content and as text.
 fn structured(value: Value) -> CallToolResult {
     let mut result = CallToolResult::success(vec![ContentBlock::text(value.to_string())]);
@@ -88,8 +127,10 @@ fn session_result(session: &str, found: bool, done: &str) -> CallToolResult {
 }
 
 /// The in-sandbox API, taught in the `run_python` description.
-const API_GUIDE: &str = "Run Python 3.14 (full stdlib, no network/files) in a fresh sandbox. \
+const API_GUIDE: &str = "Run Python 3.14 (full stdlib, no network) in a fresh sandbox. \
 The value of the last expression is returned; print() output is captured.\n\
+Files: the working directory is a private /tmp (pass `files` to put inputs there); files written \
+under /output are returned with the result (images as images).\n\
 Call MCP tools from the code (no imports needed):\n\
 - `await call_mcp_tool(\"mcp__<server>__<tool>\", {...})` (or without await in plain sync code)\n\
 - `tools.<server>.<tool>(**kwargs)` (names with - or . use _)\n\
@@ -111,7 +152,9 @@ impl SandpyServer {
         let limits = config.limits_for(policy.as_ref());
         let sessions = Sessions::new(&sandbox, config.sessions.clone());
         let session_dir = config.session_dir.clone();
-        let state = ServerState { sandbox, hub, policy, limits, sessions, session_dir, audit, executions: AtomicU64::new(0) };
+        let mounts = config.mounts.clone();
+        let state =
+            ServerState { sandbox, hub, policy, limits, sessions, session_dir, mounts, audit, executions: AtomicU64::new(0) };
         Ok(SandpyServer(Arc::new(state)))
     }
 
@@ -131,12 +174,18 @@ impl SandpyServer {
         let timeout = json!({"type": "integer", "minimum": 1, "description": "wall-clock limit in ms (at most the server's limit)"});
         let allowed = json!({"type": "array", "items": {"type": "string"}, "description": "tool names or globs this run may use (narrows the server's allowlist)"});
         let session = json!({"type": "string", "description": "run in this session: globals and imports persist between runs with the same id"});
+        let files = json!({"type": "array", "description": "input files, put in /tmp (the working directory) before the code runs",
+            "items": {"type": "object", "properties": {
+                "path": {"type": "string", "description": "relative to /tmp, e.g. data.csv"},
+                "text": {"type": "string", "description": "content as UTF-8 text"},
+                "content_base64": {"type": "string", "description": "content as base64 (binary files)"}},
+                "required": ["path"]}});
         let session_only = object(json!({"type": "object", "properties": {"session_id": {"type": "string"}}, "required": ["session_id"]}));
         vec![
             Tool::new(
                 "run_python",
                 self.run_python_description(),
-                object(json!({"type": "object", "properties": {"code": code, "timeout_ms": timeout, "allowed_tools": allowed, "session_id": session}, "required": ["code"]})),
+                object(json!({"type": "object", "properties": {"code": code, "timeout_ms": timeout, "allowed_tools": allowed, "session_id": session, "files": files}, "required": ["code"]})),
             ),
             Tool::new(
                 "call_python_function",
@@ -144,7 +193,7 @@ impl SandpyServer {
                  (a list for positional, an object for keyword arguments); returns the JSON result.",
                 object(json!({"type": "object", "properties": {
                     "code": code, "function": {"type": "string"},
-                    "arguments": {"type": ["array", "object"]}, "timeout_ms": timeout}, "required": ["code", "function"]})),
+                    "arguments": {"type": ["array", "object"]}, "timeout_ms": timeout, "files": files}, "required": ["code", "function"]})),
             ),
             Tool::new(
                 "search_tools",
@@ -203,6 +252,8 @@ impl SandpyServer {
             tools: Some(self.0.hub.for_execution(execution_id, self.0.audit.clone())),
             allowed_tools: strings_arg(args, "allowed_tools")?,
             policy: self.0.policy.clone(),
+            files: input_files(args)?,
+            mounts: self.0.mounts.clone(),
             ..RunOptions::default()
         })
     }
@@ -214,11 +265,9 @@ impl SandpyServer {
         let text = summarize(&execution);
         let ok = execution.is_ok();
         let structured = serde_json::to_value(&execution).unwrap_or(Value::Null);
-        let mut result = if ok {
-            CallToolResult::success(vec![ContentBlock::text(text)])
-        } else {
-            CallToolResult::error(vec![ContentBlock::text(text)])
-        };
+        let mut content = vec![ContentBlock::text(text)];
+        content.extend(execution.files.iter().map(file_block));
+        let mut result = if ok { CallToolResult::success(content) } else { CallToolResult::error(content) };
         result.structured_content = Some(structured);
         result
     }

@@ -41,6 +41,9 @@ pub fn summarize(execution: &Execution) -> String {
         };
         let _ = writeln!(out, "--- return value ---\n{}", excerpt(&shown));
     }
+    for file in &execution.files {
+        let _ = writeln!(out, "--- file {}/{} ({}, {} bytes) ---", sandpy::OUTPUT_DIR, file.name, file.mime_type, file.size);
+    }
     if let Some(error) = &execution.error {
         if execution.status != Status::Error || error.traceback.is_none() {
             let _ = writeln!(out, "--- {} ---\n{}", error.kind, error.message);

@@ -20,11 +20,14 @@ pub struct Config {
     pub max_concurrent_runs: Option<usize>,
     /// Runs waiting for a slot; one more ends at once with status `busy`.
     pub max_queued_runs: usize,
+    /// Where each run's scratch and output folders are made (and removed); `None`
+    /// means `$SANDPY_SCRATCH_DIR`, else `sandpy` in the system's temporary folder.
+    pub scratch_dir: Option<PathBuf>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { cache_dir: None, progress: None, pooled_instances: Some(256), max_concurrent_runs: None, max_queued_runs: 256 }
+        Config { cache_dir: None, progress: None, pooled_instances: Some(256), max_concurrent_runs: None, max_queued_runs: 256, scratch_dir: None }
     }
 }
 
@@ -36,6 +39,7 @@ impl std::fmt::Debug for Config {
             .field("pooled_instances", &self.pooled_instances)
             .field("max_concurrent_runs", &self.max_concurrent_runs)
             .field("max_queued_runs", &self.max_queued_runs)
+            .field("scratch_dir", &self.scratch_dir)
             .finish()
     }
 }
@@ -50,6 +54,17 @@ impl Config {
             return PathBuf::from(dir);
         }
         dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("sandpy")
+    }
+
+    /// The folder that holds the runs' scratch folders.
+    pub fn resolved_scratch_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.scratch_dir {
+            return dir.clone();
+        }
+        match std::env::var_os("SANDPY_SCRATCH_DIR") {
+            Some(dir) => PathBuf::from(dir),
+            None => std::env::temp_dir().join("sandpy"),
+        }
     }
 
     /// Runs executing at once, never more than the instance pool holds.

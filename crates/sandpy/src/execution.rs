@@ -21,6 +21,9 @@ pub enum Status {
     OutputLimit,
     /// The program made more tool calls than allowed.
     ToolCallLimit,
+    /// A disk quota (`/tmp` or `/output`) or the open-file cap refused a write the
+    /// program did not recover from (Python saw `OSError`).
+    DiskLimit,
     /// The WebAssembly stack was exhausted (deep recursion in C code).
     StackOverflow,
     /// The code broke its policy: found by the check before running, or refused while
@@ -47,6 +50,7 @@ impl Status {
             Status::MemoryLimit => "memory_limit",
             Status::OutputLimit => "output_limit",
             Status::ToolCallLimit => "tool_call_limit",
+            Status::DiskLimit => "disk_limit",
             Status::StackOverflow => "stack_overflow",
             Status::PolicyViolation => "policy_violation",
             Status::InvalidInput => "invalid_input",
@@ -106,6 +110,9 @@ pub struct Execution {
     /// Policy violations, when `status` is `policy_violation`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub violations: Vec<crate::Violation>,
+    /// Files the program left under `/output`, whatever the status.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<crate::OutputFile>,
 }
 
 impl Execution {
@@ -127,6 +134,7 @@ impl Execution {
             memory_peak_bytes: 0,
             tool_calls: 0,
             violations: Vec::new(),
+            files: Vec::new(),
         }
     }
 }

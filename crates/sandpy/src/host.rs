@@ -93,6 +93,7 @@ pub(crate) struct HostState {
     pub table: ResourceTable,
     pub limiter: MemoryLimiter,
     pub tools: ToolAccess,
+    pub disk: crate::disk::DiskGuard,
 }
 
 impl WasiView for HostState {

@@ -23,15 +23,22 @@
 //! Tools: implement [`ToolHost`] (the `sandpy-mcp` crate does, for MCP servers) and pass
 //! it in [`RunOptions`]; the allowlist and limits are applied on the host.
 //!
-//! The WebAssembly boundary is the security boundary: the guest has no files, sockets,
-//! processes, environment variables or host memory beyond its own linear memory.
+//! Files: every run gets a private scratch folder (`/tmp`, the working directory) and an
+//! `/output` folder whose files come back in [`Execution::files`], both under quotas the
+//! host enforces; [`RunOptions`] can add [`InputFile`]s and read-only [`Mount`]s.
+//!
+//! The WebAssembly boundary is the security boundary: the guest has no sockets,
+//! processes, environment variables, host files beyond the folders above, or host memory
+//! beyond its own linear memory.
 #![deny(missing_docs)]
 
 mod admission;
 mod bindings;
 mod config;
+mod disk;
 mod error;
 mod execution;
+mod files;
 mod host;
 mod limits;
 mod output;
@@ -44,6 +51,7 @@ mod tools;
 pub use config::Config;
 pub use error::Error;
 pub use execution::{ErrorInfo, Execution, Status};
+pub use files::{InputFile, Mount, OutputFile, OUTPUT_DIR, SCRATCH_DIR};
 pub use limits::Limits;
 pub use policy::{Policy, Violation};
 pub use sandbox::{RunOptions, Sandbox};

@@ -8,7 +8,8 @@ use std::time::Duration;
 /// `memory_limit` unless the code recovered).
 ///
 /// Defaults: 30 s wall clock, 256 MiB linear memory, 1 MiB of stdout + stderr, 1 MiB of
-/// code, 1000 tool calls, 8 MiB per tool result.
+/// code, 1000 tool calls, 8 MiB per tool result, 64 MiB of scratch files, 8 MiB of
+/// output files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Wall-clock time for the whole run, tool calls included.
@@ -23,6 +24,10 @@ pub struct Limits {
     pub tool_calls: usize,
     /// Cap on the size of one tool result (and of one call's arguments), in bytes.
     pub tool_result_bytes: usize,
+    /// Disk quota of the scratch folder `/tmp` (input files included), in bytes.
+    pub disk_bytes: u64,
+    /// Disk quota of `/output`, and so the most file bytes a run returns.
+    pub output_files_bytes: u64,
 }
 
 impl Limits {
@@ -48,6 +53,8 @@ impl Default for Limits {
             code_bytes: 1 << 20,
             tool_calls: 1000,
             tool_result_bytes: 8 << 20,
+            disk_bytes: 64 << 20,
+            output_files_bytes: 8 << 20,
         }
     }
 }

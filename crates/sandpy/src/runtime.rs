@@ -71,6 +71,7 @@ impl Runtime {
         let component = load_component(&engine, config, &cache_file)?;
         let mut linker: Linker<HostState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| Error::Link(format!("{e:#}")))?;
+        crate::disk::add_to_linker(&mut linker).map_err(|e| Error::Link(format!("{e:#}")))?;
         crate::bindings::Sandbox::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| Error::Link(format!("{e:#}")))?;
         let pre = linker.instantiate_pre(&component).map_err(|e| Error::Link(format!("{e:#}")))?;

@@ -4,6 +4,7 @@
 use crate::admission::Admission;
 use crate::bindings::{FunctionCall, GuestOptions, GuestPolicy, GuestViolation, Outcome, PythonError, Task, Value};
 use crate::execution::{ErrorInfo, Execution, Status};
+use crate::files::{InputFile, Mount, Workspace};
 use crate::host::{HostState, MemoryLimiter, ToolAccess};
 use crate::output::Capture;
 use crate::runtime::Runtime;
@@ -28,10 +29,12 @@ use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
 pub struct Sandbox {
     runtime: Arc<Runtime>,
     admission: Arc<Admission>,
+    scratch_dir: Arc<std::path::PathBuf>,
 }
 
 /// Everything about one run besides the code. Defaults: [`Limits::default`], empty stdin,
-/// no tools, every tool of the tool host allowed, no policy, tracebacks naming `<sandbox>`.
+/// no tools, every tool of the tool host allowed, no policy, tracebacks naming `<sandbox>`,
+/// no input files, no mounts.
 #[derive(Clone, Default)]
 pub struct RunOptions {
     /// The run's limits.
@@ -47,6 +50,10 @@ pub struct RunOptions {
     /// Checked before the code runs and enforced while it runs. Its limit defaults are not
     /// applied here (see [`Policy::limits`]); its `allowed_tools` narrow `allowed_tools`.
     pub policy: Option<Policy>,
+    /// Files written into the scratch folder (`/tmp`) before the code runs.
+    pub files: Vec<InputFile>,
+    /// Host folders the code may read. A session keeps the mounts of its first run.
+    pub mounts: Vec<Mount>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -58,6 +65,8 @@ impl std::fmt::Debug for RunOptions {
             .field("allowed_tools", &self.allowed_tools)
             .field("filename", &self.filename)
             .field("policy", &self.policy.as_ref().map(|p| &p.name))
+            .field("files", &self.files.iter().map(|f| &f.path).collect::<Vec<_>>())
+            .field("mounts", &self.mounts)
             .finish()
     }
 }
@@ -73,7 +82,11 @@ impl Sandbox {
     /// Load the runtime: from the on-disk cache, or compiled now and cached.
     pub fn new(config: Config) -> Result<Sandbox, Error> {
         let admission = Admission::new(config.concurrency(), config.max_queued_runs);
-        Ok(Sandbox { runtime: Arc::new(Runtime::load(&config)?), admission: Arc::new(admission) })
+        Ok(Sandbox {
+            runtime: Arc::new(Runtime::load(&config)?),
+            admission: Arc::new(admission),
+            scratch_dir: Arc::new(config.resolved_scratch_dir()),
+        })
     }
 
     /// The compiled runtime's cache file (to copy into images, or to check it exists).
@@ -153,8 +166,15 @@ impl Sandbox {
             Ok(tools) => tools,
             Err(refused) => return refused,
         };
+        let workspace = match self.workspace(options) {
+            Ok(workspace) => workspace,
+            Err(refused) => return refused,
+        };
         let capture = Capture::new(limits.output_bytes);
-        let mut store = self.new_store(&capture, limits.memory_bytes, options.stdin.as_deref(), tools);
+        let mut store = match self.new_store(&capture, limits.memory_bytes, options.stdin.as_deref(), tools, &workspace) {
+            Ok(store) => store,
+            Err(refused) => return refused,
+        };
         let guest_options = guest_options(options, false);
         let result = {
             let pre = &self.runtime.pre;
@@ -166,7 +186,20 @@ impl Sandbox {
             };
             tokio::time::timeout(limits.timeout, run).await
         };
-        finish(&store, &capture, result, limits, started).0
+        let mut execution = finish(&store, &capture, result, limits, started).0;
+        execution.files = workspace.take_outputs();
+        execution
+    }
+
+    /// The run's folders, with its input files written; `invalid_input` for bad mounts
+    /// or inputs.
+    pub(crate) fn workspace(&self, options: &RunOptions) -> Result<Workspace, Execution> {
+        let workspace = Workspace::create(&self.scratch_dir, &options.limits, &options.mounts)
+            .map_err(|message| Execution::refused(Status::InvalidInput, "InvalidInput", message))?;
+        workspace
+            .write_inputs(&options.files, &options.limits)
+            .map_err(|message| Execution::refused(Status::InvalidInput, "InvalidInput", message))?;
+        Ok(workspace)
     }
 
     /// A run slot, or the `busy` execution that says why there is none.
@@ -177,13 +210,25 @@ impl Sandbox {
             .map_err(|refusal| Execution::refused(Status::Busy, "Busy", refusal.message()))
     }
 
+    pub(crate) fn scratch_dir(&self) -> &std::path::Path {
+        &self.scratch_dir
+    }
+
     pub(crate) fn runtime(&self) -> &Runtime {
         &self.runtime
     }
 
-    /// A store for one instance: its WASI context (stdio captured, no network), memory
-    /// limiter and tools; epoch ticks yield to tokio so timeouts can fire.
-    pub(crate) fn new_store(&self, capture: &Capture, memory_bytes: usize, stdin: Option<&[u8]>, tools: ToolAccess) -> Store<HostState> {
+    /// A store for one instance: its WASI context (stdio captured, the workspace's
+    /// folders, no network), memory limiter and tools; epoch ticks yield to tokio so
+    /// timeouts can fire.
+    pub(crate) fn new_store(
+        &self,
+        capture: &Capture,
+        memory_bytes: usize,
+        stdin: Option<&[u8]>,
+        tools: ToolAccess,
+        workspace: &Workspace,
+    ) -> Result<Store<HostState>, Execution> {
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(capture.stdout_factory())
             .stderr(capture.stderr_factory())
@@ -193,17 +238,19 @@ impl Sandbox {
         if let Some(stdin) = stdin {
             wasi.stdin(MemoryInputPipe::new(stdin.to_vec()));
         }
+        workspace.preopen(&mut wasi).map_err(|message| Execution::refused(Status::InternalError, "InternalError", message))?;
         let state = HostState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
             limiter: MemoryLimiter { cap: memory_bytes, peak: 0, refused: false },
             tools,
+            disk: workspace.guard(),
         };
         let mut store = Store::new(&self.runtime.engine, state);
         store.limiter(|s| &mut s.limiter);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
-        store
+        Ok(store)
     }
 }
 
@@ -259,15 +306,17 @@ pub(crate) fn finish(
         memory_peak_bytes: state.limiter.peak as u64,
         tool_calls: state.tools.calls as u64,
         violations: Vec::new(),
+        files: Vec::new(),
     };
     let returned = matches!(result, Ok(Ok(_)));
+    let disk_refusal = state.disk.take_refusal();
     let (status, error) = match result {
         Err(_elapsed) => (
             Status::Timeout,
             limit_error("Timeout", format!("the run exceeded its wall-clock limit of {} ms", limits.timeout.as_millis())),
         ),
         Ok(Err(trap)) => classify_trap(&trap, state, captured.truncated, limits),
-        Ok(Ok(outcome)) => classify_outcome(outcome, state, limits, &mut execution),
+        Ok(Ok(outcome)) => classify_outcome(outcome, state, disk_refusal, limits, &mut execution),
     };
     execution.status = status;
     execution.error = error;
@@ -364,6 +413,7 @@ fn classify_trap(
 fn classify_outcome(
     outcome: Outcome,
     state: &HostState,
+    disk_refusal: Option<crate::disk::Refusal>,
     limits: &Limits,
     execution: &mut Execution,
 ) -> (Status, Option<ErrorInfo>) {
@@ -379,6 +429,13 @@ fn classify_outcome(
     if let Some(error) = outcome.error {
         if state.limiter.refused && error.type_name == "MemoryError" {
             return memory_limit(limits);
+        }
+        if let Some(refusal) = disk_refusal {
+            // The program did not recover from a refused write; its traceback says where.
+            let mut info = python_error(error, limits);
+            info.message = format!("{} ({}: {})", refusal.message(), info.kind, info.message);
+            info.kind = "DiskLimit".into();
+            return (Status::DiskLimit, Some(info));
         }
         return (Status::Error, Some(python_error(error, limits)));
     }

@@ -16,6 +16,7 @@
 
 use crate::bindings::{Sandbox as Instance, Task};
 use crate::execution::{Execution, Status};
+use crate::files::{InputFile, Workspace};
 use crate::host::{HostState, RecordedCall};
 use crate::output::Capture;
 use crate::sandbox::{check_code, finish, guest_options, tool_access};
@@ -31,6 +32,7 @@ struct Live {
     store: Store<HostState>,
     instance: Instance,
     capture: Capture,
+    workspace: Workspace,
 }
 
 #[derive(Default)]
@@ -50,6 +52,9 @@ pub struct Cell {
     pub status: Status,
     /// Its tool calls and the answers they got, in order.
     pub tool_calls: Vec<RecordedCall>,
+    /// The input files it was given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<InputFile>,
 }
 
 /// A saved session: enough to rebuild its state by replay (see the module docs).
@@ -80,7 +85,10 @@ impl Session {
     }
 
     /// Run `code` in the session's namespace. `options.stdin` is ignored (a session's
-    /// stdin is empty) and the memory limit is the session's own.
+    /// stdin is empty) and the memory limit is the session's own. The session's files
+    /// stay between runs (`options.files` are added to them); each run returns the files
+    /// it left under `/output` and empties it. The mounts, disk quotas and output cap are
+    /// those of the first run.
     pub async fn run(&self, code: &str, options: &RunOptions) -> Execution {
         let mut state = self.state.lock().await; // FIFO: runs go in call order
         self.run_cell(&mut state, code, options, None).await
@@ -112,7 +120,8 @@ impl Session {
             let mut state = session.state.lock().await;
             for (i, cell) in snapshot.cells.iter().enumerate() {
                 let replay = cell.tool_calls.iter().cloned().collect();
-                let execution = session.run_cell(&mut state, &cell.code, options, Some(replay)).await;
+                let options = RunOptions { files: cell.files.clone(), ..options.clone() };
+                let execution = session.run_cell(&mut state, &cell.code, &options, Some(replay)).await;
                 if execution.status != cell.status {
                     let why = execution.error.map(|e| format!(": {}: {}", e.kind, e.message)).unwrap_or_default();
                     return Err(format!(
@@ -165,18 +174,20 @@ impl Session {
         let task = Task::Run(code.to_string());
         let mut live = match state.live.take() {
             Some(live) => live,
-            None => {
-                let capture = Capture::new(limits.output_bytes);
-                let mut store = self.sandbox.new_store(&capture, self.memory_bytes, None, tools.clone());
-                match self.sandbox.runtime().pre.instantiate_async(&mut store).await {
-                    Ok(instance) => Live { store, instance, capture },
-                    Err(e) => {
-                        let message = format!("cannot start the session's instance: {e:#}");
-                        return Execution::refused(Status::InternalError, "InternalError", message);
-                    }
-                }
-            }
+            None => match self.start(&options, tools.clone()).await {
+                Ok(live) => live,
+                Err(refused) => return refused,
+            },
         };
+        let prepared = if live.workspace.has_mounts(&options.mounts) {
+            live.workspace.write_inputs(&options.files, limits)
+        } else {
+            Err("a session keeps the mounts of its first run; close it to change them".to_string())
+        };
+        if let Err(message) = prepared {
+            state.live = Some(live);
+            return Execution::refused(Status::InvalidInput, "InvalidInput", message);
+        }
         live.capture.reset(limits.output_bytes);
         {
             let data = live.store.data_mut();
@@ -185,15 +196,33 @@ impl Session {
         }
         live.store.set_epoch_deadline(1);
         let result = tokio::time::timeout(limits.timeout, live.instance.call_execute(&mut live.store, &task, &guest_options)).await;
-        let (execution, returned) = finish(&live.store, &live.capture, result, limits, started);
+        let (mut execution, returned) = finish(&live.store, &live.capture, result, limits, started);
+        execution.files = live.workspace.take_outputs();
         if !returned || execution.status == Status::MemoryLimit {
             state.poisoned = Some(format!("ended with status {}", execution.status));
         } else {
             let tool_calls = live.store.data_mut().tools.recorded.take().unwrap_or_default();
-            state.journal.push(Cell { code: code.to_string(), status: execution.status, tool_calls });
+            let files = options.files.clone();
+            state.journal.push(Cell { code: code.to_string(), status: execution.status, tool_calls, files });
             state.live = Some(live);
         }
         execution
+    }
+
+    /// The session's instance and folders, made on its first run.
+    async fn start(&self, options: &RunOptions, tools: crate::host::ToolAccess) -> Result<Live, Execution> {
+        let limits = &options.limits;
+        let workspace = Workspace::create(self.sandbox.scratch_dir(), limits, &options.mounts)
+            .map_err(|message| Execution::refused(Status::InvalidInput, "InvalidInput", message))?;
+        let capture = Capture::new(limits.output_bytes);
+        let mut store = self.sandbox.new_store(&capture, self.memory_bytes, None, tools, &workspace)?;
+        match self.sandbox.runtime().pre.instantiate_async(&mut store).await {
+            Ok(instance) => Ok(Live { store, instance, capture, workspace }),
+            Err(e) => {
+                let message = format!("cannot start the session's instance: {e:#}");
+                Err(Execution::refused(Status::InternalError, "InternalError", message))
+            }
+        }
     }
 
     /// Forget all state: the next run starts from a fresh interpreter.

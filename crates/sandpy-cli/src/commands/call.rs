@@ -33,6 +33,8 @@ pub struct Args {
     #[command(flatten)]
     limits: super::run::LimitArgs,
     #[command(flatten)]
+    files: super::files::FileArgs,
+    #[command(flatten)]
     settings: super::ConfigArgs,
 }
 
@@ -42,6 +44,9 @@ fn line_result(line: usize, execution: &Execution) -> Value {
     match &execution.error {
         None => out["result"] = execution.return_value.clone().unwrap_or(Value::Null),
         Some(error) => out["error"] = json!({"type": error.kind, "message": error.message}),
+    }
+    if !execution.files.is_empty() {
+        out["files"] = serde_json::to_value(&execution.files).unwrap_or(Value::Null);
     }
     out
 }
@@ -62,6 +67,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         filename: Some(filename),
         policy: resolved.policy,
         allowed_tools: args.settings.allowed(),
+        files: args.files.inputs()?,
+        mounts: args.files.mounts(&resolved.config.mounts)?,
         ..RunOptions::default()
     };
     let sandbox = super::sandbox()?;
@@ -77,10 +84,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
                 println!("{value}");
             }
         }
+        args.files.save_outputs(&execution)?;
         return Ok(Outcome::Run(execution.status));
     };
     if args.json {
         bail!("--json is for a single call; --args-file already prints JSON Lines");
+    }
+    if args.files.output_dir.is_some() {
+        bail!("--output-dir is for a single call; with --args-file each line's files are in its result");
     }
     let reader: Box<dyn BufRead> = if path.as_os_str() == "-" {
         Box::new(std::io::stdin().lock())

@@ -4,6 +4,7 @@ mod bench;
 mod call;
 mod check;
 mod demo;
+mod files;
 mod run;
 mod serve;
 mod warmup;

@@ -26,6 +26,8 @@ pub struct Args {
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
+    files: super::files::FileArgs,
+    #[command(flatten)]
     settings: super::ConfigArgs,
 }
 
@@ -42,6 +44,12 @@ pub struct LimitArgs {
     /// Cap on stdout + stderr in bytes [default: 1048576].
     #[arg(long, value_name = "BYTES")]
     pub max_output_bytes: Option<usize>,
+    /// Disk quota of the scratch folder /tmp, input files included, in MiB [default: 64].
+    #[arg(long, value_name = "MIB")]
+    pub disk_mb: Option<u64>,
+    /// Disk quota of /output (what a run can return) in MiB [default: 8].
+    #[arg(long, value_name = "MIB")]
+    pub output_files_mb: Option<u64>,
 }
 
 impl LimitArgs {
@@ -50,6 +58,12 @@ impl LimitArgs {
         let mut limits = base.with_time_and_memory(self.timeout_ms, self.memory_mb);
         if let Some(bytes) = self.max_output_bytes {
             limits.output_bytes = bytes;
+        }
+        if let Some(mb) = self.disk_mb {
+            limits.disk_bytes = mb << 20;
+        }
+        if let Some(mb) = self.output_files_mb {
+            limits.output_files_bytes = mb << 20;
         }
         limits
     }
@@ -82,6 +96,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         None => None,
     };
     let resolved = args.settings.resolve()?;
+    let files = args.files.inputs()?;
+    let mounts = args.files.mounts(&resolved.config.mounts)?;
     let sandbox = super::sandbox()?;
     let execution = super::tokio_runtime()?.block_on(async {
         if args.list_modules {
@@ -95,6 +111,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             tools: hub.as_ref().map(|h| h.for_execution("cli".into(), None)),
             allowed_tools: args.settings.allowed(),
             policy: resolved.policy,
+            files,
+            mounts,
         };
         let execution = sandbox.run_with(&code, &options).await;
         if let Some(hub) = hub {
@@ -109,6 +127,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     } else {
         print_human(&execution)?;
     }
+    args.files.save_outputs(&execution)?;
     Ok(Outcome::Run(execution.status))
 }
 

@@ -1,0 +1,77 @@
+//! File flags shared by `run` and `call`: input files, read-only mounts, and where the
+//! files a program leaves under `/output` are saved.
+
+use anyhow::{bail, Context};
+use sandpy::{Execution, InputFile, Mount};
+use std::path::{Component, Path, PathBuf};
+
+#[derive(clap::Args, Clone, Default)]
+pub struct FileArgs {
+    /// Copy a local file into the sandbox's working directory (/tmp), under its own name
+    /// or at GUEST (relative to /tmp); repeatable.
+    #[arg(long = "file", value_name = "LOCAL[:GUEST]")]
+    pub files: Vec<String>,
+    /// Let the program read a host folder at GUEST (read-only); repeatable.
+    #[arg(long = "mount", value_name = "HOST:GUEST")]
+    pub mounts: Vec<String>,
+    /// Save the files the program leaves under /output into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+}
+
+impl FileArgs {
+    /// The input files, read now.
+    pub fn inputs(&self) -> anyhow::Result<Vec<InputFile>> {
+        self.files
+            .iter()
+            .map(|spec| {
+                let (local, guest) = match spec.split_once(':') {
+                    Some((local, guest)) if !guest.is_empty() => (local, guest.to_string()),
+                    _ => {
+                        let local = spec.as_str();
+                        let name = Path::new(local).file_name().with_context(|| format!("--file {spec}: names no file"))?;
+                        (local, name.to_string_lossy().into_owned())
+                    }
+                };
+                let content = std::fs::read(local).with_context(|| format!("--file {spec}: cannot read `{local}`"))?;
+                Ok(InputFile { path: guest, content })
+            })
+            .collect()
+    }
+
+    /// The config's mounts followed by the flags'.
+    pub fn mounts(&self, config: &[Mount]) -> anyhow::Result<Vec<Mount>> {
+        let mut mounts = config.to_vec();
+        for spec in &self.mounts {
+            let Some((host, guest)) = spec.rsplit_once(':') else { bail!("--mount {spec}: expected HOST:GUEST, e.g. ./data:/data") };
+            mounts.push(Mount { host: host.into(), guest: guest.into() });
+        }
+        Mount::validate(&mounts).map_err(anyhow::Error::msg).context("--mount")?;
+        Ok(mounts)
+    }
+
+    /// Save the execution's output files into --output-dir, or say on stderr that there
+    /// are some to save.
+    pub fn save_outputs(&self, execution: &Execution) -> anyhow::Result<()> {
+        if execution.files.is_empty() {
+            return Ok(());
+        }
+        let Some(dir) = &self.output_dir else {
+            eprintln!("sandpy: the program left {} file(s) under /output; pass --output-dir DIR to save them", execution.files.len());
+            return Ok(());
+        };
+        for file in &execution.files {
+            let relative = Path::new(&file.name);
+            if !relative.components().all(|c| matches!(c, Component::Normal(_))) {
+                bail!("output file name {:?} is not a plain relative path", file.name);
+            }
+            let path = dir.join(relative);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).with_context(|| format!("cannot create `{}`", parent.display()))?;
+            }
+            std::fs::write(&path, &file.content).with_context(|| format!("cannot write `{}`", path.display()))?;
+            eprintln!("sandpy: saved {} ({} bytes, {})", path.display(), file.size, file.mime_type);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,319 @@
+//! The files of a run: a private scratch folder seen as `/tmp` (and the working
+//! directory), an `/output` folder whose files come back in the [`Execution`], input
+//! files written into the scratch folder before the run, and read-only mounts of host
+//! folders. All of it lives in a fresh host folder that is removed when the run (or the
+//! session) ends; `disk.rs` holds the quotas.
+//!
+//! [`Execution`]: crate::Execution
+
+use crate::disk::{Area, DiskGuard};
+use crate::Limits;
+use serde::{Deserialize, Serialize};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+
+/// Where the scratch folder appears in the guest (also the working directory).
+pub const SCRATCH_DIR: &str = "/tmp";
+/// Files the program writes under this folder are returned in [`crate::Execution::files`].
+pub const OUTPUT_DIR: &str = "/output";
+
+/// A file handed to the program: written into its scratch folder before it starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputFile {
+    /// Where the program finds it: relative to `/tmp` (the working directory), or an
+    /// absolute path under `/tmp`.
+    pub path: String,
+    /// The file's bytes.
+    #[serde(with = "base64_bytes", rename = "content_base64")]
+    pub content: Vec<u8>,
+}
+
+/// A host folder the program may read (never write) at a guest path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mount {
+    /// The host folder.
+    pub host: PathBuf,
+    /// Absolute guest path, e.g. `/data`; not `/`, and not at or under `/tmp` or `/output`.
+    pub guest: String,
+}
+
+/// A file the program left under `/output`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputFile {
+    /// Path relative to `/output`, with `/` separators (e.g. `charts/sales.png`).
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Guessed from the extension; `application/octet-stream` when unknown.
+    pub mime_type: String,
+    /// The file's bytes.
+    #[serde(with = "base64_bytes", rename = "content_base64")]
+    pub content: Vec<u8>,
+}
+
+impl Mount {
+    /// Check a set of mounts as a run would: absolute, non-overlapping guest paths away
+    /// from `/tmp` and `/output`, existing host folders.
+    pub fn validate(mounts: &[Mount]) -> Result<(), String> {
+        check_mounts(mounts).map(drop)
+    }
+}
+
+impl OutputFile {
+    /// The content as text, when it is UTF-8.
+    pub fn text(&self) -> Option<&str> {
+        std::str::from_utf8(&self.content).ok()
+    }
+}
+
+mod base64_bytes {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The host folders behind one run's (or one session's) guest file system.
+pub(crate) struct Workspace {
+    dir: tempfile::TempDir,
+    scratch: Arc<Area>,
+    output: Arc<Area>,
+    mounts: Vec<(PathBuf, Arc<Area>)>,
+    output_cap: u64,
+}
+
+impl Workspace {
+    /// Fresh, empty scratch and output folders under `base`, and the checked mounts.
+    pub fn create(base: &Path, limits: &Limits, mounts: &[Mount]) -> Result<Workspace, String> {
+        let mounts = check_mounts(mounts)?;
+        std::fs::create_dir_all(base).map_err(|e| format!("cannot create the scratch folder `{}`: {e}", base.display()))?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("run-{}-", std::process::id()))
+            .tempdir_in(base)
+            .map_err(|e| format!("cannot create a scratch folder in `{}`: {e}", base.display()))?;
+        let (scratch, output) = (dir.path().join("tmp"), dir.path().join("output"));
+        for folder in [&scratch, &output] {
+            std::fs::create_dir(folder).map_err(|e| format!("cannot create `{}`: {e}", folder.display()))?;
+        }
+        Ok(Workspace {
+            scratch: Arc::new(Area::writable(SCRATCH_DIR, &scratch, limits.disk_bytes)),
+            output: Arc::new(Area::writable(OUTPUT_DIR, &output, limits.output_files_bytes)),
+            mounts: mounts.into_iter().map(|(host, guest)| { let area = Arc::new(Area::read_only(&guest, &host)); (host, area) }).collect(),
+            output_cap: limits.output_files_bytes,
+            dir,
+        })
+    }
+
+    fn scratch_path(&self) -> PathBuf {
+        self.dir.path().join("tmp")
+    }
+
+    fn output_path(&self) -> PathBuf {
+        self.dir.path().join("output")
+    }
+
+    /// Write `files` into the scratch folder (without following links the program may
+    /// have left there), within the scratch quota.
+    pub fn write_inputs(&self, files: &[InputFile], limits: &Limits) -> Result<(), String> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let scratch = cap_std::fs::Dir::open_ambient_dir(self.scratch_path(), cap_std::ambient_authority())
+            .map_err(|e| format!("cannot open the scratch folder: {e}"))?;
+        let used = self.scratch.remeasure();
+        let adding: u64 = files.iter().map(|f| f.content.len() as u64 + crate::disk::ENTRY_BYTES).sum();
+        if used + adding > limits.disk_bytes {
+            return Err(format!(
+                "the input files need {adding} bytes, over the disk quota of {} bytes ({used} in use)",
+                limits.disk_bytes
+            ));
+        }
+        for file in files {
+            let relative = scratch_relative(&file.path)?;
+            if let Some(parent) = relative.parent().filter(|p| !p.as_os_str().is_empty()) {
+                scratch.create_dir_all(parent).map_err(|e| format!("cannot create the folder of input `{}`: {e}", file.path))?;
+            }
+            scratch.write(&relative, &file.content).map_err(|e| format!("cannot write input `{}`: {e}", file.path))?;
+        }
+        self.scratch.remeasure();
+        Ok(())
+    }
+
+    /// Preopen the folders in `wasi`: `/tmp` and `/output` writable, mounts read-only.
+    pub fn preopen(&self, wasi: &mut WasiCtxBuilder) -> Result<(), String> {
+        let open = |wasi: &mut WasiCtxBuilder, host: &Path, guest: &str, perms| {
+            wasi.preopened_dir(host, guest, perms).map(drop).map_err(|e| format!("cannot open `{}` for the guest: {e:#}", host.display()))
+        };
+        open(wasi, &self.scratch_path(), SCRATCH_DIR, FsPerms::ReadWrite)?;
+        open(wasi, &self.output_path(), OUTPUT_DIR, FsPerms::ReadWrite)?;
+        for (host, area) in &self.mounts {
+            open(wasi, host, &area.guest, FsPerms::ReadOnly)?;
+        }
+        Ok(())
+    }
+
+    /// The quota keeper for a store using this workspace.
+    pub fn guard(&self) -> DiskGuard {
+        let mut areas = vec![self.scratch.clone(), self.output.clone()];
+        areas.extend(self.mounts.iter().map(|(_, area)| area.clone()));
+        DiskGuard::new(areas)
+    }
+
+    /// Whether `mounts` are the ones this workspace was made with.
+    pub fn has_mounts(&self, mounts: &[Mount]) -> bool {
+        match check_mounts(mounts) {
+            Ok(checked) => checked.iter().map(|(h, g)| (h, g)).eq(self.mounts.iter().map(|(h, a)| (h, &a.guest))),
+            Err(_) => false,
+        }
+    }
+
+    /// Take the files under `/output` (regular files only: links are skipped, never
+    /// followed), sorted by name, and empty the folder for the next run of a session.
+    pub fn take_outputs(&self) -> Vec<OutputFile> {
+        let root = self.output_path();
+        let mut files = Vec::new();
+        let mut total = 0u64;
+        let mut pending = vec![root.clone()];
+        while let Some(dir) = pending.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let Ok(meta) = path.symlink_metadata() else { continue };
+                if meta.is_dir() {
+                    pending.push(path);
+                    continue;
+                }
+                if !meta.is_file() || total + meta.len() > self.output_cap {
+                    continue;
+                }
+                let Ok(content) = std::fs::read(&path) else { continue };
+                total += content.len() as u64;
+                let name = path.strip_prefix(&root).unwrap_or(&path).to_string_lossy().replace('\\', "/");
+                let mime_type = mime_guess::from_path(&path).first_or_octet_stream().to_string();
+                files.push(OutputFile { name, size: content.len() as u64, mime_type, content });
+            }
+        }
+        files.sort_by(|a, b| a.name.cmp(&b.name));
+        if let Ok(entries) = std::fs::read_dir(&root) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let removed = match path.symlink_metadata() {
+                    Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&path),
+                    _ => std::fs::remove_file(&path),
+                };
+                if let Err(e) = removed {
+                    tracing::debug!("cannot clear `{}`: {e}", path.display());
+                }
+            }
+        }
+        self.output.remeasure();
+        files
+    }
+}
+
+/// An input's path relative to the scratch folder, or why it is refused.
+fn scratch_relative(path: &str) -> Result<PathBuf, String> {
+    let rest = match path.strip_prefix(SCRATCH_DIR) {
+        Some(rest) if rest.starts_with('/') => rest,
+        _ if path.starts_with('/') => {
+            return Err(format!(
+                "input file `{path}` must be relative or under {SCRATCH_DIR} (the working directory); mount a folder to put files elsewhere"
+            ))
+        }
+        _ => path,
+    };
+    let mut relative = PathBuf::new();
+    for part in rest.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return Err(format!("input file `{path}` must not contain `..`")),
+            part if part.contains('\0') => return Err(format!("input file `{path}` contains a NUL byte")),
+            part => relative.push(part),
+        }
+    }
+    if relative.as_os_str().is_empty() {
+        return Err(format!("input file `{path}` names no file"));
+    }
+    Ok(relative)
+}
+
+/// Mounts with canonical host folders and normalised guest paths, or why one is refused.
+fn check_mounts(mounts: &[Mount]) -> Result<Vec<(PathBuf, String)>, String> {
+    let mut checked: Vec<(PathBuf, String)> = Vec::with_capacity(mounts.len());
+    for mount in mounts {
+        let guest = normal_guest_path(&mount.guest)?;
+        let host = std::fs::canonicalize(&mount.host)
+            .map_err(|e| format!("mount `{}`: cannot open the host folder: {e}", mount.host.display()))?;
+        if !host.is_dir() {
+            return Err(format!("mount `{}`: the host path is not a folder", mount.host.display()));
+        }
+        let overlaps = |other: &str| {
+            let (a, b) = (format!("{guest}/"), format!("{other}/"));
+            a.starts_with(&b) || b.starts_with(&a)
+        };
+        if let Some(taken) = [SCRATCH_DIR, OUTPUT_DIR].into_iter().find(|dir| overlaps(dir)) {
+            return Err(format!("mount at `{guest}` overlaps {taken}, which sandpy provides"));
+        }
+        if let Some((_, other)) = checked.iter().find(|(_, other)| overlaps(other)) {
+            return Err(format!("mounts at `{guest}` and `{other}` overlap"));
+        }
+        checked.push((host, guest));
+    }
+    Ok(checked)
+}
+
+fn normal_guest_path(path: &str) -> Result<String, String> {
+    let refuse = |why: &str| Err(format!("mount guest path `{path}` {why}"));
+    if !path.starts_with('/') {
+        return refuse("must be absolute");
+    }
+    let mut parts = Vec::new();
+    for component in Path::new(path).components() {
+        match component {
+            Component::RootDir | Component::CurDir => {}
+            Component::Normal(part) => parts.push(part.to_string_lossy().into_owned()),
+            _ => return refuse("must not contain `..`"),
+        }
+    }
+    if parts.is_empty() {
+        return refuse("must not be `/`");
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_paths_stay_in_the_scratch_folder() {
+        assert_eq!(scratch_relative("data.csv").unwrap(), PathBuf::from("data.csv"));
+        assert_eq!(scratch_relative("/tmp/in/data.csv").unwrap(), PathBuf::from("in/data.csv"));
+        assert_eq!(scratch_relative("./a//b").unwrap(), PathBuf::from("a/b"));
+        for bad in ["../x", "a/../../x", "/etc/passwd", "/tmpx/a", "", "/tmp/", "a\0b"] {
+            assert!(scratch_relative(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn mounts_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().to_path_buf();
+        let mount = |guest: &str| Mount { host: host.clone(), guest: guest.into() };
+        assert_eq!(check_mounts(&[mount("/data/")]).unwrap()[0].1, "/data");
+        for bad in ["data", "/", "/tmp", "/tmp/x", "/output", "/a/../tmp"] {
+            assert!(check_mounts(&[mount(bad)]).is_err(), "{bad:?} was accepted");
+        }
+        assert!(check_mounts(&[mount("/a"), mount("/a/b")]).unwrap_err().contains("overlap"));
+        let missing = Mount { host: host.join("missing"), guest: "/m".into() };
+        assert!(check_mounts(&[missing]).unwrap_err().contains("cannot open"));
+    }
+}
