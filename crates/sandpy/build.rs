@@ -11,6 +11,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+// Keep in step with `COMPONENTIZE_PY` in src/packages.rs.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 
 fn main() {
@@ -43,7 +44,29 @@ fn run() -> Result<(), String> {
     let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
     println!("cargo:rustc-env=SANDPY_COMPONENT_PATH={}", component.display());
     println!("cargo:rustc-env=SANDPY_COMPONENT_SHA256={hex}");
-    Ok(())
+    embed_guest_sources(&guest, &out)
+}
+
+/// Write `guest_files.rs`: the guest's sources, for `sandpy build` to rebuild the
+/// component with extra packages on a machine without this repository.
+fn embed_guest_sources(guest: &Path, out: &Path) -> Result<(), String> {
+    let mut files = vec![guest.join("app.py")];
+    for dir in ["wit", "sandpy_guest"] {
+        let mut found: Vec<PathBuf> = fs::read_dir(guest.join(dir))
+            .map_err(|e| format!("guest/{dir}: {e}"))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "py" || x == "wit"))
+            .collect();
+        found.sort();
+        files.extend(found);
+    }
+    let mut source = String::from("/// The guest's sources by path relative to `guest/`.\npub(crate) static GUEST_FILES: &[(&str, &[u8])] = &[\n");
+    for file in &files {
+        let relative = file.strip_prefix(guest).map_err(|e| e.to_string())?;
+        source.push_str(&format!("    ({:?}, include_bytes!({:?})),\n", relative.to_string_lossy(), file.display().to_string()));
+    }
+    source.push_str("];\n");
+    fs::write(out.join("guest_files.rs"), source).map_err(|e| e.to_string())
 }
 
 fn componentize(guest: &Path, out: &Path, component: &Path) -> Result<(), String> {

@@ -49,6 +49,11 @@ _SUBMODULES: tuple[str, ...] = (
     "encodings.raw_unicode_escape", "encodings.punycode", "encodings.base64_codec",
     "encodings.hex_codec", "_strptime", "asyncio", "dbm.dumb", "os.path", "json.tool",
     "compression.zstd", "string.templatelib", "annotationlib", "ctypes.util",
+    # What importing third-party packages from a mounted folder needs at run time.
+    "importlib.metadata._adapters", "importlib.metadata._meta", "importlib.metadata._text",
+    "importlib.metadata._functools", "importlib.metadata._itertools",
+    "importlib.metadata._collections", "importlib.resources.readers", "email.message",
+    "importlib._bootstrap_external", "zipimport", "pkgutil",
 )
 
 AVAILABLE: list[str] = []

@@ -35,7 +35,7 @@ from wit_world.imports.types import (
     Violation,
 )
 
-from . import event_loop, policy, preload, tools
+from . import event_loop, packages, policy, preload, tools
 
 _GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
 _RESULT_NAME = "__sandpy_result__"
@@ -59,6 +59,7 @@ def _prepare_interpreter() -> None:
     tempfile._name_sequence = None  # type: ignore[attr-defined]
     tempfile.tempdir = _SCRATCH_DIR
     os.chdir(_SCRATCH_DIR)  # the host preopens the run's private scratch folder here
+    packages.use_mounted()
     for stream in (sys.stdout, sys.stderr):
         # Line buffering keeps output that precedes a timeout or a trap.
         stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
@@ -192,7 +193,12 @@ def _call(call: FunctionCall, options: RunOptions) -> Outcome:
 
 
 def _list_modules() -> Outcome:
-    report = {"available": sorted(preload.AVAILABLE), "absent": dict(sorted(preload.ABSENT.items()))}
+    report = {
+        "available": sorted(preload.AVAILABLE),
+        "absent": dict(sorted(preload.ABSENT.items())),
+        "packages": sorted(packages.BUNDLED),
+        "package_failures": dict(sorted(packages.FAILED.items())),
+    }
     return _outcome(Value_Json(json.dumps(report)))
 
 

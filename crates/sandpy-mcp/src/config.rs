@@ -112,6 +112,8 @@ pub struct Config {
     pub max_queued_runs: Option<usize>,
     /// Host folders every run may read, at their guest paths.
     pub mounts: Vec<sandpy::Mount>,
+    /// Runtime component from `sandpy build` to use instead of the built-in one.
+    pub runtime: Option<PathBuf>,
     /// The file this came from, if any.
     pub source: Option<PathBuf>,
 }
@@ -159,6 +161,7 @@ struct RawSandpy {
     /// Guest path -> host folder (relative to the config file), read-only.
     #[serde(default)]
     mounts: BTreeMap<String, PathBuf>,
+    runtime: Option<PathBuf>,
 }
 
 #[derive(Deserialize, Default)]
@@ -329,6 +332,7 @@ impl Config {
             max_concurrent_runs: raw.sandpy.max_concurrent_runs,
             max_queued_runs: raw.sandpy.max_queued_runs,
             mounts,
+            runtime: raw.sandpy.runtime.map(|p| base.join(p)),
             source: Some(path.to_path_buf()),
         };
         if let Err(message) = config.policy(None) {
@@ -342,6 +346,7 @@ impl Config {
         sandpy::Config {
             max_concurrent_runs: self.max_concurrent_runs.or(base.max_concurrent_runs),
             max_queued_runs: self.max_queued_runs.unwrap_or(base.max_queued_runs),
+            runtime: self.runtime.clone().or(base.runtime),
             ..base
         }
     }

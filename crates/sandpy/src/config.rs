@@ -23,11 +23,14 @@ pub struct Config {
     /// Where each run's scratch and output folders are made (and removed); `None`
     /// means `$SANDPY_SCRATCH_DIR`, else `sandpy` in the system's temporary folder.
     pub scratch_dir: Option<PathBuf>,
+    /// A runtime component built by `sandpy build` (e.g. with extra packages) to use
+    /// instead of the built-in one; `None` means `$SANDPY_RUNTIME`, else built-in.
+    pub runtime: Option<PathBuf>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { cache_dir: None, progress: None, pooled_instances: Some(256), max_concurrent_runs: None, max_queued_runs: 256, scratch_dir: None }
+        Config { cache_dir: None, progress: None, pooled_instances: Some(256), max_concurrent_runs: None, max_queued_runs: 256, scratch_dir: None, runtime: None }
     }
 }
 
@@ -40,6 +43,7 @@ impl std::fmt::Debug for Config {
             .field("max_concurrent_runs", &self.max_concurrent_runs)
             .field("max_queued_runs", &self.max_queued_runs)
             .field("scratch_dir", &self.scratch_dir)
+            .field("runtime", &self.runtime)
             .finish()
     }
 }
@@ -54,6 +58,11 @@ impl Config {
             return PathBuf::from(dir);
         }
         dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("sandpy")
+    }
+
+    /// The runtime component file in use, if not the built-in one.
+    pub fn resolved_runtime(&self) -> Option<PathBuf> {
+        self.runtime.clone().or_else(|| std::env::var_os("SANDPY_RUNTIME").map(PathBuf::from))
     }
 
     /// The folder that holds the runs' scratch folders.

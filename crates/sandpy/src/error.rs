@@ -23,4 +23,15 @@ pub enum Error {
         /// What failed.
         source: std::io::Error,
     },
+    /// A runtime file given in [`Config::runtime`](crate::Config::runtime) is unusable.
+    #[error("cannot load the runtime `{path}`: {message}")]
+    Runtime {
+        /// The component file.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+    /// Installing packages or building a runtime with them failed.
+    #[error("{0}")]
+    Packages(String),
 }

@@ -42,6 +42,7 @@ mod files;
 mod host;
 mod limits;
 mod output;
+pub mod packages;
 mod policy;
 mod runtime;
 mod sandbox;

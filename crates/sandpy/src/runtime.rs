@@ -20,6 +20,9 @@ const WASMTIME_VERSION: &str = "48.0.8";
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 pub(crate) struct Runtime {
+    /// Which component this is: the built-in one's SHA-256, or `file-<hash>` of a
+    /// runtime file's path, size and modification time.
+    pub id: String,
     pub engine: Engine,
     pub pre: SandboxPre<HostState>,
     /// The `.cwasm` this runtime was loaded from.
@@ -67,8 +70,13 @@ const TABLE_ELEMENTS: usize = 64 * 1024;
 impl Runtime {
     pub fn load(config: &Config) -> Result<Runtime, Error> {
         let engine = Engine::new(&engine_config(config)).map_err(|e| Error::Engine(format!("{e:#}")))?;
-        let cache_file = cache_file(&engine, &config.resolved_cache_dir());
-        let component = load_component(&engine, config, &cache_file)?;
+        let source = config.resolved_runtime();
+        let id = match &source {
+            None => COMPONENT_SHA256.to_string(),
+            Some(path) => file_identity(path)?,
+        };
+        let cache_file = cache_file(&engine, &config.resolved_cache_dir(), &id);
+        let component = load_component(&engine, config, &cache_file, source.as_deref())?;
         let mut linker: Linker<HostState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| Error::Link(format!("{e:#}")))?;
         crate::disk::add_to_linker(&mut linker).map_err(|e| Error::Link(format!("{e:#}")))?;
@@ -77,7 +85,7 @@ impl Runtime {
         let pre = linker.instantiate_pre(&component).map_err(|e| Error::Link(format!("{e:#}")))?;
         let pre = SandboxPre::new(pre).map_err(|e| Error::Link(format!("{e:#}")))?;
         start_epoch_ticker(&engine);
-        Ok(Runtime { engine, pre, cache_file })
+        Ok(Runtime { id, engine, pre, cache_file })
     }
 }
 
@@ -99,14 +107,32 @@ fn start_epoch_ticker(engine: &Engine) {
 
 /// The cache file name: component hash, wasmtime version and everything of the engine's
 /// configuration and host CPU that decides whether compiled code is compatible.
-fn cache_file(engine: &Engine, dir: &Path) -> PathBuf {
+fn cache_file(engine: &Engine, dir: &Path, id: &str) -> PathBuf {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     let compat = hasher.finish();
-    dir.join(format!("python-{}-wasmtime{WASMTIME_VERSION}-{compat:016x}.cwasm", &COMPONENT_SHA256[..16]))
+    let short = if id.starts_with("file-") { id } else { &id[..id.len().min(16)] };
+    dir.join(format!("python-{short}-wasmtime{WASMTIME_VERSION}-{compat:016x}.cwasm"))
 }
 
-fn load_component(engine: &Engine, config: &Config, path: &Path) -> Result<Component, Error> {
+/// A runtime file's identity for the cache: its path, size and modification time (cheap,
+/// unlike hashing ~40 MB on every start; rebuilding the file in place changes it).
+fn file_identity(path: &Path) -> Result<String, Error> {
+    let runtime_error = |message: String| Error::Runtime { path: path.to_path_buf(), message };
+    let canonical = std::fs::canonicalize(path).map_err(|e| runtime_error(e.to_string()))?;
+    let meta = std::fs::metadata(&canonical).map_err(|e| runtime_error(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(runtime_error("not a file".into()));
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(canonical.as_os_str().as_encoded_bytes());
+    hasher.update(meta.len().to_le_bytes());
+    let modified = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).unwrap_or_default();
+    hasher.update(modified.as_nanos().to_le_bytes());
+    Ok(format!("file-{}", hex(&hasher.finalize()[..8])))
+}
+
+fn load_component(engine: &Engine, config: &Config, path: &Path, source: Option<&Path>) -> Result<Component, Error> {
     let dir = path.parent().unwrap_or(Path::new("."));
     if path.exists() {
         // SAFETY: the file was written by `precompile_component` of an engine whose
@@ -118,7 +144,13 @@ fn load_component(engine: &Engine, config: &Config, path: &Path) -> Result<Compo
         }
     }
     config.report_progress("sandpy: compiling the Python runtime to native code (first run only, a few seconds)...");
-    let compiled = engine.precompile_component(COMPONENT).map_err(|e| Error::Compile(format!("{e:#}")))?;
+    let bytes = match source {
+        None => std::borrow::Cow::Borrowed(COMPONENT),
+        Some(file) => std::borrow::Cow::Owned(
+            std::fs::read(file).map_err(|e| Error::Runtime { path: file.to_path_buf(), message: e.to_string() })?,
+        ),
+    };
+    let compiled = engine.precompile_component(&bytes).map_err(|e| Error::Compile(format!("{e:#}")))?;
     match write_atomically(dir, path, &compiled) {
         Ok(()) => {
             prune_cache(dir, path);

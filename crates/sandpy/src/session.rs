@@ -99,7 +99,7 @@ impl Session {
         let state = self.state.lock().await;
         SessionSnapshot {
             format: SNAPSHOT_FORMAT.into(),
-            runtime: crate::runtime::COMPONENT_SHA256.into(),
+            runtime: self.sandbox.runtime().id.clone(),
             cells: state.journal.clone(),
         }
     }

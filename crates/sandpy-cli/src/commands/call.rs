@@ -65,13 +65,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let options = RunOptions {
         limits: args.limits.apply(&resolved.limits),
         filename: Some(filename),
-        policy: resolved.policy,
+        policy: resolved.policy.clone(),
         allowed_tools: args.settings.allowed(),
         files: args.files.inputs()?,
         mounts: args.files.mounts(&resolved.config.mounts)?,
         ..RunOptions::default()
     };
-    let sandbox = super::sandbox()?;
+    let sandbox = resolved.sandbox()?;
     let rt = super::tokio_runtime()?;
     let Some(path) = &args.args_file else {
         let arguments = parse_arguments(args.args.as_deref().unwrap_or("[]")).map_err(anyhow::Error::msg).context("--args")?;

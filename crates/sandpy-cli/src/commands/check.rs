@@ -18,8 +18,8 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let (code, filename) = super::run::read_code(Some(&args.file), None)?;
     let resolved = args.settings.resolve()?;
-    let policy = resolved.policy.unwrap_or_else(sandpy::Policy::standard);
-    let sandbox = super::sandbox()?;
+    let policy = resolved.policy.clone().unwrap_or_else(sandpy::Policy::standard);
+    let sandbox = resolved.sandbox()?;
     let violations = super::tokio_runtime()?
         .block_on(sandbox.validate(&code, &policy))
         .map_err(|e| anyhow::anyhow!("{}: {}", e.kind, e.message))

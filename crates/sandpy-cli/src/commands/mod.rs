@@ -1,6 +1,7 @@
 //! The command line: one subcommand per file.
 
 mod bench;
+mod build;
 mod call;
 mod check;
 mod demo;
@@ -37,6 +38,8 @@ enum Command {
     Warmup(warmup::Args),
     /// Measure latency, throughput and CPU-bound speed against native python3.
     Bench(bench::Args),
+    /// Build a runtime with extra pure-Python packages from PyPI (or a folder to mount).
+    Build(build::Args),
 }
 
 pub fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
@@ -48,6 +51,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Call(args) => call::run(args),
         Command::Warmup(args) => warmup::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Build(args) => build::run(args),
     }
 }
 
@@ -79,6 +83,9 @@ pub struct ConfigArgs {
     /// Tool names or globs the code may call (repeatable; narrows the config's allowlist).
     #[arg(long = "allow-tool", value_name = "PATTERN")]
     pub allow_tool: Vec<String>,
+    /// Runtime component from `sandpy build` [default: $SANDPY_RUNTIME, else the config's, else built-in].
+    #[arg(long, value_name = "FILE")]
+    pub runtime: Option<std::path::PathBuf>,
 }
 
 /// What a config and the flags resolve to.
@@ -89,9 +96,19 @@ pub struct Resolved {
     pub limits: sandpy::Limits,
 }
 
+impl Resolved {
+    /// The sandbox these settings ask for.
+    pub fn sandbox(&self) -> anyhow::Result<sandpy::Sandbox> {
+        sandbox_with(self.config.sandbox_config(sandpy::Config::default()))
+    }
+}
+
 impl ConfigArgs {
     pub fn resolve(&self) -> anyhow::Result<Resolved> {
-        let config = sandpy_mcp::Config::discover(self.config.as_deref())?;
+        let mut config = sandpy_mcp::Config::discover(self.config.as_deref())?;
+        if self.runtime.is_some() {
+            config.runtime = self.runtime.clone();
+        }
         let policy = config.policy(self.policy.as_deref()).map_err(anyhow::Error::msg)?;
         let limits = config.limits_for(policy.as_ref());
         Ok(Resolved { config, policy, limits })

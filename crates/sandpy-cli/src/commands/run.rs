@@ -98,7 +98,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let resolved = args.settings.resolve()?;
     let files = args.files.inputs()?;
     let mounts = args.files.mounts(&resolved.config.mounts)?;
-    let sandbox = super::sandbox()?;
+    let sandbox = resolved.sandbox()?;
     let execution = super::tokio_runtime()?.block_on(async {
         if args.list_modules {
             return Ok::<_, anyhow::Error>(sandbox.module_report().await);

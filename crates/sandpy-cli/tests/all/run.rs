@@ -181,3 +181,35 @@ fn call_a_batch_with_bad_lines_in_the_middle() {
         }
     }
 }
+
+#[test]
+fn files_go_in_by_flag_and_come_out_into_a_folder() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).expect("mkdir");
+    std::fs::write(data.join("rows.csv"), "n\n1\n2\n3\n").expect("write");
+    std::fs::write(dir.path().join("local.txt"), "from the host").expect("write");
+    let out = dir.path().join("out");
+    let mount = format!("{}:/data", data.display());
+    let file = format!("{}:inputs/note.txt", dir.path().join("local.txt").display());
+    let code = "import csv\ntotal = sum(int(r['n']) for r in csv.DictReader(open('/data/rows.csv')))\n\
+                open('/output/summary.txt', 'w').write(f'{total} {open(\"inputs/note.txt\").read()}')";
+    let (status, _, stderr) = run(&["run", "--mount", &mount, "--file", &file, "--output-dir", out.to_str().unwrap(), "-c", code]);
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(std::fs::read_to_string(out.join("summary.txt")).expect("saved"), "6 from the host");
+    assert!(stderr.contains("saved") && stderr.contains("summary.txt"), "{stderr}");
+    // Without --output-dir the program's files are announced, not lost silently.
+    let (_, _, stderr) = run(&["run", "-c", "open('/output/x', 'w').write('x')"]);
+    assert!(stderr.contains("--output-dir"), "{stderr}");
+    let (status, _, stderr) = run(&["run", "--disk-mb", "1", "-c", "open('big', 'wb').write(b'x' * (2 << 20))"]);
+    assert_eq!(status, 13, "disk_limit has its exit code: {stderr}");
+    for (args, expected) in [
+        (vec!["run", "--mount", "/nonexistent:/d", "-c", "1"], "cannot open"),
+        (vec!["run", "--mount", "nocolon", "-c", "1"], "HOST:GUEST"),
+        (vec!["run", "--file", "/nonexistent/file.csv", "-c", "1"], "cannot read"),
+    ] {
+        let (status, _, stderr) = run(&args);
+        assert_eq!(status, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}

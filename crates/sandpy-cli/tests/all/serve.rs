@@ -40,7 +40,13 @@ fn requests() -> Value {
         {"method": "call_tool", "name": "run_python", "arguments": {"code": "y", "session_id": "s3"}},
         {"method": "call_tool", "name": "fork_session", "arguments": {"session_id": "s3", "new_session_id": "s4"}},
         {"method": "call_tool", "name": "run_python", "arguments": {"code": "y", "session_id": "s4"}},
-        {"method": "call_tool", "name": "save_session", "arguments": {"session_id": "s2", "name": "../escape"}}
+        {"method": "call_tool", "name": "save_session", "arguments": {"session_id": "s2", "name": "../escape"}},
+        {"method": "call_tool", "name": "run_python", "arguments": {"code":
+            "import base64\nopen('/output/report.txt', 'w').write(open('in.csv').read().upper())\n\
+             open('/output/dot.png', 'wb').write(open('img/dot.png', 'rb').read())",
+            "files": [{"path": "in.csv", "text": "a,b"}, {"path": "img/dot.png", "content_base64": "iVBORw0KGgo="}]}},
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": "1", "files": [{"path": "../x", "text": "a"}]}},
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": "1", "files": [{"path": "x"}]}}
     ])
 }
 
@@ -85,6 +91,16 @@ fn check_responses(out: &Value) {
     assert_eq!(out[18]["structuredContent"]["return_value"], "Echo: kept", "restored state: {}", out[18]);
     assert_eq!(out[20]["structuredContent"]["return_value"], "Echo: kept", "forked state: {}", out[20]);
     assert!(out[21]["error"].as_str().expect("a refused name").contains("`name` may use"), "{}", out[21]);
+
+    let files = &out[22];
+    assert_eq!(files["isError"], false, "{files}");
+    assert_eq!(files["content"][1]["type"], "image", "PNG output comes back as an image: {files}");
+    assert_eq!(files["content"][1]["data"], "iVBORw0KGgo=");
+    assert_eq!(files["content"][2]["resource"]["text"], "A,B", "text output as an embedded resource: {files}");
+    assert_eq!(files["content"][2]["resource"]["uri"], "file:///output/report.txt");
+    assert!(files["content"][0]["text"].as_str().expect("summary").contains("/output/report.txt (text/plain, 3 bytes)"));
+    assert_eq!(out[23]["structuredContent"]["status"], "invalid_input", "{}", out[23]);
+    assert!(out[24]["error"].as_str().expect("protocol error").contains("exactly one of"), "{}", out[24]);
 }
 
 fn processes_with_env(marker: &str) -> usize {

@@ -4,6 +4,7 @@
 use crate::{assert_host_fine, run, run_ok};
 use sandpy::Status;
 use serde_json::json;
+use std::path::Path;
 
 /// Run code that reports whether each attempt failed (True) as a list.
 fn all_refused(code: &str) {
@@ -36,12 +37,17 @@ fn files_host_files_cannot_be_read() {
 
 #[test]
 fn files_nothing_can_be_written_outside() {
+    // Writes land in the run's private scratch folder (even at the host's own temp path,
+    // since the guest's /tmp is that folder) or are refused; nothing reaches the host.
     let marker = std::env::temp_dir().join(format!("sandpy-attack-{}", std::process::id()));
     all_refused(&format!(
-        "{ATTEMPT}\nimport os\n[refused(lambda: open({marker:?}, 'w').write('x')), refused(lambda: os.mkdir('/tmp/x')),\n refused(lambda: open('out.txt', 'w').write('x'))]",
+        "{ATTEMPT}\nimport os\nopen({marker:?}, 'w').write('x')\nopen('out.txt', 'w').write('x')\n\
+         [refused(lambda: open('/etc/sandpy-x', 'w')), refused(lambda: os.mkdir('/root-x')), refused(lambda: open('/x', 'w')),\n\
+         refused(lambda: open('../x', 'w')), refused(lambda: open('/tmp/../x', 'w')), refused(lambda: os.symlink('/etc/passwd', 'p'))]",
         marker = marker.display().to_string()
     ));
     assert!(!marker.exists());
+    assert!(!Path::new("/etc/sandpy-x").exists() && !Path::new("/root-x").exists());
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 mod attacks;
 mod cache;
+mod files;
 mod guest_python;
 mod language;
 mod limits;

@@ -1,0 +1,57 @@
+//! `sandpy build`: a runtime with extra pure-Python packages imported in its snapshot,
+//! or (with --folder) just the packages, to mount at /packages at run time.
+
+use crate::exit::Outcome;
+use anyhow::bail;
+use sandpy::packages;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Packages as pip requirements, e.g. `tabulate==0.9.0` (repeatable).
+    #[arg(long = "with", value_name = "PKG")]
+    with: Vec<String>,
+    /// Add the curated set: attrs, python-dateutil, pyyaml, tabulate, jinja2, markupsafe, idna, six.
+    #[arg(long)]
+    defaults: bool,
+    /// Where to write the runtime component (use it with --runtime or $SANDPY_RUNTIME).
+    #[arg(short, long, value_name = "FILE", default_value = "sandpy-runtime.wasm", conflicts_with = "folder")]
+    output: PathBuf,
+    /// Only install the packages into DIR, to mount read-only with `--mount DIR:/packages`.
+    #[arg(long, value_name = "DIR")]
+    folder: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    let mut wanted = args.with.clone();
+    if args.defaults {
+        wanted.extend(packages::CURATED.iter().map(|p| p.to_string()));
+    }
+    if wanted.is_empty() {
+        bail!("name packages with --with PKG (repeatable) or --defaults");
+    }
+    let config = sandpy::Config { progress: Some(std::sync::Arc::new(|m: &str| eprintln!("{m}"))), ..sandpy::Config::default() };
+    let set = match &args.folder {
+        Some(folder) => packages::install(&wanted, folder, &config)?,
+        None => packages::build_runtime(&wanted, &args.output, &config)?,
+    };
+    let installed: Vec<String> = set.distributions.iter().map(|(n, v)| format!("{n} {v}")).collect();
+    eprintln!("sandpy: installed {}", installed.join(", "));
+    if !set.removed_extensions.is_empty() {
+        eprintln!("sandpy: left out optional compiled speedups: {}", set.removed_extensions.join(", "));
+    }
+    let Some(folder) = &args.folder else {
+        // Load the new runtime once: compiles and caches it, and shows what imports.
+        let sandbox = super::sandbox_with(sandpy::Config { runtime: Some(args.output.clone()), ..sandpy::Config::default() })?;
+        let report = super::tokio_runtime()?.block_on(sandbox.module_report());
+        let value = report.return_value.unwrap_or_default();
+        eprintln!("sandpy: wrote {} with packages {}", args.output.display(), value["packages"]);
+        if let Some(failures) = value["package_failures"].as_object().filter(|f| !f.is_empty()) {
+            eprintln!("sandpy: these modules did not import at build time and are absent: {}", failures.keys().cloned().collect::<Vec<_>>().join(", "));
+        }
+        eprintln!("sandpy: use it with `sandpy run --runtime {}` or SANDPY_RUNTIME", args.output.display());
+        return Ok(Outcome::Success);
+    };
+    eprintln!("sandpy: use it with `sandpy run --mount {}:/packages ...`", folder.display());
+    Ok(Outcome::Success)
+}
