@@ -14,6 +14,8 @@ use std::process::Command;
 // Keep in step with `COMPONENTIZE_PY` in src/packages.rs.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 
+include!("curated.rs");
+
 fn main() {
     if let Err(message) = run() {
         eprintln!("error: could not build the sandpy guest component\n  {message}");
@@ -30,6 +32,7 @@ fn run() -> Result<(), String> {
     println!("cargo:rerun-if-changed={}", guest.join("sandpy_guest").display());
     println!("cargo:rerun-if-env-changed=SANDPY_COMPONENT");
     println!("cargo:rerun-if-env-changed=SANDPY_PYTHON");
+    println!("cargo:rerun-if-changed=curated.rs");
 
     let component = out.join("sandpy.wasm");
     match env::var_os("SANDPY_COMPONENT") {
@@ -85,14 +88,52 @@ fn componentize(guest: &Path, out: &Path, component: &Path) -> Result<(), String
         )?;
         fs::write(&marker, COMPONENTIZE_PY).map_err(|e| e.to_string())?;
     }
+    let site = curated_site(&bin, out)?;
     run_step(
         Command::new(bin.join("componentize-py"))
             .current_dir(guest)
             .env("PYTHONDONTWRITEBYTECODE", "1")
-            .args(["-d", "wit", "-w", "sandbox", "componentize", "app", "-o"])
+            .args(["-d", "wit", "-w", "sandbox", "componentize", "-p", ".", "-p"])
+            .arg(&site)
+            .args(["app", "-o"])
             .arg(component),
         "`componentize-py componentize` of guest/app.py",
     )
+}
+
+/// The curated packages for the guest's Python 3.14, without their optional compiled
+/// speedups, and the `sandpy_packages` module that tells the guest to pre-import them.
+fn curated_site(bin: &Path, out: &Path) -> Result<PathBuf, String> {
+    let site = out.join("site");
+    let marker = site.join(".sandpy-curated");
+    let wanted = CURATED.join(" ");
+    if fs::read_to_string(&marker).ok().as_deref() == Some(wanted.as_str()) {
+        return Ok(site);
+    }
+    let _ = fs::remove_dir_all(&site);
+    run_step(
+        Command::new(bin.join("pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", "--no-compile", "--only-binary=:all:"])
+            .args(["--python-version", "3.14", "--implementation", "cp", "--abi", "cp314", "--abi", "abi3", "--abi", "none"])
+            .args(["--platform", "manylinux2014_x86_64", "--platform", "any", "--target"])
+            .arg(&site)
+            .args(CURATED),
+        "`pip install` of the curated packages (needs access to PyPI)",
+    )?;
+    let mut pending = vec![site.clone()];
+    while let Some(dir) = pending.pop() {
+        for entry in fs::read_dir(&dir).map_err(|e| e.to_string())?.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|x| x == "so") {
+                fs::remove_file(&path).map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    fs::write(site.join("sandpy_packages.py"), format!("PACKAGES = {CURATED_IMPORTS:?}\n")).map_err(|e| e.to_string())?;
+    fs::write(&marker, wanted).map_err(|e| e.to_string())?;
+    Ok(site)
 }
 
 fn run_step(command: &mut Command, what: &str) -> Result<(), String> {

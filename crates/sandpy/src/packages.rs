@@ -13,10 +13,7 @@ const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 /// The guest's Python version: wheels are chosen for it, not for the build machine.
 const GUEST_PYTHON: &str = "3.14";
 
-/// The curated set (`sandpy build --defaults`): widely used, pure Python (or pure with
-/// their optional speedups left out), useful to agents and evals.
-pub const CURATED: &[&str] =
-    &["attrs", "python-dateutil", "pyyaml", "tabulate", "jinja2", "markupsafe", "idna", "six"];
+include!("../curated.rs");
 
 /// Distributions whose compiled extensions are optional speedups with a pure-Python
 /// fallback: the extensions are removed instead of refusing the package.
@@ -64,8 +61,8 @@ pub fn install(packages: &[String], target: &Path, config: &Config) -> Result<Pa
     inspect(target)
 }
 
-/// Build a runtime component at `output` with `packages` imported in its snapshot, and
-/// check in it that each imports.
+/// Build a runtime component at `output` with `packages` imported in its snapshot (pass
+/// [`CURATED`] among them to keep the built-in runtime's packages).
 pub fn build_runtime(packages: &[String], output: &Path, config: &Config) -> Result<PackageSet, Error> {
     let work = tempfile::tempdir().map_err(|e| Error::Packages(format!("cannot make a build folder: {e}")))?;
     let (guest, site) = (work.path().join("guest"), work.path().join("site"));

@@ -21,6 +21,10 @@ pub struct Args {
     /// Skip the parts that start the reference MCP server with npx.
     #[arg(long)]
     no_upstream: bool,
+    /// Only the package start-up comparison: the curated set bundled in the runtime
+    /// against the same packages in a folder mounted at /packages (needs PyPI, ~1 min).
+    #[arg(long)]
+    packages: bool,
 }
 
 /// A tool that answers at once: what is left of a call is the sandbox's own cost.
@@ -78,6 +82,9 @@ fn private_bytes() -> anyhow::Result<u64> {
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let sandbox = super::sandbox()?;
     let rt = super::tokio_runtime()?;
+    if args.packages {
+        return packages_startup(&rt, &sandbox, args.runs.clamp(1, 100));
+    }
     let limits = Limits::default();
     println!("sandpy bench (medians; the machine is shared, compare ratios)\n");
 
@@ -97,6 +104,19 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             latencies.len()
         );
     }
+
+    // Files: the same run with an input file in and an output file out.
+    let with_files = sandpy::RunOptions {
+        files: vec![sandpy::InputFile { path: "in.txt".into(), content: vec![b'x'; 1024] }],
+        ..sandpy::RunOptions::default()
+    };
+    let (mut plain, mut filed) = (Vec::new(), Vec::new());
+    for _ in 0..args.runs.max(1) {
+        plain.push(timed_run(&rt, &sandbox, "print('hello')", &sandpy::RunOptions::default())?);
+        filed.push(timed_run(&rt, &sandbox, "open('/output/out.txt', 'w').write(open('in.txt').read())", &with_files)?);
+    }
+    let (p, f) = (median(&mut plain), median(&mut filed));
+    println!("files: one 1 KiB input copied to /output and returned: p50 {f:.3} ms (print('hello') {p:.3} ms, ratio {:.2}x)", f / p);
 
     // Sessions: ten small cells in one session, end to end, against ten fresh runs.
     let (session_ms, fresh_ms) = rt.block_on(async {
@@ -234,6 +254,53 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     Ok(Outcome::Success)
 }
 
+
+/// Milliseconds of one run, which must end `ok`.
+fn timed_run(rt: &tokio::runtime::Runtime, sandbox: &sandpy::Sandbox, code: &str, options: &sandpy::RunOptions) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let e = rt.block_on(sandbox.run_with(code, options));
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    if e.status != Status::Ok {
+        bail!("{code:?} failed: {e:?}");
+    }
+    Ok(ms)
+}
+
+/// Start-up of a run importing the curated packages: bundled in the built-in runtime's
+/// snapshot, against the same packages mounted at /packages in a runtime built without
+/// them; and `print('hello')` on both runtimes (what bundling costs a run that does not
+/// use them).
+fn packages_startup(rt: &tokio::runtime::Runtime, builtin: &sandpy::Sandbox, runs: usize) -> anyhow::Result<Outcome> {
+    let dir = tempfile::tempdir()?;
+    let config = sandpy::Config { progress: Some(std::sync::Arc::new(|m: &str| eprintln!("{m}"))), ..sandpy::Config::default() };
+    // One tiny unrelated package: a runtime that has none of the curated set.
+    let bare_runtime = dir.path().join("bare.wasm");
+    sandpy::packages::build_runtime(&["iniconfig==2.1.0".to_string()], &bare_runtime, &config)?;
+    let folder = dir.path().join("packages");
+    let curated: Vec<String> = sandpy::packages::CURATED.iter().map(|p| p.to_string()).collect();
+    sandpy::packages::install(&curated, &folder, &config)?;
+    let bare = super::sandbox_with(sandpy::Config { runtime: Some(bare_runtime.clone()), ..sandpy::Config::default() })?;
+    let mounted = sandpy::RunOptions {
+        mounts: vec![sandpy::Mount { host: folder, guest: "/packages".into() }],
+        ..sandpy::RunOptions::default()
+    };
+    let imports = "import attrs, dateutil.parser, yaml, tabulate, jinja2, markupsafe, idna, six\n\
+                   print(jinja2.Template('{{ n }}').render(n=tabulate.tabulate([[1]])))";
+    let plain = sandpy::RunOptions::default();
+    let mut figures = [(); 4].map(|_| Vec::new());
+    for _ in 0..runs {
+        figures[0].push(timed_run(rt, builtin, imports, &plain)?);
+        figures[1].push(timed_run(rt, &bare, imports, &mounted)?);
+        figures[2].push(timed_run(rt, builtin, "print('hello')", &plain)?);
+        figures[3].push(timed_run(rt, &bare, "print('hello')", &plain)?);
+    }
+    let [b, m, h, bh] = figures.map(|mut f| median(&mut f));
+    println!("packages ({}; median of {runs}):", curated.join(", "));
+    println!("  run importing them, bundled in the built-in runtime's snapshot: {b:.2} ms");
+    println!("  the same from a folder mounted at /packages (`sandpy build --folder`): {m:.2} ms (ratio {:.1}x)", m / b);
+    println!("  print('hello') on the built-in runtime {h:.3} ms vs a runtime without them {bh:.3} ms (ratio {:.2}x)", h / bh);
+    Ok(Outcome::Success)
+}
 
 fn hello_latencies(rt: &tokio::runtime::Runtime, sandbox: &sandpy::Sandbox, runs: usize) -> anyhow::Result<Vec<f64>> {
     rt.block_on(async {

@@ -11,9 +11,10 @@ pub struct Args {
     /// Packages as pip requirements, e.g. `tabulate==0.9.0` (repeatable).
     #[arg(long = "with", value_name = "PKG")]
     with: Vec<String>,
-    /// Add the curated set: attrs, python-dateutil, pyyaml, tabulate, jinja2, markupsafe, idna, six.
+    /// Leave out the curated set the built-in runtime has (attrs, python-dateutil, pyyaml,
+    /// tabulate, jinja2, markupsafe, idna, six).
     #[arg(long)]
-    defaults: bool,
+    no_defaults: bool,
     /// Where to write the runtime component (use it with --runtime or $SANDPY_RUNTIME).
     #[arg(short, long, value_name = "FILE", default_value = "sandpy-runtime.wasm", conflicts_with = "folder")]
     output: PathBuf,
@@ -23,12 +24,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let mut wanted = args.with.clone();
-    if args.defaults {
-        wanted.extend(packages::CURATED.iter().map(|p| p.to_string()));
+    if args.with.is_empty() {
+        bail!("name packages with --with PKG (repeatable)");
     }
-    if wanted.is_empty() {
-        bail!("name packages with --with PKG (repeatable) or --defaults");
+    let mut wanted = args.with.clone();
+    if !args.no_defaults {
+        wanted.extend(packages::CURATED.iter().map(|p| p.to_string()));
     }
     let config = sandpy::Config { progress: Some(std::sync::Arc::new(|m: &str| eprintln!("{m}"))), ..sandpy::Config::default() };
     let set = match &args.folder {

@@ -8,21 +8,23 @@ fn run(args: &[&str]) -> (i32, String, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 
-const USE_TABULATE: &str = "import tabulate\nprint(tabulate.tabulate([[1, 'a']], headers=['n', 's'], tablefmt='plain'))";
+/// A pure-Python package outside the curated set.
+const USE_TOOLZ: &str = "import toolz\nprint(toolz.frequencies('abca'))";
+const TOOLZ_OUTPUT: &str = "{'a': 2, 'b': 1, 'c': 1}\n";
 
 #[test]
 fn a_package_folder_mounted_at_packages_imports_and_works() {
     let dir = tempfile::tempdir().expect("tempdir");
     let folder = dir.path().join("pkgs");
-    let (status, _, stderr) = run(&["build", "--with", "tabulate==0.9.0", "--folder", folder.to_str().unwrap()]);
+    let (status, _, stderr) = run(&["build", "--with", "toolz==1.0.0", "--folder", folder.to_str().unwrap()]);
     assert_eq!(status, 0, "{stderr}");
-    assert!(stderr.contains("tabulate 0.9.0"), "{stderr}");
+    assert!(stderr.contains("toolz 1.0.0"), "{stderr}");
     let mount = format!("{}:/packages", folder.display());
-    let (status, stdout, stderr) = run(&["run", "--mount", &mount, "-c", USE_TABULATE]);
-    assert_eq!((status, stdout.as_str()), (0, "  n  s\n  1  a\n"), "{stderr}");
-    let (status, _, stderr) = run(&["run", "-c", "import tabulate"]);
+    let (status, stdout, stderr) = run(&["run", "--mount", &mount, "-c", USE_TOOLZ]);
+    assert_eq!((status, stdout.as_str()), (0, TOOLZ_OUTPUT), "{stderr}");
+    let (status, _, stderr) = run(&["run", "-c", "import toolz"]);
     assert_eq!(status, 1, "the built-in runtime does not have it: {stderr}");
-    let (_, stdout, _) = run(&["run", "--mount", &mount, "-c", "open('/packages/tabulate/x.py', 'w')"]);
+    let (_, stdout, _) = run(&["run", "--mount", &mount, "-c", "open('/packages/toolz/x.py', 'w')"]);
     assert!(stdout.is_empty(), "the folder is read-only");
 }
 
@@ -38,12 +40,12 @@ fn a_package_with_compiled_extensions_is_refused_by_name() {
 #[test]
 fn a_built_runtime_has_the_package_in_its_snapshot() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = dir.path().join("with-tabulate.wasm");
-    let (status, _, stderr) = run(&["build", "--with", "tabulate==0.9.0", "-o", runtime.to_str().unwrap()]);
+    let runtime = dir.path().join("with-toolz.wasm");
+    let (status, _, stderr) = run(&["build", "--with", "toolz==1.0.0", "-o", runtime.to_str().unwrap()]);
     assert_eq!(status, 0, "{stderr}");
-    assert!(stderr.contains("[\"tabulate\"]"), "{stderr}");
-    let (status, stdout, stderr) = run(&["run", "--runtime", runtime.to_str().unwrap(), "-c", USE_TABULATE]);
-    assert_eq!((status, stdout.as_str()), (0, "  n  s\n  1  a\n"), "{stderr}");
+    assert!(stderr.contains("\"toolz\"") && stderr.contains("\"yaml\""), "the curated set is kept: {stderr}");
+    let (status, stdout, stderr) = run(&["run", "--runtime", runtime.to_str().unwrap(), "-c", USE_TOOLZ]);
+    assert_eq!((status, stdout.as_str()), (0, TOOLZ_OUTPUT), "{stderr}");
     let (status, _, stderr) = run(&["run", "--runtime", "/nonexistent.wasm", "-c", "1"]);
     assert_eq!(status, 2);
     assert!(stderr.contains("cannot load the runtime `/nonexistent.wasm`"), "{stderr}");

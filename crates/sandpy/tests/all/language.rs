@@ -1,6 +1,7 @@
 //! The language and the stdlib work as in CPython.
 
 use crate::run_ok;
+use serde_json::json;
 
 #[test]
 fn classes_generators_closures_match_fstrings() {
@@ -148,4 +149,19 @@ fn stdin_is_empty_unless_given() {
     let options = sandpy::RunOptions { stdin: Some(b"line one\nline two\n".to_vec()), ..Default::default() };
     let e = crate::run_with("import sys\n[l.strip() for l in sys.stdin]", &options);
     assert_eq!(e.return_value, Some(serde_json::json!(["line one", "line two"])));
+}
+
+#[test]
+fn the_curated_packages_are_built_in_and_work() {
+    let e = run_ok(
+        "import attrs, dateutil.parser, yaml, tabulate, jinja2, markupsafe, idna, six\n\
+         @attrs.define\nclass P:\n    x: int\n\
+         [yaml.safe_load('a: [1, 2]'), jinja2.Template('{{ n|upper }}').render(n='x'), tabulate.tabulate([[1]], tablefmt='plain'),\n\
+          dateutil.parser.parse('2026-11-23T10:00:00Z').isoformat(), idna.encode('bücher.de').decode(), str(markupsafe.escape('<a>')),\n\
+          repr(P(1)), six.PY3, yaml.__with_libyaml__]",
+    );
+    assert_eq!(
+        e.return_value,
+        Some(json!([{"a": [1, 2]}, "X", "1", "2026-11-23T10:00:00+00:00", "xn--bcher-kva.de", "&lt;a&gt;", "P(x=1)", true, false]))
+    );
 }
