@@ -60,11 +60,14 @@ impl AuditLog {
                 "memory_bytes": limits.memory_bytes,
                 "output_bytes": limits.output_bytes,
                 "tool_calls": limits.tool_calls,
+                "disk_bytes": limits.disk_bytes,
+                "output_files_bytes": limits.output_files_bytes,
             },
             "status": execution.status,
             "duration_ms": execution.duration_ms,
             "tool_calls": execution.tool_calls,
             "memory_peak_bytes": execution.memory_peak_bytes,
+            "output_files": execution.files.iter().map(|f| json!({"name": f.name, "size": f.size})).collect::<Vec<_>>(),
         }));
     }
 
