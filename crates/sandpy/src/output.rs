@@ -112,7 +112,7 @@ impl Pollable for CaptureStream {
 
 impl OutputStream for CaptureStream {
     fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
-        self.write_bytes(&bytes).map_err(|m| StreamError::trap(m))
+        self.write_bytes(&bytes).map_err(StreamError::trap)
     }
 
     fn flush(&mut self) -> StreamResult<()> {

@@ -183,7 +183,7 @@ fn prune_cache(dir: &Path, current: &Path) {
         })
         .filter_map(|p| Some((std::fs::metadata(&p).and_then(|m| m.modified()).ok()?, p)))
         .collect();
-    others.sort_by(|a, b| b.0.cmp(&a.0));
+    others.sort_by_key(|entry| std::cmp::Reverse(entry.0));
     for (_, stale) in others.into_iter().skip(OTHER_ENTRIES_KEPT) {
         if let Err(e) = std::fs::remove_file(&stale) {
             tracing::debug!("cannot prune `{}`: {e}", stale.display());

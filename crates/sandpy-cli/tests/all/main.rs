@@ -20,6 +20,12 @@ pub fn sandpy() -> Command {
     command
 }
 
+/// Run `sandpy` with `args`: exit code, stdout, stderr.
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let out = sandpy().args(args).output().expect("sandpy");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
 /// Run `sandpy` with `args`, feeding `stdin`.
 pub fn sandpy_with_stdin(args: &[&str], stdin: &[u8]) -> Output {
     use std::io::Write;

@@ -1,12 +1,7 @@
 //! `sandpy build`: pure-Python packages from PyPI, bundled into a runtime or installed
 //! into a folder to mount; compiled packages refused by name. Needs PyPI.
 
-use crate::sandpy;
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = sandpy().args(args).output().expect("sandpy");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
-}
+use crate::run;
 
 /// A pure-Python package outside the curated set.
 const USE_TOOLZ: &str = "import toolz\nprint(toolz.frequencies('abca'))";

@@ -1,12 +1,7 @@
 //! `sandpy run`: output, exit codes per status, JSON, inputs, errors a person can act on.
 
-use crate::{sandpy, sandpy_with_stdin};
+use crate::{run, sandpy, sandpy_with_stdin};
 use serde_json::{json, Value};
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = sandpy().args(args).output().expect("sandpy");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
-}
 
 #[test]
 fn prints_like_python_and_exits_zero() {
