@@ -219,6 +219,26 @@ impl Workspace {
     }
 }
 
+/// Remove run folders under `base` left by sandpy processes that no longer exist (killed
+/// before they could clean up). Folders are named `run-<pid>-...`; without `/proc` to ask
+/// whether a process lives, nothing is removed.
+pub(crate) fn sweep_stale(base: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(base) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("run-")).and_then(|n| n.split('-').next()) else { continue };
+        let alive = pid.parse::<u32>().map(|pid| Path::new(&format!("/proc/{pid}")).exists()).unwrap_or(true);
+        if !alive {
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::debug!("cannot remove stale run folder `{}`: {e}", entry.path().display());
+            }
+        }
+    }
+}
+
 /// An input's path relative to the scratch folder, or why it is refused.
 fn scratch_relative(path: &str) -> Result<PathBuf, String> {
     let rest = match path.strip_prefix(SCRATCH_DIR) {

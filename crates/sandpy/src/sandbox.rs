@@ -82,6 +82,7 @@ impl Sandbox {
     /// Load the runtime: from the on-disk cache, or compiled now and cached.
     pub fn new(config: Config) -> Result<Sandbox, Error> {
         let admission = Admission::new(config.concurrency(), config.max_queued_runs);
+        crate::files::sweep_stale(&config.resolved_scratch_dir());
         Ok(Sandbox {
             runtime: Arc::new(Runtime::load(&config)?),
             admission: Arc::new(admission),
@@ -156,7 +157,7 @@ impl Sandbox {
     }
 
     async fn execute(&self, task: Task, options: &RunOptions) -> Execution {
-        let _slot = match self.admit(options).await {
+        let slot = match self.admit(options).await {
             Ok(slot) => slot,
             Err(refused) => return refused,
         };
@@ -188,6 +189,10 @@ impl Sandbox {
         };
         let mut execution = finish(&store, &capture, result, limits, started).0;
         execution.files = workspace.take_outputs();
+        // Tearing down (resetting the instance's memory, removing the folders) takes
+        // about as long as instantiating: do it after answering. The run slot is held
+        // until it is done, so the concurrency limit still counts live instances.
+        tokio::task::spawn_blocking(move || drop((store, workspace, slot)));
         execution
     }
 

@@ -25,6 +25,9 @@ pub struct Args {
     /// against the same packages in a folder mounted at /packages (needs PyPI, ~1 min).
     #[arg(long)]
     packages: bool,
+    /// Only this part: hello, files, session, process, cpu, tools, eval or memory.
+    #[arg(long, value_name = "PART")]
+    only: Option<String>,
 }
 
 /// A tool that answers at once: what is left of a call is the sandbox's own cost.
@@ -86,13 +89,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         return packages_startup(&rt, &sandbox, args.runs.clamp(1, 100));
     }
     let limits = Limits::default();
+    let want = |part: &str| args.only.as_deref().is_none_or(|only| only == part);
     println!("sandpy bench (medians; the machine is shared, compare ratios)\n");
 
     // 1-2. In-process fresh-instance latency and throughput, with wasmtime's pooling
     // allocator (the default) and with on-demand allocation, measured in turn.
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
     let on_demand = sandpy::Sandbox::new(sandpy::Config { pooled_instances: None, ..sandpy::Config::default() })?;
-    for (name, sandbox) in [("pooling allocator", &sandbox), ("on-demand allocator", &on_demand)] {
+    for (name, sandbox) in [("pooling allocator", &sandbox), ("on-demand allocator", &on_demand)].into_iter().filter(|_| want("hello")) {
         let mut latencies = hello_latencies(&rt, sandbox, args.runs.max(1))?;
         latencies.sort_by(f64::total_cmp);
         let per_sec = hello_throughput(&rt, sandbox, cores, 2000);
@@ -111,146 +115,161 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         ..sandpy::RunOptions::default()
     };
     let (mut plain, mut filed) = (Vec::new(), Vec::new());
-    for _ in 0..args.runs.max(1) {
+    for _ in 0..args.runs.max(1) * usize::from(want("files")) {
         plain.push(timed_run(&rt, &sandbox, "print('hello')", &sandpy::RunOptions::default())?);
         filed.push(timed_run(&rt, &sandbox, "open('/output/out.txt', 'w').write(open('in.txt').read())", &with_files)?);
     }
-    let (p, f) = (median(&mut plain), median(&mut filed));
-    println!("files: one 1 KiB input copied to /output and returned: p50 {f:.3} ms (print('hello') {p:.3} ms, ratio {:.2}x)", f / p);
+    if want("files") {
+        let (p, f) = (median(&mut plain), median(&mut filed));
+        println!("files: one 1 KiB input copied to /output and returned: p50 {f:.3} ms (print('hello') {p:.3} ms, ratio {:.2}x)", f / p);
+    }
 
     // Sessions: ten small cells in one session, end to end, against ten fresh runs.
-    let (session_ms, fresh_ms) = rt.block_on(async {
-        let cells: Vec<String> = (0..10).map(|i| format!("v{i} = {i} * 2\ntotal = sum(v for k, v in globals().items() if k.startswith('v'))")).collect();
-        let mut session_ms = Vec::new();
-        let mut fresh_ms = Vec::new();
-        for round in 0..20 {
+    if want("session") {
+        let (session_ms, fresh_ms) = rt.block_on(async {
+            let cells: Vec<String> = (0..10).map(|i| format!("v{i} = {i} * 2\ntotal = sum(v for k, v in globals().items() if k.startswith('v'))")).collect();
+            let mut session_ms = Vec::new();
+            let mut fresh_ms = Vec::new();
+            for round in 0..20 {
+                let sessions = sandpy::Sessions::new(&sandbox, sandpy::SessionLimits::default());
+                let t = Instant::now();
+                for cell in &cells {
+                    sessions.run(&format!("bench-{round}"), cell, &sandpy::RunOptions::default()).await;
+                }
+                session_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                let t = Instant::now();
+                for cell in &cells {
+                    sandbox.run(cell, &Limits::default()).await;
+                }
+                fresh_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            (median(&mut session_ms), median(&mut fresh_ms))
+        });
+        println!("10-cell session end to end: {session_ms:.2} ms (the same 10 cells as fresh runs: {fresh_ms:.2} ms, ratio {:.2}x)", session_ms / fresh_ms);
+        let (save_ms, bytes, restore_ms) = rt.block_on(async {
             let sessions = sandpy::Sessions::new(&sandbox, sandpy::SessionLimits::default());
-            let t = Instant::now();
-            for cell in &cells {
-                sessions.run(&format!("bench-{round}"), cell, &sandpy::RunOptions::default()).await;
+            for i in 0..10 {
+                sessions.run("s", &format!("v{i} = list(range({i} * 100))"), &sandpy::RunOptions::default()).await;
             }
-            session_ms.push(t.elapsed().as_secs_f64() * 1e3);
-            let t = Instant::now();
-            for cell in &cells {
-                sandbox.run(cell, &Limits::default()).await;
+            let (mut save, mut restore, mut bytes) = (Vec::new(), Vec::new(), 0);
+            for round in 0..10 {
+                let t = Instant::now();
+                let text = serde_json::to_string(&sessions.snapshot("s").await.map_err(anyhow::Error::msg)?)?;
+                save.push(t.elapsed().as_secs_f64() * 1e3);
+                bytes = text.len();
+                let t = Instant::now();
+                let snapshot: sandpy::SessionSnapshot = serde_json::from_str(&text)?;
+                sessions.restore(&format!("r{round}"), &snapshot, &sandpy::RunOptions::default()).await.map_err(anyhow::Error::msg)?;
+                restore.push(t.elapsed().as_secs_f64() * 1e3);
+                sessions.close(&format!("r{round}"));
             }
-            fresh_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-        (median(&mut session_ms), median(&mut fresh_ms))
-    });
-    println!("10-cell session end to end: {session_ms:.2} ms (the same 10 cells as fresh runs: {fresh_ms:.2} ms, ratio {:.2}x)", session_ms / fresh_ms);
-    let (save_ms, bytes, restore_ms) = rt.block_on(async {
-        let sessions = sandpy::Sessions::new(&sandbox, sandpy::SessionLimits::default());
-        for i in 0..10 {
-            sessions.run("s", &format!("v{i} = list(range({i} * 100))"), &sandpy::RunOptions::default()).await;
-        }
-        let (mut save, mut restore, mut bytes) = (Vec::new(), Vec::new(), 0);
-        for round in 0..10 {
-            let t = Instant::now();
-            let text = serde_json::to_string(&sessions.snapshot("s").await.map_err(anyhow::Error::msg)?)?;
-            save.push(t.elapsed().as_secs_f64() * 1e3);
-            bytes = text.len();
-            let t = Instant::now();
-            let snapshot: sandpy::SessionSnapshot = serde_json::from_str(&text)?;
-            sessions.restore(&format!("r{round}"), &snapshot, &sandpy::RunOptions::default()).await.map_err(anyhow::Error::msg)?;
-            restore.push(t.elapsed().as_secs_f64() * 1e3);
-            sessions.close(&format!("r{round}"));
-        }
-        Ok::<_, anyhow::Error>((median(&mut save), bytes, median(&mut restore)))
-    })?;
-    println!("  save it (journal to JSON): {save_ms:.3} ms, {bytes} bytes; restore it (replay): {restore_ms:.2} ms");
+            Ok::<_, anyhow::Error>((median(&mut save), bytes, median(&mut restore)))
+        })?;
+        println!("  save it (journal to JSON): {save_ms:.3} ms, {bytes} bytes; restore it (replay): {restore_ms:.2} ms");
+    }
 
     // 3. Whole-process latency, warm cache, against native python3 start-up.
     let exe = std::env::current_exe()?;
-    let mut sandpy_ms = Vec::new();
-    let mut python_ms = Vec::new();
-    for _ in 0..args.process_runs.max(1) {
-        let t = Instant::now();
-        let out = Command::new(&exe).args(["run", "-c", "print('hello')"]).output()?;
-        sandpy_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        if !out.status.success() {
-            bail!("`sandpy run` failed: {}", String::from_utf8_lossy(&out.stderr));
+    if want("process") {
+        let mut sandpy_ms = Vec::new();
+        let mut python_ms = Vec::new();
+        for _ in 0..args.process_runs.max(1) {
+            let t = Instant::now();
+            let out = Command::new(&exe).args(["run", "-c", "print('hello')"]).output()?;
+            sandpy_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            if !out.status.success() {
+                bail!("`sandpy run` failed: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            let t = Instant::now();
+            let out = Command::new(&args.python).args(["-c", "print('hello')"]).output();
+            python_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            out.with_context(|| format!("cannot run `{}`", args.python))?;
         }
-        let t = Instant::now();
-        let out = Command::new(&args.python).args(["-c", "print('hello')"]).output();
-        python_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        out.with_context(|| format!("cannot run `{}`", args.python))?;
+        let (s, p) = (median(&mut sandpy_ms), median(&mut python_ms));
+        println!("whole process `sandpy run -c \"print('hello')\"`: {s:.1} ms  (native `{} -c`: {p:.1} ms, ratio {:.2}x)", args.python, s / p);
     }
-    let (s, p) = (median(&mut sandpy_ms), median(&mut python_ms));
-    println!("whole process `sandpy run -c \"print('hello')\"`: {s:.1} ms  (native `{} -c`: {p:.1} ms, ratio {:.2}x)", args.python, s / p);
 
     // 4. CPU-bound set against native python3.
-    println!("\nCPU-bound set (seconds inside the program, median of 3):");
-    let mut ratios = Vec::new();
-    for (name, body) in CPU_SET {
-        let code = timed(body);
-        let mut inside = Vec::new();
-        let mut native = Vec::new();
-        for _ in 0..3 {
-            let e = rt.block_on(sandbox.run(&code, &Limits { timeout: Duration::from_secs(120), ..limits.clone() }));
-            if e.status != Status::Ok {
-                bail!("{name} failed in the sandbox: {e:?}");
+    if want("cpu") {
+        println!("\nCPU-bound set (seconds inside the program, median of 3):");
+        let mut ratios = Vec::new();
+        for (name, body) in CPU_SET {
+            let code = timed(body);
+            let mut inside = Vec::new();
+            let mut native = Vec::new();
+            for _ in 0..3 {
+                let e = rt.block_on(sandbox.run(&code, &Limits { timeout: Duration::from_secs(120), ..limits.clone() }));
+                if e.status != Status::Ok {
+                    bail!("{name} failed in the sandbox: {e:?}");
+                }
+                inside.push(e.stdout.trim().parse::<f64>()?);
+                let out = Command::new(&args.python).args(["-c", &code]).output()?;
+                native.push(String::from_utf8_lossy(&out.stdout).trim().parse::<f64>().with_context(|| format!("{name} failed natively"))?);
             }
-            inside.push(e.stdout.trim().parse::<f64>()?);
-            let out = Command::new(&args.python).args(["-c", &code]).output()?;
-            native.push(String::from_utf8_lossy(&out.stdout).trim().parse::<f64>().with_context(|| format!("{name} failed natively"))?);
+            let (i, n) = (median(&mut inside), median(&mut native));
+            ratios.push(i / n);
+            println!("  {name:<8} sandbox {:>8.1} ms   native {:>8.1} ms   ratio {:.2}x", i * 1e3, n * 1e3, i / n);
         }
-        let (i, n) = (median(&mut inside), median(&mut native));
-        ratios.push(i / n);
-        println!("  {name:<8} sandbox {:>8.1} ms   native {:>8.1} ms   ratio {:.2}x", i * 1e3, n * 1e3, i / n);
+        let geo = ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64;
+        let native_version = Command::new(&args.python).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+        println!("  geometric mean ratio: {:.2}x (sandbox CPython 3.14 vs native {native_version})", geo.exp());
     }
-    let geo = ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64;
-    let native_version = Command::new(&args.python).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
-    println!("  geometric mean ratio: {:.2}x (sandbox CPython 3.14 vs native {native_version})", geo.exp());
 
     // 5. Tool-call round trips.
-    println!("\ntool calls (per call, timed inside the program):");
-    let noop = sandpy::RunOptions {
-        tools: Some(std::sync::Arc::new(NoopTools)),
-        limits: Limits { tool_calls: 10_000, ..Limits::default() },
-        ..sandpy::RunOptions::default()
-    };
-    let mut per_call = Vec::new();
-    for _ in 0..5 {
-        let e = rt.block_on(sandbox.run_with(&call_loop("noop", "{}", 2000), &noop));
-        per_call.push(e.return_value.as_ref().and_then(|v| v.as_f64()).with_context(|| format!("noop loop failed: {e:?}"))?);
-    }
-    println!("  sandbox -> host round trip, no-op tool: {:.4} ms", median(&mut per_call));
-    let batched = "import asyncio, time\nt = time.perf_counter()\nawait asyncio.gather(*(call_mcp_tool('noop') for _ in range(2000)))\n(time.perf_counter() - t) * 1000 / 2000";
-    let e = rt.block_on(sandbox.run_with(batched, &noop));
-    println!("  same, 2000 calls in one asyncio.gather batch: {:.4} ms per call", e.return_value.and_then(|v| v.as_f64()).unwrap_or(f64::NAN));
-    if !args.no_upstream {
-        rt.block_on(upstream_overhead(&sandbox))?;
-        rt.block_on(stdio_end_to_end(&exe))?;
+    if want("tools") {
+        println!("\ntool calls (per call, timed inside the program):");
+        let noop = sandpy::RunOptions {
+            tools: Some(std::sync::Arc::new(NoopTools)),
+            limits: Limits { tool_calls: 10_000, ..Limits::default() },
+            ..sandpy::RunOptions::default()
+        };
+        let mut per_call = Vec::new();
+        for _ in 0..5 {
+            let e = rt.block_on(sandbox.run_with(&call_loop("noop", "{}", 2000), &noop));
+            per_call.push(e.return_value.as_ref().and_then(|v| v.as_f64()).with_context(|| format!("noop loop failed: {e:?}"))?);
+        }
+        println!("  sandbox -> host round trip, no-op tool: {:.4} ms", median(&mut per_call));
+        let batched = "import asyncio, time\nt = time.perf_counter()\nawait asyncio.gather(*(call_mcp_tool('noop') for _ in range(2000)))\n(time.perf_counter() - t) * 1000 / 2000";
+        let e = rt.block_on(sandbox.run_with(batched, &noop));
+        println!("  same, 2000 calls in one asyncio.gather batch: {:.4} ms per call", e.return_value.and_then(|v| v.as_f64()).unwrap_or(f64::NAN));
+        if !args.no_upstream {
+            rt.block_on(upstream_overhead(&sandbox))?;
+            rt.block_on(stdio_end_to_end(&exe))?;
+        }
     }
 
     // 6. Eval batch: the real `sandpy call --args-file` over 10,000 inputs.
-    eval_batch(&exe, cores)?;
+    if want("eval") {
+        eval_batch(&exe, cores)?;
+    }
 
     // 7. Private memory per live instance (on-demand allocator: the pool keeps idle
     // slots' pages warm, which would blur the figure).
-    let live = 40;
-    drop(on_demand);
-    let config = sandpy::Config { pooled_instances: None, max_concurrent_runs: Some(live), ..sandpy::Config::default() };
-    let on_demand = sandpy::Sandbox::new(config)?;
-    let before = private_bytes()?;
-    let during = rt.block_on(async {
-        let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..live {
-            let sandbox = on_demand.clone();
-            tasks.spawn(async move { sandbox.run("import time\ntime.sleep(1.5)", &Limits::default()).await });
-        }
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-        let during = private_bytes();
-        while tasks.join_next().await.is_some() {}
-        during
-    })?;
-    println!(
-        "\nprivate memory per live instance: {:.2} MiB ({live} alive at once; process private memory {:.0} -> {:.0} MiB)",
-        during.saturating_sub(before) as f64 / live as f64 / (1 << 20) as f64,
-        before as f64 / (1 << 20) as f64,
-        during as f64 / (1 << 20) as f64
-    );
+    if want("memory") {
+        let live = 40;
+        drop(on_demand);
+        let config = sandpy::Config { pooled_instances: None, max_concurrent_runs: Some(live), ..sandpy::Config::default() };
+        let on_demand = sandpy::Sandbox::new(config)?;
+        let before = private_bytes()?;
+        let during = rt.block_on(async {
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..live {
+                let sandbox = on_demand.clone();
+                tasks.spawn(async move { sandbox.run("import time\ntime.sleep(1.5)", &Limits::default()).await });
+            }
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+            let during = private_bytes();
+            while tasks.join_next().await.is_some() {}
+            during
+        })?;
+        println!(
+            "\nprivate memory per live instance: {:.2} MiB ({live} alive at once; process private memory {:.0} -> {:.0} MiB)",
+            during.saturating_sub(before) as f64 / live as f64 / (1 << 20) as f64,
+            before as f64 / (1 << 20) as f64,
+            during as f64 / (1 << 20) as f64
+        );
+    }
+
     Ok(Outcome::Success)
 }
 

@@ -30,8 +30,16 @@ fn host_folder() -> tempfile::TempDir {
 #[test]
 fn scratch_is_the_working_directory_private_to_each_run_and_removed_after() {
     let base = tempfile::tempdir().expect("temp dir");
+    // A folder left by a process that died (no such pid), and one of a live process.
+    let stale = base.path().join("run-999999999-abc");
+    let live = base.path().join(format!("run-{}-kept", std::process::id()));
+    for dir in [&stale, &live] {
+        std::fs::create_dir_all(dir.join("tmp")).expect("mkdir");
+    }
     let config = sandpy::Config { scratch_dir: Some(base.path().to_path_buf()), ..sandpy::Config::default() };
     let own = sandpy::Sandbox::new(config).expect("sandbox");
+    assert!(!stale.exists() && live.exists(), "folders of dead processes are swept when a sandbox starts");
+    std::fs::remove_dir_all(&live).expect("cleanup");
     let code = "import os, tempfile\nseen = sorted(os.listdir('.'))\nopen('a.txt', 'w').write('x')\nos.makedirs('d/e')\n\
                 with tempfile.NamedTemporaryFile(delete=False) as f: f.write(b'y')\n\
                 [os.getcwd(), seen, os.path.dirname(f.name), sorted(os.listdir('/tmp'))]";
