@@ -93,11 +93,19 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     println!("sandpy bench (medians; the machine is shared, compare ratios)\n");
 
     // 1-2. In-process fresh-instance latency and throughput, with wasmtime's pooling
-    // allocator (the default) and with on-demand allocation, measured in turn.
+    // allocator (the default) and with on-demand allocation.
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
     let on_demand = sandpy::Sandbox::new(sandpy::Config { pooled_instances: None, ..sandpy::Config::default() })?;
-    for (name, sandbox) in [("pooling allocator", &sandbox), ("on-demand allocator", &on_demand)].into_iter().filter(|_| want("hello")) {
-        let mut latencies = hello_latencies(&rt, sandbox, args.runs.max(1))?;
+    let configurations = [("pooling allocator", &sandbox), ("on-demand allocator", &on_demand)];
+    // Latencies interleaved (one run of each in turn), so that drift in the machine's
+    // load falls on both alike.
+    let mut latencies = [(); 2].map(|_| Vec::new());
+    for _ in 0..args.runs.max(1) * usize::from(want("hello")) {
+        for (i, (_, sandbox)) in configurations.iter().enumerate() {
+            latencies[i].push(timed_run(&rt, sandbox, "print('hello')", &sandpy::RunOptions::default())?);
+        }
+    }
+    for ((name, sandbox), mut latencies) in configurations.into_iter().zip(latencies).filter(|_| want("hello")) {
         latencies.sort_by(f64::total_cmp);
         let per_sec = hello_throughput(&rt, sandbox, cores, 2000);
         println!(
@@ -319,21 +327,6 @@ fn packages_startup(rt: &tokio::runtime::Runtime, builtin: &sandpy::Sandbox, run
     println!("  the same from a folder mounted at /packages (`sandpy build --folder`): {m:.2} ms (ratio {:.1}x)", m / b);
     println!("  print('hello') on the built-in runtime {h:.3} ms vs a runtime without them {bh:.3} ms (ratio {:.2}x)", h / bh);
     Ok(Outcome::Success)
-}
-
-fn hello_latencies(rt: &tokio::runtime::Runtime, sandbox: &sandpy::Sandbox, runs: usize) -> anyhow::Result<Vec<f64>> {
-    rt.block_on(async {
-        let mut latencies = Vec::with_capacity(runs);
-        for _ in 0..runs {
-            let t = Instant::now();
-            let e = sandbox.run("print('hello')", &Limits::default()).await;
-            latencies.push(t.elapsed().as_secs_f64() * 1e3);
-            if e.status != Status::Ok {
-                bail!("hello failed: {e:?}");
-            }
-        }
-        Ok(latencies)
-    })
 }
 
 /// Fresh-instance runs per second with `2 * cores` tasks in flight.
