@@ -365,7 +365,9 @@ fn metered(
         Err(code) => return Ok(Err(code)),
     };
     let (Some(file), Ok(area)) = (file_of(state, fd), state.disk.area(fd.rep())) else {
-        return Ok(Ok(stream));
+        // A file outside every known folder: never written unmetered.
+        state.table.delete(stream)?;
+        return Ok(Err(ErrorCode::NotPermitted));
     };
     let inner = state.table.delete(stream)?;
     let metered = MeteredStream { inner, file, position: offset, high_water: 0, area, refusal: state.disk.refusal.clone() };
