@@ -185,8 +185,8 @@ fn batch_in_workers(reader: Box<dyn BufRead + Send>, workers: usize) -> anyhow::
         readers.push(std::thread::spawn(move || {
             for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
                 let Ok(mut value) = serde_json::from_str::<Value>(&line) else { continue };
-                let Some(local) = value["line"].as_u64() else { continue };
-                let number = (local as usize - 1) * workers + worker + 1;
+                let Some(local) = value["line"].as_u64().and_then(|n| (n as usize).checked_sub(1)) else { continue };
+                let number = local * workers + worker + 1;
                 value["line"] = json!(number);
                 if sender.send((number, value)).is_err() {
                     return;
