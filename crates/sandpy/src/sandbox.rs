@@ -196,11 +196,18 @@ impl Sandbox {
         execution
     }
 
+    /// Fresh folders for a run or a session: `invalid_input` for bad mounts,
+    /// `internal_error` when the host cannot make them.
+    pub(crate) fn new_workspace(&self, limits: &Limits, mounts: &[Mount]) -> Result<Workspace, Execution> {
+        Mount::validate(mounts).map_err(|message| Execution::refused(Status::InvalidInput, "InvalidInput", message))?;
+        Workspace::create(&self.scratch_dir, limits, mounts)
+            .map_err(|message| Execution::refused(Status::InternalError, "InternalError", message))
+    }
+
     /// The run's folders, with its input files written; `invalid_input` for bad mounts
     /// or inputs.
-    pub(crate) fn workspace(&self, options: &RunOptions) -> Result<Workspace, Execution> {
-        let workspace = Workspace::create(&self.scratch_dir, &options.limits, &options.mounts)
-            .map_err(|message| Execution::refused(Status::InvalidInput, "InvalidInput", message))?;
+    fn workspace(&self, options: &RunOptions) -> Result<Workspace, Execution> {
+        let workspace = self.new_workspace(&options.limits, &options.mounts)?;
         workspace
             .write_inputs(&options.files, &options.limits)
             .map_err(|message| Execution::refused(Status::InvalidInput, "InvalidInput", message))?;
@@ -213,10 +220,6 @@ impl Sandbox {
             .enter(options.limits.timeout)
             .await
             .map_err(|refusal| Execution::refused(Status::Busy, "Busy", refusal.message()))
-    }
-
-    pub(crate) fn scratch_dir(&self) -> &std::path::Path {
-        &self.scratch_dir
     }
 
     pub(crate) fn runtime(&self) -> &Runtime {

@@ -212,8 +212,7 @@ impl Session {
     /// The session's instance and folders, made on its first run.
     async fn start(&self, options: &RunOptions, tools: crate::host::ToolAccess) -> Result<Live, Execution> {
         let limits = &options.limits;
-        let workspace = Workspace::create(self.sandbox.scratch_dir(), limits, &options.mounts)
-            .map_err(|message| Execution::refused(Status::InvalidInput, "InvalidInput", message))?;
+        let workspace = self.sandbox.new_workspace(limits, &options.mounts)?;
         let capture = Capture::new(limits.output_bytes);
         let mut store = self.sandbox.new_store(&capture, self.memory_bytes, None, tools, &workspace)?;
         match self.sandbox.runtime().pre.instantiate_async(&mut store).await {
