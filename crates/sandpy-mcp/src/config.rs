@@ -114,6 +114,8 @@ pub struct Config {
     pub mounts: Vec<sandpy::Mount>,
     /// Runtime component from `sandpy build` to use instead of the built-in one.
     pub runtime: Option<PathBuf>,
+    /// Extra packages (pip requirements) that `sandpy build` puts into `runtime`.
+    pub packages: Vec<String>,
     /// The file this came from, if any.
     pub source: Option<PathBuf>,
 }
@@ -162,6 +164,8 @@ struct RawSandpy {
     #[serde(default)]
     mounts: BTreeMap<String, PathBuf>,
     runtime: Option<PathBuf>,
+    #[serde(default)]
+    packages: Vec<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -333,6 +337,7 @@ impl Config {
             max_queued_runs: raw.sandpy.max_queued_runs,
             mounts,
             runtime: raw.sandpy.runtime.map(|p| base.join(p)),
+            packages: raw.sandpy.packages,
             source: Some(path.to_path_buf()),
         };
         if let Err(message) = config.policy(None) {

@@ -1,5 +1,6 @@
 //! `sandpy build`: a runtime with extra pure-Python packages imported in its snapshot,
-//! or (with --folder) just the packages, to mount at /packages at run time.
+//! or (with --folder) just the packages, to mount at /packages at run time. Without
+//! `--with`, the config's `sandpy.packages` list is built into its `sandpy.runtime` file.
 
 use crate::exit::Outcome;
 use anyhow::bail;
@@ -8,33 +9,41 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Packages as pip requirements, e.g. `tabulate==0.9.0` (repeatable).
+    /// Packages as pip requirements, e.g. `toolz==1.0.0` (repeatable) [default: the
+    /// config's `sandpy.packages`].
     #[arg(long = "with", value_name = "PKG")]
     with: Vec<String>,
+    /// Config file whose `sandpy.packages` to build into its `sandpy.runtime`
+    /// [default: $SANDPY_CONFIG, else ./.mcp.json].
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Leave out the curated set the built-in runtime has (attrs, python-dateutil, pyyaml,
     /// tabulate, jinja2, markupsafe, idna, six).
     #[arg(long)]
     no_defaults: bool,
-    /// Where to write the runtime component (use it with --runtime or $SANDPY_RUNTIME).
-    #[arg(short, long, value_name = "FILE", default_value = "sandpy-runtime.wasm", conflicts_with = "folder")]
-    output: PathBuf,
+    /// Where to write the runtime component (use it with --runtime or $SANDPY_RUNTIME)
+    /// [default: the config's `sandpy.runtime`, else sandpy-runtime.wasm].
+    #[arg(short, long, value_name = "FILE", conflicts_with = "folder")]
+    output: Option<PathBuf>,
     /// Only install the packages into DIR, to mount read-only with `--mount DIR:/packages`.
     #[arg(long, value_name = "DIR")]
     folder: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    if args.with.is_empty() {
-        bail!("name packages with --with PKG (repeatable)");
+    let settings = sandpy_mcp::Config::discover(args.config.as_deref())?;
+    let mut wanted = if args.with.is_empty() { settings.packages.clone() } else { args.with.clone() };
+    if wanted.is_empty() {
+        bail!("name packages with --with PKG (repeatable), or list them in the config's `sandpy.packages`");
     }
-    let mut wanted = args.with.clone();
+    let output = args.output.clone().or(settings.runtime.clone()).unwrap_or_else(|| PathBuf::from("sandpy-runtime.wasm"));
     if !args.no_defaults {
         wanted.extend(packages::CURATED.iter().map(|p| p.to_string()));
     }
     let config = sandpy::Config { progress: Some(std::sync::Arc::new(|m: &str| eprintln!("{m}"))), ..sandpy::Config::default() };
     let set = match &args.folder {
         Some(folder) => packages::install(&wanted, folder, &config)?,
-        None => packages::build_runtime(&wanted, &args.output, &config)?,
+        None => packages::build_runtime(&wanted, &output, &config)?,
     };
     let installed: Vec<String> = set.distributions.iter().map(|(n, v)| format!("{n} {v}")).collect();
     eprintln!("sandpy: installed {}", installed.join(", "));
@@ -43,14 +52,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
     let Some(folder) = &args.folder else {
         // Load the new runtime once: compiles and caches it, and shows what imports.
-        let sandbox = super::sandbox_with(sandpy::Config { runtime: Some(args.output.clone()), ..sandpy::Config::default() })?;
+        let sandbox = super::sandbox_with(sandpy::Config { runtime: Some(output.clone()), ..sandpy::Config::default() })?;
         let report = super::tokio_runtime()?.block_on(sandbox.module_report());
         let value = report.return_value.unwrap_or_default();
-        eprintln!("sandpy: wrote {} with packages {}", args.output.display(), value["packages"]);
+        eprintln!("sandpy: wrote {} with packages {}", output.display(), value["packages"]);
         if let Some(failures) = value["package_failures"].as_object().filter(|f| !f.is_empty()) {
             eprintln!("sandpy: these modules did not import at build time and are absent: {}", failures.keys().cloned().collect::<Vec<_>>().join(", "));
         }
-        eprintln!("sandpy: use it with `sandpy run --runtime {}` or SANDPY_RUNTIME", args.output.display());
+        eprintln!("sandpy: use it with `sandpy run --runtime {}` or SANDPY_RUNTIME", output.display());
         return Ok(Outcome::Success);
     };
     eprintln!("sandpy: use it with `sandpy run --mount {}:/packages ...`", folder.display());

@@ -35,10 +35,15 @@ fn a_package_with_compiled_extensions_is_refused_by_name() {
 #[test]
 fn a_built_runtime_has_the_package_in_its_snapshot() {
     let dir = tempfile::tempdir().expect("tempdir");
+    // The config lists the packages and names the runtime file; `sandpy build` makes it.
+    let config = dir.path().join("sandpy.json");
+    std::fs::write(&config, r#"{"sandpy": {"packages": ["toolz==1.0.0"], "runtime": "with-toolz.wasm"}}"#).expect("config");
     let runtime = dir.path().join("with-toolz.wasm");
-    let (status, _, stderr) = run(&["build", "--with", "toolz==1.0.0", "-o", runtime.to_str().unwrap()]);
+    let (status, _, stderr) = run(&["build", "--config", config.to_str().unwrap()]);
     assert_eq!(status, 0, "{stderr}");
     assert!(stderr.contains("\"toolz\"") && stderr.contains("\"yaml\""), "the curated set is kept: {stderr}");
+    let (status, stdout, stderr) = run(&["run", "--config", config.to_str().unwrap(), "-c", USE_TOOLZ]);
+    assert_eq!((status, stdout.as_str()), (0, TOOLZ_OUTPUT), "{stderr}");
     let (status, stdout, stderr) = run(&["run", "--runtime", runtime.to_str().unwrap(), "-c", USE_TOOLZ]);
     assert_eq!((status, stdout.as_str()), (0, TOOLZ_OUTPUT), "{stderr}");
     let (status, _, stderr) = run(&["run", "--runtime", "/nonexistent.wasm", "-c", "1"]);
