@@ -148,6 +148,8 @@ pub fn print_human(execution: &sandpy::Execution) -> anyhow::Result<()> {
 fn print_module_report(execution: &sandpy::Execution) -> anyhow::Result<()> {
     let Some(report) = &execution.return_value else { bail!("the runtime gave no module report: {execution:?}") };
     let available = report["available"].as_array().map(Vec::len).unwrap_or(0);
+    let packages: Vec<&str> = report["packages"].as_array().map(|p| p.iter().filter_map(|n| n.as_str()).collect()).unwrap_or_default();
+    println!("Third-party packages: {}", if packages.is_empty() { "none".to_string() } else { packages.join(", ") });
     println!("{available} stdlib modules available. Absent:");
     if let Some(absent) = report["absent"].as_object() {
         for (name, reason) in absent {

@@ -84,9 +84,10 @@ fn list_modules_help_and_version() {
     let (code, stdout, _) = run(&["run", "--list-modules"]);
     assert_eq!(code, 0);
     assert!(stdout.contains("stdlib modules available") && stdout.contains("tkinter"), "{stdout}");
+    assert!(stdout.contains("Third-party packages: attr, attrs, dateutil, idna, jinja2, markupsafe, six, tabulate, yaml"), "{stdout}");
     let (code, stdout, _) = run(&["--help"]);
     assert_eq!(code, 0);
-    for command in ["run", "serve", "demo", "warmup", "bench"] {
+    for command in ["run", "serve", "demo", "warmup", "bench", "build"] {
         assert!(stdout.contains(command), "{command} missing in help");
     }
     let (code, stdout, _) = run(&["--version"]);
