@@ -157,7 +157,7 @@ impl Sandbox {
     }
 
     async fn execute(&self, task: Task, options: &RunOptions) -> Execution {
-        let slot = match self.admit(options).await {
+        let _slot = match self.admit(options).await {
             Ok(slot) => slot,
             Err(refused) => return refused,
         };
@@ -189,10 +189,6 @@ impl Sandbox {
         };
         let mut execution = finish(&store, &capture, result, limits, started).0;
         execution.files = workspace.take_outputs();
-        // Tearing down (resetting the instance's memory, removing the folders) takes
-        // about as long as instantiating: do it after answering. The run slot is held
-        // until it is done, so the concurrency limit still counts live instances.
-        tokio::task::spawn_blocking(move || drop((store, workspace, slot)));
         execution
     }
 

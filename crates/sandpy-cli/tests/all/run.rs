@@ -1,6 +1,6 @@
 //! `sandpy run`: output, exit codes per status, JSON, inputs, errors a person can act on.
 
-use crate::{run, sandpy, sandpy_with_stdin};
+use crate::{run, sandpy_with_stdin};
 use serde_json::{json, Value};
 
 #[test]
