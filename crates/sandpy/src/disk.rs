@@ -53,10 +53,9 @@ pub(crate) struct Area {
 }
 
 impl Area {
+    /// A writable area over `root`, which must start empty.
     pub fn writable(guest: &str, root: &Path, limit: u64) -> Area {
-        let area = Area { guest: guest.into(), root: root.into(), limit: Some(limit), used: Mutex::new(0) };
-        area.remeasure();
-        area
+        Area { guest: guest.into(), root: root.into(), limit: Some(limit), used: Mutex::new(0) }
     }
 
     pub fn read_only(guest: &str, root: &Path) -> Area {
@@ -181,15 +180,19 @@ impl DiskGuard {
     }
 }
 
-fn state<'a>(store: &'a mut StoreContextMut<'_, HostState>) -> &'a mut HostState {
-    store.data_mut()
-}
-
 /// The guest-visible result of a wasmtime-wasi call: its error code, or a trap.
 fn answer<T>(result: FsResult<T>) -> wasmtime::Result<Result<T, ErrorCode>> {
     match result {
         Ok(value) => Ok(Ok(value)),
         Err(e) => Ok(Err(e.downcast()?)),
+    }
+}
+
+/// Charge the growth of the file behind `fd` (if it is a file) to `end` bytes.
+fn charge_to_end(state: &mut HostState, fd: &Resource<Descriptor>, end: u64) -> Result<(), ErrorCode> {
+    match file_of(state, fd) {
+        Some(file) => state.disk.charge(fd.rep(), end.saturating_sub(file_len(&file))),
+        None => Ok(()),
     }
 }
 
@@ -210,7 +213,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
     linker.allow_shadowing(true);
     let mut preopens = linker.instance(PREOPENS)?;
     preopens.func_wrap("get-directories", |mut store: StoreContextMut<'_, HostState>, (): ()| {
-        let state = state(&mut store);
+        let state = store.data_mut();
         let dirs = wasmtime_wasi::p2::bindings::filesystem::preopens::Host::get_directories(&mut state.filesystem())?;
         for (fd, guest) in &dirs {
             if let Some(area) = state.disk.areas.iter().find(|a| &a.guest == guest) {
@@ -226,7 +229,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
         |mut store: StoreContextMut<'_, HostState>,
          (fd, path_flags, path, oflags, flags): (Resource<Descriptor>, PathFlags, String, OpenFlags, DescriptorFlags)| {
             Box::new(async move {
-                let state = state(&mut store);
+                let state = store.data_mut();
                 let parent = fd.rep();
                 let table = &state.table;
                 state.disk.descriptors.retain(|rep, _| {
@@ -255,12 +258,9 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
         "[method]descriptor.write",
         |mut store: StoreContextMut<'_, HostState>, (fd, buf, offset): (Resource<Descriptor>, Vec<u8>, Filesize)| {
             Box::new(async move {
-                let state = state(&mut store);
-                if let Some(file) = file_of(state, &fd) {
-                    let end = offset.saturating_add(buf.len() as u64);
-                    if let Err(code) = state.disk.charge(fd.rep(), end.saturating_sub(file_len(&file))) {
-                        return Ok((Err(code),));
-                    }
+                let state = store.data_mut();
+                if let Err(code) = charge_to_end(state, &fd, offset.saturating_add(buf.len() as u64)) {
+                    return Ok((Err(code),));
                 }
                 Ok((answer(HostDescriptor::write(&mut state.filesystem(), fd, buf, offset).await)?,))
             })
@@ -270,11 +270,9 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
         "[method]descriptor.set-size",
         |mut store: StoreContextMut<'_, HostState>, (fd, size): (Resource<Descriptor>, Filesize)| {
             Box::new(async move {
-                let state = state(&mut store);
-                if let Some(file) = file_of(state, &fd) {
-                    if let Err(code) = state.disk.charge(fd.rep(), size.saturating_sub(file_len(&file))) {
-                        return Ok((Err(code),));
-                    }
+                let state = store.data_mut();
+                if let Err(code) = charge_to_end(state, &fd, size) {
+                    return Ok((Err(code),));
                 }
                 Ok((answer(HostDescriptor::set_size(&mut state.filesystem(), fd, size).await)?,))
             })
@@ -283,7 +281,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
     types.func_wrap(
         "[method]descriptor.write-via-stream",
         |mut store: StoreContextMut<'_, HostState>, (fd, offset): (Resource<Descriptor>, Filesize)| {
-            let state = state(&mut store);
+            let state = store.data_mut();
             let stream = HostDescriptor::write_via_stream(&mut state.filesystem(), Resource::new_borrow(fd.rep()), offset);
             Ok((metered(state, &fd, answer(stream)?, Some(offset))?,))
         },
@@ -291,7 +289,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
     types.func_wrap(
         "[method]descriptor.append-via-stream",
         |mut store: StoreContextMut<'_, HostState>, (fd,): (Resource<Descriptor>,)| {
-            let state = state(&mut store);
+            let state = store.data_mut();
             let stream = HostDescriptor::append_via_stream(&mut state.filesystem(), Resource::new_borrow(fd.rep()));
             Ok((metered(state, &fd, answer(stream)?, None)?,))
         },
@@ -300,7 +298,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
         "[method]descriptor.create-directory-at",
         |mut store: StoreContextMut<'_, HostState>, (fd, path): (Resource<Descriptor>, String)| {
             Box::new(async move {
-                let state = state(&mut store);
+                let state = store.data_mut();
                 if let Err(code) = state.disk.charge(fd.rep(), ENTRY_BYTES) {
                     return Ok((Err(code),));
                 }
@@ -312,7 +310,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
         "[method]descriptor.symlink-at",
         |mut store: StoreContextMut<'_, HostState>, (fd, target, path): (Resource<Descriptor>, String, String)| {
             Box::new(async move {
-                let state = state(&mut store);
+                let state = store.data_mut();
                 if let Err(code) = state.disk.charge(fd.rep(), ENTRY_BYTES) {
                     return Ok((Err(code),));
                 }
@@ -325,7 +323,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
         |mut store: StoreContextMut<'_, HostState>,
          (fd, flags, old, new_fd, new): (Resource<Descriptor>, PathFlags, String, Resource<Descriptor>, String)| {
             Box::new(async move {
-                let state = state(&mut store);
+                let state = store.data_mut();
                 if !state.disk.same_area(fd.rep(), new_fd.rep()) {
                     return Ok((Err(ErrorCode::CrossDevice),));
                 }
@@ -341,7 +339,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
         |mut store: StoreContextMut<'_, HostState>,
          (fd, old, new_fd, new): (Resource<Descriptor>, String, Resource<Descriptor>, String)| {
             Box::new(async move {
-                let state = state(&mut store);
+                let state = store.data_mut();
                 if !state.disk.same_area(fd.rep(), new_fd.rep()) {
                     return Ok((Err(ErrorCode::CrossDevice),));
                 }

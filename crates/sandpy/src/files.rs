@@ -60,6 +60,10 @@ impl Mount {
     }
 }
 
+/// Mounts that passed [`check_mounts`]: canonical host folders and normalised guest paths.
+#[derive(Debug)]
+pub(crate) struct CheckedMounts(Vec<(PathBuf, String)>);
+
 impl OutputFile {
     /// The content as text, when it is UTF-8.
     pub fn text(&self) -> Option<&str> {
@@ -91,9 +95,8 @@ pub(crate) struct Workspace {
 }
 
 impl Workspace {
-    /// Fresh, empty scratch and output folders under `base`, and the checked mounts.
-    pub fn create(base: &Path, limits: &Limits, mounts: &[Mount]) -> Result<Workspace, String> {
-        let mounts = check_mounts(mounts)?;
+    /// Fresh, empty scratch and output folders under `base`, and the mounts.
+    pub fn create(base: &Path, limits: &Limits, mounts: CheckedMounts) -> Result<Workspace, String> {
         std::fs::create_dir_all(base).map_err(|e| format!("cannot create the scratch folder `{}`: {e}", base.display()))?;
         let dir = tempfile::Builder::new()
             .prefix(&format!("run-{}-", std::process::id()))
@@ -106,7 +109,7 @@ impl Workspace {
         Ok(Workspace {
             scratch: Arc::new(Area::writable(SCRATCH_DIR, &scratch, limits.disk_bytes)),
             output: Arc::new(Area::writable(OUTPUT_DIR, &output, limits.output_files_bytes)),
-            mounts: mounts.into_iter().map(|(host, guest)| { let area = Arc::new(Area::read_only(&guest, &host)); (host, area) }).collect(),
+            mounts: mounts.0.into_iter().map(|(host, guest)| { let area = Arc::new(Area::read_only(&guest, &host)); (host, area) }).collect(),
             output_cap: limits.output_files_bytes,
             dir,
         })
@@ -170,14 +173,14 @@ impl Workspace {
     /// Whether `mounts` are the ones this workspace was made with.
     pub fn has_mounts(&self, mounts: &[Mount]) -> bool {
         match check_mounts(mounts) {
-            Ok(checked) => checked.iter().map(|(h, g)| (h, g)).eq(self.mounts.iter().map(|(h, a)| (h, &a.guest))),
+            Ok(checked) => checked.0.iter().map(|(h, g)| (h, g)).eq(self.mounts.iter().map(|(h, a)| (h, &a.guest))),
             Err(_) => false,
         }
     }
 
-    /// Take the files under `/output` (regular files only: links are skipped, never
-    /// followed), sorted by name, and empty the folder for the next run of a session.
-    pub fn take_outputs(&self) -> Vec<OutputFile> {
+    /// The files under `/output` (regular files only: links are skipped, never
+    /// followed), sorted by name.
+    pub fn outputs(&self) -> Vec<OutputFile> {
         let root = self.output_path();
         let mut files = Vec::new();
         let mut total = 0u64;
@@ -202,7 +205,12 @@ impl Workspace {
             }
         }
         files.sort_by(|a, b| a.name.cmp(&b.name));
-        if let Ok(entries) = std::fs::read_dir(&root) {
+        files
+    }
+
+    /// Empty `/output` for the next run of a session.
+    pub fn clear_outputs(&self) {
+        if let Ok(entries) = std::fs::read_dir(self.output_path()) {
             for entry in entries.flatten() {
                 let path = entry.path();
                 let removed = match path.symlink_metadata() {
@@ -215,7 +223,6 @@ impl Workspace {
             }
         }
         self.output.remeasure();
-        files
     }
 }
 
@@ -266,7 +273,7 @@ fn scratch_relative(path: &str) -> Result<PathBuf, String> {
 }
 
 /// Mounts with canonical host folders and normalised guest paths, or why one is refused.
-fn check_mounts(mounts: &[Mount]) -> Result<Vec<(PathBuf, String)>, String> {
+pub(crate) fn check_mounts(mounts: &[Mount]) -> Result<CheckedMounts, String> {
     let mut checked: Vec<(PathBuf, String)> = Vec::with_capacity(mounts.len());
     for mount in mounts {
         let guest = normal_guest_path(&mount.guest)?;
@@ -287,7 +294,7 @@ fn check_mounts(mounts: &[Mount]) -> Result<Vec<(PathBuf, String)>, String> {
         }
         checked.push((host, guest));
     }
-    Ok(checked)
+    Ok(CheckedMounts(checked))
 }
 
 fn normal_guest_path(path: &str) -> Result<String, String> {
@@ -328,7 +335,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let host = dir.path().to_path_buf();
         let mount = |guest: &str| Mount { host: host.clone(), guest: guest.into() };
-        assert_eq!(check_mounts(&[mount("/data/")]).unwrap()[0].1, "/data");
+        assert_eq!(check_mounts(&[mount("/data/")]).unwrap().0[0].1, "/data");
         for bad in ["data", "/", "/tmp", "/tmp/x", "/output", "/a/../tmp"] {
             assert!(check_mounts(&[mount(bad)]).is_err(), "{bad:?} was accepted");
         }

@@ -188,14 +188,15 @@ impl Sandbox {
             tokio::time::timeout(limits.timeout, run).await
         };
         let mut execution = finish(&store, &capture, result, limits, started).0;
-        execution.files = workspace.take_outputs();
+        execution.files = workspace.outputs();
         execution
     }
 
     /// Fresh folders for a run or a session: `invalid_input` for bad mounts,
     /// `internal_error` when the host cannot make them.
     pub(crate) fn new_workspace(&self, limits: &Limits, mounts: &[Mount]) -> Result<Workspace, Execution> {
-        Mount::validate(mounts).map_err(|message| Execution::refused(Status::InvalidInput, "InvalidInput", message))?;
+        let mounts = crate::files::check_mounts(mounts)
+            .map_err(|message| Execution::refused(Status::InvalidInput, "InvalidInput", message))?;
         Workspace::create(&self.scratch_dir, limits, mounts)
             .map_err(|message| Execution::refused(Status::InternalError, "InternalError", message))
     }

@@ -197,7 +197,8 @@ impl Session {
         live.store.set_epoch_deadline(1);
         let result = tokio::time::timeout(limits.timeout, live.instance.call_execute(&mut live.store, &task, &guest_options)).await;
         let (mut execution, returned) = finish(&live.store, &live.capture, result, limits, started);
-        execution.files = live.workspace.take_outputs();
+        execution.files = live.workspace.outputs();
+        live.workspace.clear_outputs();
         if !returned || execution.status == Status::MemoryLimit {
             state.poisoned = Some(format!("ended with status {}", execution.status));
         } else {
