@@ -136,6 +136,9 @@ fn empty_files_and_folders_count_against_the_quota() {
     let (made, dirs) = (value[0].as_u64().unwrap(), value[1].as_u64().unwrap());
     assert!((100..=128).contains(&made), "64 KiB / 512 bytes per entry: {made}");
     assert_eq!(dirs, 0, "the quota is full");
+    let e = run_with("import itertools\nfor i in itertools.count():\n    open(f'f{i}', 'w').close()", &options);
+    assert_eq!(e.status, Status::DiskLimit, "{e:#?}");
+    assert!(e.error.unwrap().message.contains("disk quota of 65536 bytes under /tmp"));
 }
 
 #[test]
@@ -168,6 +171,11 @@ fn open_files_are_capped_so_the_host_keeps_its_descriptors() {
     let value = e.return_value.expect("value");
     assert!(value[0].as_u64().unwrap() < 256, "{value}");
     assert_eq!(value[1], json!("ENOMEM"));
+    // Not caught, the refusal ends the run with the typed status naming the cap.
+    let e = run_with("open('f', 'w').close()
+files = [open('f') for _ in range(5000)]", &RunOptions::default());
+    assert_eq!(e.status, Status::DiskLimit, "{e:#?}");
+    assert!(e.error.unwrap().message.contains("more than 256 files open at once"));
 }
 
 #[test]
