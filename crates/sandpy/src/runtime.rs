@@ -38,9 +38,12 @@ fn engine_config(config: &Config) -> wasmtime::Config {
     engine.epoch_interruption(true);
     engine.cranelift_opt_level(OptLevel::Speed);
     if let Some(slots) = config.pooled_instances {
-        // Reused slots: no mmap/munmap (and fewer cross-core TLB shootdowns) per run. Up
-        // to 4 MiB of a slot's dirtied pages are reset in place and stay resident, for at
-        // most 16 idle slots: a bounded amount of memory kept warm.
+        // Reused slots: no mmap/munmap per run. Up to 8 MiB of the pages a run dirtied
+        // are copied back from the image and stay resident (a `print('hello')` dirties
+        // ~2 MiB), so the next run in the slot takes no copy-on-write faults, each of
+        // which costs a cross-core TLB shootdown. As many idle slots keep theirs as runs
+        // may execute at once: enough for back-to-back runs, a bounded RSS when idle.
+        // This needs the vendored wasmtime's complete page scan (vendor/README.md).
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(slots)
             .total_core_instances(slots * CORE_INSTANCES_PER_RUN)
@@ -52,8 +55,8 @@ fn engine_config(config: &Config) -> wasmtime::Config {
             .table_elements(TABLE_ELEMENTS)
             .max_memory_size(MAX_MEMORY_BYTES)
             .max_core_instance_size(1 << 20)
-            .linear_memory_keep_resident(4 << 20)
-            .max_unused_warm_slots(16)
+            .linear_memory_keep_resident(8 << 20)
+            .max_unused_warm_slots(u32::try_from(config.concurrency()).unwrap_or(u32::MAX))
             .table_keep_resident(1 << 20)
             .pagemap_scan(Enabled::Auto);
         engine.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));

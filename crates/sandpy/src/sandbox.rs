@@ -28,6 +28,9 @@ use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
 #[derive(Clone)]
 pub struct Sandbox {
     runtime: Arc<Runtime>,
+    /// The runtime sessions use, loaded on the first session (see [`Sandbox::session_runtime`]).
+    session_runtime: Arc<std::sync::OnceLock<Result<Runtime, String>>>,
+    config: Arc<Config>,
     admission: Arc<Admission>,
     scratch_dir: Arc<std::path::PathBuf>,
 }
@@ -85,8 +88,10 @@ impl Sandbox {
         crate::files::sweep_stale(&config.resolved_scratch_dir());
         Ok(Sandbox {
             runtime: Arc::new(Runtime::load(&config)?),
+            session_runtime: Arc::new(std::sync::OnceLock::new()),
             admission: Arc::new(admission),
             scratch_dir: Arc::new(config.resolved_scratch_dir()),
+            config: Arc::new(config),
         })
     }
 
@@ -172,7 +177,7 @@ impl Sandbox {
             Err(refused) => return refused,
         };
         let capture = Capture::new(limits.output_bytes);
-        let mut store = match self.new_store(&capture, limits.memory_bytes, options.stdin.as_deref(), tools, &workspace) {
+        let mut store = match self.new_store(&self.runtime, &capture, limits.memory_bytes, options.stdin.as_deref(), tools, &workspace) {
             Ok(store) => store,
             Err(refused) => return refused,
         };
@@ -223,11 +228,26 @@ impl Sandbox {
         &self.runtime
     }
 
+    /// The runtime for sessions: the same component on an engine without the instance
+    /// pool. A pooled slot keeps the pages its last instance dirtied resident for the
+    /// next run (what makes fresh runs fast); a session's instance lives long and its
+    /// slot would then hold that memory after the session closed. Without the pool a
+    /// closed session gives its memory back. Loaded on first use (the cached `.cwasm`
+    /// fits both engines).
+    pub(crate) fn session_runtime(&self) -> Result<&Runtime, Execution> {
+        let config = Config { pooled_instances: None, ..(*self.config).clone() };
+        self.session_runtime
+            .get_or_init(|| Runtime::load(&config).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|message| Execution::refused(Status::InternalError, "InternalError", message.clone()))
+    }
+
     /// A store for one instance: its WASI context (stdio captured, the workspace's
     /// folders, no network), memory limiter and tools; epoch ticks yield to tokio so
     /// timeouts can fire.
     pub(crate) fn new_store(
         &self,
+        runtime: &Runtime,
         capture: &Capture,
         memory_bytes: usize,
         stdin: Option<&[u8]>,
@@ -251,7 +271,7 @@ impl Sandbox {
             tools,
             disk: workspace.guard(),
         };
-        let mut store = Store::new(&self.runtime.engine, state);
+        let mut store = Store::new(&runtime.engine, state);
         store.limiter(|s| &mut s.limiter);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));

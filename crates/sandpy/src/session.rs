@@ -215,8 +215,9 @@ impl Session {
         let limits = &options.limits;
         let workspace = self.sandbox.new_workspace(limits, &options.mounts)?;
         let capture = Capture::new(limits.output_bytes);
-        let mut store = self.sandbox.new_store(&capture, self.memory_bytes, None, tools, &workspace)?;
-        match self.sandbox.runtime().pre.instantiate_async(&mut store).await {
+        let runtime = self.sandbox.session_runtime()?;
+        let mut store = self.sandbox.new_store(runtime, &capture, self.memory_bytes, None, tools, &workspace)?;
+        match runtime.pre.instantiate_async(&mut store).await {
             Ok(instance) => Ok(Live { store, instance, capture, workspace }),
             Err(e) => {
                 let message = format!("cannot start the session's instance: {e:#}");

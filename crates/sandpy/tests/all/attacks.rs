@@ -130,3 +130,26 @@ fn clock_is_only_what_wasi_gives() {
     let e = run_ok("import time, os\n[time.time() > 1.6e9, hasattr(os, 'getpid') and os.getpid()]");
     assert_eq!(e.return_value.unwrap()[0], json!(true));
 }
+
+#[test]
+fn memory_a_reused_pool_slot_starts_from_the_snapshot() {
+    // One pooled slot, so every run reuses the memory of the one before. Each run dirties
+    // hundreds of disjoint stretches of the snapshot's heap (an attribute on every loaded
+    // module) plus a large new allocation, first within and then past the slot's
+    // keep-resident budget; the next run must see none of it.
+    let config = sandpy::Config { pooled_instances: Some(1), max_concurrent_runs: Some(1), ..sandpy::Config::default() };
+    let sandbox = sandpy::Sandbox::new(config).expect("the runtime loads");
+    let dirty = |mib: usize| {
+        format!(
+            "import sys\nmarked = 0\nfor m in list(sys.modules.values()):\n    try:\n        m.__sandpy_leak__ = 1\n        marked += 1\n    except Exception:\n        pass\nheap = bytearray(b'L' * ({mib} << 20))\nmarked"
+        )
+    };
+    let check = "import sys\n[name for name, m in list(sys.modules.items()) if hasattr(m, '__sandpy_leak__')]";
+    for mib in [1, 4, 32, 1] {
+        let e = crate::block_on(sandbox.run(&dirty(mib), &sandpy::Limits::default()));
+        assert_eq!(e.status, Status::Ok, "{e:#?}");
+        assert!(e.return_value.as_ref().and_then(|v| v.as_u64()).unwrap_or(0) > 300, "few modules marked: {e:#?}");
+        let e = crate::block_on(sandbox.run(check, &sandpy::Limits::default()));
+        assert_eq!(e.return_value, Some(json!([])), "state of the previous run ({mib} MiB) leaked: {e:#?}");
+    }
+}
