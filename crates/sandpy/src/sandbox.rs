@@ -4,7 +4,7 @@
 use crate::admission::Admission;
 use crate::bindings::{FunctionCall, GuestOptions, GuestPolicy, GuestViolation, Outcome, PythonError, Task, Value};
 use crate::execution::{ErrorInfo, Execution, Status};
-use crate::files::{InputFile, Mount, Workspace};
+use crate::files::{InputFile, Mount, RunFolders, Workspace};
 use crate::host::{HostState, MemoryLimiter, ToolAccess};
 use crate::output::Capture;
 use crate::runtime::Runtime;
@@ -32,7 +32,7 @@ pub struct Sandbox {
     session_runtime: Arc<std::sync::OnceLock<Result<Runtime, String>>>,
     config: Arc<Config>,
     admission: Arc<Admission>,
-    scratch_dir: Arc<std::path::PathBuf>,
+    folders: Arc<RunFolders>,
 }
 
 /// Everything about one run besides the code. Defaults: [`Limits::default`], empty stdin,
@@ -90,7 +90,7 @@ impl Sandbox {
             runtime: Arc::new(Runtime::load(&config)?),
             session_runtime: Arc::new(std::sync::OnceLock::new()),
             admission: Arc::new(admission),
-            scratch_dir: Arc::new(config.resolved_scratch_dir()),
+            folders: Arc::new(RunFolders::new(config.resolved_scratch_dir(), config.concurrency())),
             config: Arc::new(config),
         })
     }
@@ -202,7 +202,7 @@ impl Sandbox {
     pub(crate) fn new_workspace(&self, limits: &Limits, mounts: &[Mount]) -> Result<Workspace, Execution> {
         let mounts = crate::files::check_mounts(mounts)
             .map_err(|message| Execution::refused(Status::InvalidInput, "InvalidInput", message))?;
-        Workspace::create(&self.scratch_dir, limits, mounts)
+        Workspace::create(&self.folders, limits, mounts)
             .map_err(|message| Execution::refused(Status::InternalError, "InternalError", message))
     }
 

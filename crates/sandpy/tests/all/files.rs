@@ -57,6 +57,32 @@ fn scratch_is_the_working_directory_private_to_each_run_and_removed_after() {
 }
 
 #[test]
+fn a_reused_scratch_folder_shows_nothing_of_the_run_before() {
+    // One run at a time, so each run gets the folder the run before left (if empty).
+    let base = tempfile::tempdir().expect("temp dir");
+    let config = sandpy::Config { scratch_dir: Some(base.path().to_path_buf()), max_concurrent_runs: Some(1), ..sandpy::Config::default() };
+    let own = sandpy::Sandbox::new(config).expect("sandbox");
+    let run = |code: &str| {
+        let e = block_on(own.run(code, &Limits::default()));
+        assert_eq!(e.status, Status::Ok, "{e:#?}");
+        e.return_value
+    };
+    let look = "import os, time\nt, o = os.stat('/tmp'), os.stat('/output')\n\
+                [os.listdir('/tmp'), os.listdir('/output'), t.st_size == o.st_size, round(time.time() - t.st_mtime, 1) < 1.0]";
+    // One file made and removed, then a pause: the folder is empty and reused, and its
+    // modification time must not tell when the last run touched it.
+    run("import os, time\nopen('x', 'w').close()\nos.remove('x')\nopen('/output/y', 'w').close()\nos.remove('/output/y')\ntime.sleep(1.5)");
+    assert_eq!(run(look), Some(json!([[], [], true, true])));
+    // Thousands of entries made and removed grow the folder itself: its size would tell.
+    run("import os\nfor i in range(3000): open(f'file-{i:05}', 'w').close()\nfor i in range(3000): os.remove(f'file-{i:05}')");
+    assert_eq!(run(look), Some(json!([[], [], true, true])));
+    let folders = || std::fs::read_dir(base.path()).expect("read").count();
+    assert_eq!(folders(), 1, "one idle folder is kept for the next run");
+    drop(own);
+    assert_eq!(folders(), 0, "idle folders are removed with the sandbox");
+}
+
+#[test]
 fn input_files_arrive_by_content_and_bad_paths_are_refused() {
     let options = RunOptions {
         files: vec![input("data.csv", b"a,b\n1,2\n"), input("/tmp/in/raw.bin", &[0, 159, 255]), input("./x//y.txt", b"y")],

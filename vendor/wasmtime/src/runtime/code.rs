@@ -428,9 +428,15 @@ impl<'a> ModuleWithCode<'a> {
         self.module
     }
 
+    /// sandpy patch: the start of the module's text section in this store.
+    pub fn text_start(&self) -> core::ptr::NonNull<u8> {
+        core::ptr::NonNull::from(self.store_code.text()).cast()
+    }
+
     /// Returns the slice in the text section of the function that
     /// `key` points to.
     #[inline]
+    #[allow(dead_code, reason = "sandpy patch: funcref initialisation no longer uses it")]
     pub fn function(&self, key: FuncKey) -> &[u8] {
         let range = self.module.compiled_module().function_range(key);
         &self.store_code.text()[range]

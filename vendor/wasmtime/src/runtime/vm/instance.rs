@@ -144,6 +144,12 @@ pub struct Instance {
     /// cross-thread stuff used in `InstancePre`)
     store: Option<VMStoreRawPtr>,
 
+    /// sandpy patch: the start of this instance's module's text section in its
+    /// store, found on the first funcref initialised. Finding it takes two
+    /// ordered-map lookups in the store's module registry, which every one of
+    /// the thousands of `ref.func`s run by a component's start-up code repeated.
+    funcref_text: Option<SendSyncPtr<u8>>,
+
     /// Additional context used by compiled wasm code. This field is last, and
     /// represents a dynamically-sized array that extends beyond the nominal
     /// end of the struct (similar to a flexible array member).
@@ -209,6 +215,7 @@ impl Instance {
             #[cfg(feature = "wmemcheck")]
             wmemcheck_state,
             store: None,
+            funcref_text: None,
             vmctx: OwnedVMContext::new(),
         })?;
 
@@ -932,7 +939,7 @@ impl Instance {
     /// functions here. Effectively all the arguments here must be "logically
     /// correct" for the `VMFuncRef` being initialized.
     unsafe fn initialize_and_return_funcref(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         registry: &ModuleRegistry,
         type_index: VMSharedTypeIndex,
         vmctx_offset: u32,
@@ -960,26 +967,44 @@ impl Instance {
         // it's better for instantiation performance if we don't have to track
         // "is-initialized" state at all!
 
-        let module_with_code = ModuleWithCode::in_store(
-            registry,
-            self.runtime_module()
-                .expect("funcref impossible in fake module"),
-        )
-        .expect("module not in store");
-
-        let array_call =
-            VmPtr::from(NonNull::from(module_with_code.function(array_to_wasm_key)).cast());
-
-        let wasm_call = Some(VmPtr::from(
-            NonNull::new(
-                module_with_code
-                    .function(wasm_key)
-                    .as_ptr()
-                    .cast::<VMWasmCallFunction>()
-                    .cast_mut(),
+        let (array_offset, wasm_offset) = {
+            let compiled = self
+                .runtime_module()
+                .expect("funcref impossible in fake module")
+                .compiled_module();
+            (
+                compiled.function_range(array_to_wasm_key).start,
+                compiled.function_range(wasm_key).start,
             )
-            .unwrap(),
-        ));
+        };
+        let text = match self.funcref_text {
+            Some(text) => text,
+            None => {
+                let text = SendSyncPtr::new(
+                    ModuleWithCode::in_store(
+                        registry,
+                        self.runtime_module()
+                            .expect("funcref impossible in fake module"),
+                    )
+                    .expect("module not in store")
+                    .text_start(),
+                );
+                // SAFETY: only a plain field is written; nothing is moved out of
+                // the pinned instance.
+                unsafe { self.as_mut().get_unchecked_mut().funcref_text = Some(text) };
+                text
+            }
+        };
+        // SAFETY: the offsets come from this module's own function table and lie
+        // within its text section, which `text` points at.
+        let (array_call, wasm_call) = unsafe {
+            (
+                text.as_non_null().add(array_offset),
+                text.as_non_null().add(wasm_offset),
+            )
+        };
+        let array_call = VmPtr::from(array_call.cast());
+        let wasm_call = Some(VmPtr::from(wasm_call.cast::<VMWasmCallFunction>()));
 
         let vmctx = VMOpaqueContext::from_vmcontext(self.vmctx()).into();
 

@@ -286,7 +286,9 @@ pub unsafe fn reset_with_pagemap(
     // they are matched too (`category_anyof_mask`), so that they are reset
     // rather than left, unreported and before `walk_end`, for the next
     // instance in the slot to read.
-    const MAX_REGIONS: usize = 32;
+    // 256 regions (6 KiB of stack) per ioctl, up from 32: a CPython heap needs ~10
+    // ioctls at 32.
+    const MAX_REGIONS: usize = 256;
     let mut storage = [MaybeUninit::uninit(); MAX_REGIONS];
     let end = ptr.wrapping_add(len.byte_count());
     let mut scan_start = ptr;
