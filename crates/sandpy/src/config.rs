@@ -13,8 +13,9 @@ pub struct Config {
     pub cache_dir: Option<PathBuf>,
     /// Called with a human-readable message before slow steps (compiling the runtime).
     pub progress: Option<Arc<dyn Fn(&str) + Send + Sync>>,
-    /// Instance slots of wasmtime's pooling allocator (also the most runs alive at once;
-    /// a run beyond it ends `internal_error`). `None` allocates each instance afresh.
+    /// Instance slots of wasmtime's pooling allocator for fresh runs (also the most runs
+    /// executing at once). Sessions never use it. `None` allocates each instance afresh
+    /// (about half the runs per second on a single core, far fewer on several).
     pub pooled_instances: Option<u32>,
     /// Runs executing at once; `None` means the number of cores.
     pub max_concurrent_runs: Option<usize>,

@@ -21,7 +21,7 @@ use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
 /// Runs Python programs, each in a brand-new WebAssembly instance.
 ///
 /// Creating a `Sandbox` compiles (or loads from the cache) the Python runtime, which can
-/// take seconds the first time; each run then costs a few milliseconds. A `Sandbox` is
+/// take seconds the first time; each run then costs about a millisecond. A `Sandbox` is
 /// cheap to clone and safe to share across threads and tasks: clones share one engine and
 /// one admission queue (runs beyond [`Config::max_concurrent_runs`] wait in line, and end
 /// `busy` when the line is full).
