@@ -106,7 +106,10 @@ struct RunFolder {
     fresh_sizes: [u64; 2],
 }
 
-const SUBFOLDERS: [&str; 2] = ["tmp", "output"];
+/// The run folder's subfolders behind `/tmp` and `/output`.
+const SCRATCH_SUBFOLDER: &str = "tmp";
+const OUTPUT_SUBFOLDER: &str = "output";
+const SUBFOLDERS: [&str; 2] = [SCRATCH_SUBFOLDER, OUTPUT_SUBFOLDER];
 
 impl RunFolders {
     /// Folders under `base`, keeping at most `keep` idle ones.
@@ -173,7 +176,7 @@ impl Workspace {
     /// Empty scratch and output folders from `folders`, and the mounts.
     pub fn create(folders: &Arc<RunFolders>, limits: &Limits, mounts: CheckedMounts) -> Result<Workspace, String> {
         let folder = folders.take()?;
-        let (scratch, output) = (folder.dir.path().join("tmp"), folder.dir.path().join("output"));
+        let (scratch, output) = (folder.dir.path().join(SCRATCH_SUBFOLDER), folder.dir.path().join(OUTPUT_SUBFOLDER));
         Ok(Workspace {
             scratch: Arc::new(Area::writable(SCRATCH_DIR, &scratch, limits.disk_bytes)),
             output: Arc::new(Area::writable(OUTPUT_DIR, &output, limits.output_files_bytes)),
@@ -189,11 +192,11 @@ impl Workspace {
     }
 
     fn scratch_path(&self) -> PathBuf {
-        self.dir().join("tmp")
+        self.dir().join(SCRATCH_SUBFOLDER)
     }
 
     fn output_path(&self) -> PathBuf {
-        self.dir().join("output")
+        self.dir().join(OUTPUT_SUBFOLDER)
     }
 
     /// Write `files` into the scratch folder (without following links the program may
