@@ -139,9 +139,14 @@ impl RunFolders {
     /// Keep `folder` for the next run if it is as it was made (empty, same size; its
     /// times are then set to now), else remove it.
     fn give_back(&self, folder: RunFolder) {
-        let Ok(mut idle) = self.idle.lock() else { return };
-        if idle.len() < self.keep && folder.as_fresh() {
-            idle.push(folder);
+        let has_room = || self.idle.lock().is_ok_and(|idle| idle.len() < self.keep);
+        // The checks touch the file system: not under the lock other runs wait on.
+        if has_room() && folder.as_fresh() {
+            if let Ok(mut idle) = self.idle.lock() {
+                if idle.len() < self.keep {
+                    idle.push(folder);
+                }
+            }
         }
     }
 }

@@ -235,9 +235,11 @@ impl Sandbox {
     /// closed session gives its memory back. Loaded on first use (the cached `.cwasm`
     /// fits both engines).
     pub(crate) fn session_runtime(&self) -> Result<&Runtime, Execution> {
-        let config = Config { pooled_instances: None, ..(*self.config).clone() };
         self.session_runtime
-            .get_or_init(|| Runtime::load(&config).map_err(|e| e.to_string()))
+            .get_or_init(|| {
+                let config = Config { pooled_instances: None, ..(*self.config).clone() };
+                Runtime::load(&config).map_err(|e| e.to_string())
+            })
             .as_ref()
             .map_err(|message| Execution::refused(Status::InternalError, "InternalError", message.clone()))
     }

@@ -3,10 +3,11 @@
 //! input order).
 //!
 //! A batch runs in worker processes (this same binary with `--jobs 1`), each making one
-//! call at a time, rather than in threads of one process: every run's copy-on-write
-//! faults on the runtime's snapshot make the kernel interrupt every other core running
-//! the same process, so two processes did over twice the calls per second of one process
-//! with two threads (see the README's performance notes).
+//! call at a time, rather than in threads of one process. That was chosen when every run
+//! took copy-on-write faults on the runtime's snapshot, which made the kernel interrupt
+//! every other core running the same process (two processes then did over twice the
+//! calls per second of one process with two threads). The vendored wasmtime fix removed
+//! those faults and threads now scale too; the two have not been compared since.
 
 use crate::exit::Outcome;
 use anyhow::{bail, Context};
