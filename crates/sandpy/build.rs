@@ -26,10 +26,16 @@ fn main() {
 fn run() -> Result<(), String> {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
     let out = PathBuf::from(env::var("OUT_DIR").map_err(|e| e.to_string())?);
-    let guest = manifest.join("../../guest").canonicalize().map_err(|e| format!("guest/ not found: {e}"))?;
+    let guest = manifest
+        .join("../../guest")
+        .canonicalize()
+        .map_err(|e| format!("guest/ not found: {e}"))?;
     println!("cargo:rerun-if-changed={}", guest.join("app.py").display());
     println!("cargo:rerun-if-changed={}", guest.join("wit").display());
-    println!("cargo:rerun-if-changed={}", guest.join("sandpy_guest").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        guest.join("sandpy_guest").display()
+    );
     println!("cargo:rerun-if-env-changed=SANDPY_COMPONENT");
     println!("cargo:rerun-if-env-changed=SANDPY_PYTHON");
     println!("cargo:rerun-if-changed=curated.rs");
@@ -45,7 +51,10 @@ fn run() -> Result<(), String> {
     let bytes = fs::read(&component).map_err(|e| format!("{}: {e}", component.display()))?;
     let hash = Sha256::digest(&bytes);
     let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-    println!("cargo:rustc-env=SANDPY_COMPONENT_PATH={}", component.display());
+    println!(
+        "cargo:rustc-env=SANDPY_COMPONENT_PATH={}",
+        component.display()
+    );
     println!("cargo:rustc-env=SANDPY_COMPONENT_SHA256={hex}");
     embed_guest_sources(&guest, &out)
 }
@@ -66,7 +75,11 @@ fn embed_guest_sources(guest: &Path, out: &Path) -> Result<(), String> {
     let mut source = String::from("/// The guest's sources by path relative to `guest/`.\npub(crate) static GUEST_FILES: &[(&str, &[u8])] = &[\n");
     for file in &files {
         let relative = file.strip_prefix(guest).map_err(|e| e.to_string())?;
-        source.push_str(&format!("    ({:?}, include_bytes!({:?})),\n", relative.to_string_lossy(), file.display().to_string()));
+        source.push_str(&format!(
+            "    ({:?}, include_bytes!({:?})),\n",
+            relative.to_string_lossy(),
+            file.display().to_string()
+        ));
     }
     source.push_str("];\n");
     fs::write(out.join("guest_files.rs"), source).map_err(|e| e.to_string())
@@ -80,10 +93,17 @@ fn componentize(guest: &Path, out: &Path, component: &Path) -> Result<(), String
         let python = env::var("SANDPY_PYTHON").unwrap_or_else(|_| "python3".into());
         run_step(
             Command::new(&python).args(["-m", "venv"]).arg(&venv),
-            &format!("`{python} -m venv` (install Python 3 with the venv module, or set SANDPY_PYTHON)"),
+            &format!(
+                "`{python} -m venv` (install Python 3 with the venv module, or set SANDPY_PYTHON)"
+            ),
         )?;
         run_step(
-            Command::new(bin.join("pip")).args(["install", "--quiet", "--disable-pip-version-check", COMPONENTIZE_PY]),
+            Command::new(bin.join("pip")).args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                COMPONENTIZE_PY,
+            ]),
             &format!("`pip install {COMPONENTIZE_PY}` (needs access to PyPI)"),
         )?;
         fs::write(&marker, COMPONENTIZE_PY).map_err(|e| e.to_string())?;
@@ -93,7 +113,16 @@ fn componentize(guest: &Path, out: &Path, component: &Path) -> Result<(), String
         Command::new(bin.join("componentize-py"))
             .current_dir(guest)
             .env("PYTHONDONTWRITEBYTECODE", "1")
-            .args(["-d", "wit", "-w", "sandbox", "componentize", "-p", ".", "-p"])
+            .args([
+                "-d",
+                "wit",
+                "-w",
+                "sandbox",
+                "componentize",
+                "-p",
+                ".",
+                "-p",
+            ])
             .arg(&site)
             .args(["app", "-o"])
             .arg(component),
@@ -113,9 +142,32 @@ fn curated_site(bin: &Path, out: &Path) -> Result<PathBuf, String> {
     let _ = fs::remove_dir_all(&site);
     run_step(
         Command::new(bin.join("pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", "--no-compile", "--only-binary=:all:"])
-            .args(["--python-version", "3.14", "--implementation", "cp", "--abi", "cp314", "--abi", "abi3", "--abi", "none"])
-            .args(["--platform", "manylinux2014_x86_64", "--platform", "any", "--target"])
+            .args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-compile",
+                "--only-binary=:all:",
+            ])
+            .args([
+                "--python-version",
+                "3.14",
+                "--implementation",
+                "cp",
+                "--abi",
+                "cp314",
+                "--abi",
+                "abi3",
+                "--abi",
+                "none",
+            ])
+            .args([
+                "--platform",
+                "manylinux2014_x86_64",
+                "--platform",
+                "any",
+                "--target",
+            ])
             .arg(&site)
             .args(CURATED),
         "`pip install` of the curated packages (needs access to PyPI)",
@@ -131,13 +183,19 @@ fn curated_site(bin: &Path, out: &Path) -> Result<PathBuf, String> {
             }
         }
     }
-    fs::write(site.join("sandpy_packages.py"), format!("PACKAGES = {CURATED_IMPORTS:?}\n")).map_err(|e| e.to_string())?;
+    fs::write(
+        site.join("sandpy_packages.py"),
+        format!("PACKAGES = {CURATED_IMPORTS:?}\n"),
+    )
+    .map_err(|e| e.to_string())?;
     fs::write(&marker, wanted).map_err(|e| e.to_string())?;
     Ok(site)
 }
 
 fn run_step(command: &mut Command, what: &str) -> Result<(), String> {
-    let output = command.output().map_err(|e| format!("{what}: cannot start: {e}"))?;
+    let output = command
+        .output()
+        .map_err(|e| format!("{what}: cannot start: {e}"))?;
     if output.status.success() {
         return Ok(());
     }

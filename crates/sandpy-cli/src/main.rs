@@ -11,7 +11,10 @@ fn main() -> ExitCode {
     let cli = commands::Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SANDPY_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SANDPY_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
         .init();
     exit::finish(commands::dispatch(cli))
 }

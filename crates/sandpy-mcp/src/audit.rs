@@ -20,12 +20,18 @@ pub struct AuditLog {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Hex SHA-256 of the code, so records identify a program without storing it.
 fn code_hash(code: &str) -> String {
-    Sha256::digest(code.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(code.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 impl AuditLog {
@@ -35,7 +41,10 @@ impl AuditLog {
             std::fs::create_dir_all(dir)?;
         }
         let file = OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(AuditLog { file: Arc::new(Mutex::new(file)), record_arguments })
+        Ok(AuditLog {
+            file: Arc::new(Mutex::new(file)),
+            record_arguments,
+        })
     }
 
     fn append(&self, mut record: Value) {
@@ -49,7 +58,13 @@ impl AuditLog {
     }
 
     /// One finished execution.
-    pub fn execution(&self, execution_id: &str, code: &str, limits: &sandpy::Limits, execution: &sandpy::Execution) {
+    pub fn execution(
+        &self,
+        execution_id: &str,
+        code: &str,
+        limits: &sandpy::Limits,
+        execution: &sandpy::Execution,
+    ) {
         self.append(json!({
             "kind": "execution",
             "execution_id": execution_id,

@@ -80,7 +80,10 @@ pub struct LimitDefaults {
 
 impl Default for LimitDefaults {
     fn default() -> Self {
-        LimitDefaults { limits: sandpy::Limits::default(), tool_timeout: Duration::from_secs(60) }
+        LimitDefaults {
+            limits: sandpy::Limits::default(),
+            tool_timeout: Duration::from_secs(60),
+        }
     }
 }
 
@@ -195,7 +198,9 @@ struct RawLimits {
 fn valid_server_name(name: &str) -> bool {
     !name.is_empty()
         && !name.contains("__")
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 impl Config {
@@ -216,13 +221,20 @@ impl Config {
 
     /// Read and check one config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
         Config::parse(&text, path)
     }
 
     /// Check config text; `path` is only used in messages and to resolve relative paths.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let invalid = |key: &str, message: String| ConfigError::Invalid { path: path.into(), key: key.into(), message };
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            path: path.into(),
+            key: key.into(),
+            message,
+        };
         let mut deserializer = serde_json::Deserializer::from_str(text);
         let raw: RawFile = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
             let key = match e.path().to_string() {
@@ -236,30 +248,61 @@ impl Config {
         for (name, server) in raw.mcp_servers {
             let key = format!("mcpServers.{name}");
             if !valid_server_name(&name) {
-                return Err(invalid(&key, "server names may use letters, digits, `-`, `_` and `.`, and not `__`".into()));
+                return Err(invalid(
+                    &key,
+                    "server names may use letters, digits, `-`, `_` and `.`, and not `__`".into(),
+                ));
             }
             let spec = match (server.command, server.url, server.kind.as_deref()) {
                 (_, _, Some("sse")) => {
-                    return Err(invalid(&format!("{key}.type"), "SSE servers are not supported; use streamable HTTP (`url`)".into()))
+                    return Err(invalid(
+                        &format!("{key}.type"),
+                        "SSE servers are not supported; use streamable HTTP (`url`)".into(),
+                    ))
                 }
-                (Some(_), Some(_), _) => return Err(invalid(&key, "give either `command` (stdio) or `url` (HTTP), not both".into())),
-                (None, None, _) => return Err(invalid(&key, "missing `command` (stdio server) or `url` (HTTP server)".into())),
+                (Some(_), Some(_), _) => {
+                    return Err(invalid(
+                        &key,
+                        "give either `command` (stdio) or `url` (HTTP), not both".into(),
+                    ))
+                }
+                (None, None, _) => {
+                    return Err(invalid(
+                        &key,
+                        "missing `command` (stdio server) or `url` (HTTP server)".into(),
+                    ))
+                }
                 (Some(command), None, _) => {
                     if command.trim().is_empty() {
-                        return Err(invalid(&format!("{key}.command"), "must not be empty".into()));
+                        return Err(invalid(
+                            &format!("{key}.command"),
+                            "must not be empty".into(),
+                        ));
                     }
-                    ServerSpec::Stdio { command, args: server.args, env: server.env, cwd: server.cwd.map(|c| base.join(c)) }
+                    ServerSpec::Stdio {
+                        command,
+                        args: server.args,
+                        env: server.env,
+                        cwd: server.cwd.map(|c| base.join(c)),
+                    }
                 }
                 (None, Some(url), _) => {
                     if url.starts_with("https://") {
-                        let message = "https upstreams are not supported yet (this build has no TLS stack); \
+                        let message =
+                            "https upstreams are not supported yet (this build has no TLS stack); \
                                        use http on loopback or a local TLS-terminating proxy";
                         return Err(invalid(&format!("{key}.url"), message.into()));
                     }
                     if !url.starts_with("http://") {
-                        return Err(invalid(&format!("{key}.url"), format!("{url:?} is not an http URL")));
+                        return Err(invalid(
+                            &format!("{key}.url"),
+                            format!("{url:?} is not an http URL"),
+                        ));
                     }
-                    ServerSpec::Http { url, headers: server.headers }
+                    ServerSpec::Http {
+                        url,
+                        headers: server.headers,
+                    }
                 }
             };
             servers.insert(name, spec);
@@ -269,13 +312,19 @@ impl Config {
         let limits = &mut defaults.limits;
         if let Some(ms) = l.timeout_ms {
             if ms == 0 {
-                return Err(invalid("sandpy.limits.timeout_ms", "must be at least 1".into()));
+                return Err(invalid(
+                    "sandpy.limits.timeout_ms",
+                    "must be at least 1".into(),
+                ));
             }
             limits.timeout = Duration::from_millis(ms);
         }
         if let Some(mb) = l.memory_mb {
             if !(1..=4096).contains(&mb) {
-                return Err(invalid("sandpy.limits.memory_mb", "must be between 1 and 4096".into()));
+                return Err(invalid(
+                    "sandpy.limits.memory_mb",
+                    "must be between 1 and 4096".into(),
+                ));
             }
             limits.memory_bytes = (mb as usize) << 20;
         }
@@ -302,7 +351,10 @@ impl Config {
         let mut policies = BTreeMap::new();
         for (name, mut policy) in raw.sandpy.policies {
             if sandpy::Policy::builtin(&name).is_some() {
-                return Err(invalid(&format!("sandpy.policies.{name}"), format!("`{name}` is a built-in policy; choose another name")));
+                return Err(invalid(
+                    &format!("sandpy.policies.{name}"),
+                    format!("`{name}` is a built-in policy; choose another name"),
+                ));
             }
             policy.name = name.clone();
             policies.insert(name, policy);
@@ -315,13 +367,23 @@ impl Config {
         sessions.max_sessions = raw_sessions.max_sessions.unwrap_or(sessions.max_sessions);
         if let Some(mb) = raw_sessions.memory_mb {
             if !(1..=4096).contains(&mb) {
-                return Err(invalid("sandpy.sessions.memory_mb", "must be between 1 and 4096".into()));
+                return Err(invalid(
+                    "sandpy.sessions.memory_mb",
+                    "must be between 1 and 4096".into(),
+                ));
             }
             sessions.memory_bytes = (mb as usize) << 20;
         }
         let session_dir = raw_sessions.save_dir.map(|dir| base.join(dir));
-        let mounts: Vec<sandpy::Mount> =
-            raw.sandpy.mounts.into_iter().map(|(guest, host)| sandpy::Mount { host: base.join(host), guest }).collect();
+        let mounts: Vec<sandpy::Mount> = raw
+            .sandpy
+            .mounts
+            .into_iter()
+            .map(|(guest, host)| sandpy::Mount {
+                host: base.join(host),
+                guest,
+            })
+            .collect();
         sandpy::Mount::validate(&mounts).map_err(|message| invalid("sandpy.mounts", message))?;
         let config = Config {
             servers,
@@ -366,13 +428,23 @@ impl Config {
 
     /// The policy named `name`, else the config's default policy, else none.
     pub fn policy(&self, name: Option<&str>) -> Result<Option<sandpy::Policy>, String> {
-        let Some(name) = name.or(self.default_policy.as_deref()) else { return Ok(None) };
-        if let Some(policy) = self.policies.get(name).cloned().or_else(|| sandpy::Policy::builtin(name)) {
+        let Some(name) = name.or(self.default_policy.as_deref()) else {
+            return Ok(None);
+        };
+        if let Some(policy) = self
+            .policies
+            .get(name)
+            .cloned()
+            .or_else(|| sandpy::Policy::builtin(name))
+        {
             return Ok(Some(policy));
         }
         let mut known = vec!["default".to_string(), "strict".to_string()];
         known.extend(self.policies.keys().cloned());
-        Err(format!("unknown policy {name:?}; known policies: {}", known.join(", ")))
+        Err(format!(
+            "unknown policy {name:?}; known policies: {}",
+            known.join(", ")
+        ))
     }
 }
 
@@ -381,7 +453,9 @@ mod tests {
     use super::*;
 
     fn error(text: &str) -> String {
-        Config::parse(text, Path::new("/x/.mcp.json")).unwrap_err().to_string()
+        Config::parse(text, Path::new("/x/.mcp.json"))
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
@@ -395,36 +469,64 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(&c.servers["fs"], ServerSpec::Stdio { command, .. } if command == "npx"));
-        assert!(matches!(&c.servers["web"], ServerSpec::Http { headers, .. } if headers["Authorization"] == "Bearer t"));
+        assert!(
+            matches!(&c.servers["web"], ServerSpec::Http { headers, .. } if headers["Authorization"] == "Bearer t")
+        );
         assert_eq!(c.defaults.limits.timeout, Duration::from_secs(5));
         assert_eq!(c.defaults.limits.tool_calls, 10);
-        assert_eq!(c.audit_log.as_deref(), Some(Path::new("/etc/sandpy/audit.jsonl")));
+        assert_eq!(
+            c.audit_log.as_deref(),
+            Some(Path::new("/etc/sandpy/audit.jsonl"))
+        );
     }
 
     #[test]
     fn errors_name_the_file_the_key_and_the_problem() {
         let e = error(r#"{"mcpServers": {"a": {"args": []}}}"#);
-        assert!(e.contains("/x/.mcp.json") && e.contains("mcpServers.a") && e.contains("missing `command`"), "{e}");
+        assert!(
+            e.contains("/x/.mcp.json")
+                && e.contains("mcpServers.a")
+                && e.contains("missing `command`"),
+            "{e}"
+        );
         let e = error(r#"{"mcpServers": {"a": {"command": 3}}}"#);
-        assert!(e.contains("mcpServers.a.command") && e.contains("invalid type"), "{e}");
+        assert!(
+            e.contains("mcpServers.a.command") && e.contains("invalid type"),
+            "{e}"
+        );
         let e = error(r#"{"sandpy": {"limits": {"timeout": 5}}}"#);
-        assert!(e.contains("sandpy.limits") && e.contains("unknown field `timeout`"), "{e}");
+        assert!(
+            e.contains("sandpy.limits") && e.contains("unknown field `timeout`"),
+            "{e}"
+        );
         let e = error(r#"{"sandpy": {"allowed_tools": ["["]}}"#);
         assert!(e.contains("sandpy.allowed_tools[0]"), "{e}");
         let e = error(r#"{"mcpServers": {"a__b": {"command": "x"}}}"#);
         assert!(e.contains("not `__`"), "{e}");
         let e = error("{not json");
-        assert!(e.contains("at `.`") && e.contains("key must be a string"), "{e}");
+        assert!(
+            e.contains("at `.`") && e.contains("key must be a string"),
+            "{e}"
+        );
         let e = error(r#"{"mcpServers": {"tls": {"url": "https://example.com/mcp"}}}"#);
-        assert!(e.contains("mcpServers.tls.url") && e.contains("no TLS"), "{e}");
+        assert!(
+            e.contains("mcpServers.tls.url") && e.contains("no TLS"),
+            "{e}"
+        );
         let e = error(r#"{"mcpServers": {"old": {"type": "sse", "url": "http://x"}}}"#);
         assert!(e.contains("SSE"), "{e}");
         let e = error(r#"{"sandpy": {"default_policy": "nope"}}"#);
-        assert!(e.contains("sandpy.default_policy") && e.contains("known policies: default, strict"), "{e}");
+        assert!(
+            e.contains("sandpy.default_policy") && e.contains("known policies: default, strict"),
+            "{e}"
+        );
         let e = error(r#"{"sandpy": {"policies": {"strict": {}}}}"#);
         assert!(e.contains("built-in policy"), "{e}");
         let e = error(r#"{"sandpy": {"policies": {"mine": {"allowed_modulez": []}}}}"#);
-        assert!(e.contains("sandpy.policies.mine") && e.contains("unknown field `allowed_modulez`"), "{e}");
+        assert!(
+            e.contains("sandpy.policies.mine") && e.contains("unknown field `allowed_modulez`"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -435,7 +537,10 @@ mod tests {
         )
         .unwrap();
         let policy = c.policy(None).unwrap().unwrap();
-        assert_eq!((policy.name.as_str(), policy.timeout_ms), ("evals", Some(100)));
+        assert_eq!(
+            (policy.name.as_str(), policy.timeout_ms),
+            ("evals", Some(100))
+        );
         assert_eq!(c.policy(Some("strict")).unwrap().unwrap().name, "strict");
     }
 }

@@ -38,14 +38,22 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn require_bearer(State(expected): State<Arc<str>>, request: Request, next: Next) -> Response {
+async fn require_bearer(
+    State(expected): State<Arc<str>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     if !presented.is_some_and(|token| same(token.as_bytes(), expected.as_bytes())) {
-        return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "missing or wrong bearer token\n")
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "missing or wrong bearer token\n",
+        )
             .into_response();
     }
     next.run(request).await
@@ -63,7 +71,9 @@ impl HttpListener {
         if token.is_none() && !addr.ip().is_loopback() {
             return Err(HttpError::TokenRequired(addr));
         }
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| HttpError::Bind { addr, source })?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| HttpError::Bind { addr, source })?;
         Ok(HttpListener { listener, token })
     }
 
@@ -78,17 +88,28 @@ impl HttpListener {
         server: SandpyServer,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), HttpError> {
-        let loopback = self.listener.local_addr().map(|a| a.ip().is_loopback()).unwrap_or(false);
+        let loopback = self
+            .listener
+            .local_addr()
+            .map(|a| a.ip().is_loopback())
+            .unwrap_or(false);
         let mut config = StreamableHttpServerConfig::default();
         if !loopback {
             config = config.disable_allowed_hosts(); // reached by any name; the token guards it
         }
         let cancel = config.cancellation_token.clone();
         let service: StreamableHttpService<SandpyServer, LocalSessionManager> =
-            StreamableHttpService::new(move || Ok(server.clone()), Arc::new(LocalSessionManager::default()), config);
+            StreamableHttpService::new(
+                move || Ok(server.clone()),
+                Arc::new(LocalSessionManager::default()),
+                config,
+            );
         let mut app = Router::new().nest_service("/mcp", service);
         if let Some(token) = self.token {
-            app = app.layer(middleware::from_fn_with_state(Arc::<str>::from(token), require_bearer));
+            app = app.layer(middleware::from_fn_with_state(
+                Arc::<str>::from(token),
+                require_bearer,
+            ));
         }
         axum::serve(self.listener, app)
             .with_graceful_shutdown(async move {

@@ -10,7 +10,8 @@ use crate::config::{Config, ServerSpec};
 use crate::schema::ArgumentSchema;
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock, Implementation, JsonObject,
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
+    Implementation, JsonObject,
 };
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -69,12 +70,20 @@ pub struct ServerStatus {
 }
 
 fn client_config() -> ClientConfig {
-    ClientConfig::new(ClientCapabilities::default(), Implementation::new("sandpy", env!("CARGO_PKG_VERSION")))
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("sandpy", env!("CARGO_PKG_VERSION")),
+    )
 }
 
 async fn connect(spec: &ServerSpec) -> Result<Client, String> {
     match spec {
-        ServerSpec::Stdio { command, args, env, cwd } => {
+        ServerSpec::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
             let mut wrap = CommandWrap::with_new(command, |c| {
                 c.args(args).envs(env);
                 if let Some(cwd) = cwd {
@@ -87,33 +96,53 @@ async fn connect(spec: &ServerSpec) -> Result<Client, String> {
                 .stderr(Stdio::null())
                 .spawn()
                 .map_err(|e| format!("cannot start `{command}`: {e}"))?;
-            client_config().serve(transport).await.map_err(|e| format!("MCP handshake failed: {e}"))
+            client_config()
+                .serve(transport)
+                .await
+                .map_err(|e| format!("MCP handshake failed: {e}"))
         }
         ServerSpec::Http { url, headers } => {
             let mut custom = HashMap::new();
             for (name, value) in headers {
-                let name = axum::http::HeaderName::try_from(name.as_str()).map_err(|e| format!("header {name:?}: {e}"))?;
-                let value = axum::http::HeaderValue::try_from(value.as_str()).map_err(|e| format!("header {name}: {e}"))?;
+                let name = axum::http::HeaderName::try_from(name.as_str())
+                    .map_err(|e| format!("header {name:?}: {e}"))?;
+                let value = axum::http::HeaderValue::try_from(value.as_str())
+                    .map_err(|e| format!("header {name}: {e}"))?;
                 custom.insert(name, value);
             }
-            let config = StreamableHttpClientTransportConfig::with_uri(url.clone()).custom_headers(custom);
+            let config =
+                StreamableHttpClientTransportConfig::with_uri(url.clone()).custom_headers(custom);
             let transport = StreamableHttpClientTransport::from_config(config);
-            client_config().serve(transport).await.map_err(|e| format!("cannot connect to {url}: {e}"))
+            client_config()
+                .serve(transport)
+                .await
+                .map_err(|e| format!("cannot connect to {url}: {e}"))
         }
     }
 }
 
 fn is_connection_error(error: &ServiceError) -> bool {
-    matches!(error, ServiceError::TransportClosed | ServiceError::TransportSend(_))
+    matches!(
+        error,
+        ServiceError::TransportClosed | ServiceError::TransportSend(_)
+    )
 }
 
 /// The value Python sees: structured content, else the text content (decoded as JSON when
 /// it is JSON), else the raw content blocks; an error result becomes the error text.
 fn result_value(result: CallToolResult) -> Result<Value, String> {
-    let texts: Vec<&str> = result.content.iter().filter_map(ContentBlock::as_text).map(|t| t.text.as_str()).collect();
+    let texts: Vec<&str> = result
+        .content
+        .iter()
+        .filter_map(ContentBlock::as_text)
+        .map(|t| t.text.as_str())
+        .collect();
     if result.is_error == Some(true) {
         let message = if texts.is_empty() {
-            result.structured_content.map(|v| v.to_string()).unwrap_or_else(|| "the tool reported an error".into())
+            result
+                .structured_content
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "the tool reported an error".into())
         } else {
             texts.join("\n")
         };
@@ -122,7 +151,8 @@ fn result_value(result: CallToolResult) -> Result<Value, String> {
     if let Some(structured) = result.structured_content {
         return Ok(structured);
     }
-    let decode = |text: &str| serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()));
+    let decode =
+        |text: &str| serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()));
     let mut values: Vec<Value> = result
         .content
         .iter()
@@ -158,7 +188,13 @@ impl Upstream {
         }
         let client = tokio::time::timeout(STARTUP_TIMEOUT, connect(&self.spec))
             .await
-            .map_err(|_| format!("server {} did not start within {} s", self.name, STARTUP_TIMEOUT.as_secs()))??;
+            .map_err(|_| {
+                format!(
+                    "server {} did not start within {} s",
+                    self.name,
+                    STARTUP_TIMEOUT.as_secs()
+                )
+            })??;
         let peer = client.peer().clone();
         *slot = Some(client);
         Ok((peer, true))
@@ -199,7 +235,11 @@ impl Hub {
             allowlist,
             tool_timeout: config.defaults.tool_timeout,
         }));
-        let starts = hub.0.upstreams.iter().map(|upstream| hub.refresh(upstream.clone()));
+        let starts = hub
+            .0
+            .upstreams
+            .iter()
+            .map(|upstream| hub.refresh(upstream.clone()));
         futures::future::join_all(starts).await;
         hub
     }
@@ -233,7 +273,11 @@ impl Hub {
                         },
                     );
                     let description = tool.description.as_deref().unwrap_or_default().to_string();
-                    catalog.tools.push(ToolInfo { name: full, description, input_schema: schema });
+                    catalog.tools.push(ToolInfo {
+                        name: full,
+                        description,
+                        input_schema: schema,
+                    });
                 }
                 catalog.tools.sort_by(|a, b| a.name.cmp(&b.name));
             }
@@ -249,7 +293,10 @@ impl Hub {
         self.0
             .upstreams
             .iter()
-            .map(|u| ServerStatus { name: u.name.clone(), status: u.status.read().unwrap_or_else(|e| e.into_inner()).clone() })
+            .map(|u| ServerStatus {
+                name: u.name.clone(),
+                status: u.status.read().unwrap_or_else(|e| e.into_inner()).clone(),
+            })
             .collect()
     }
 
@@ -270,12 +317,18 @@ impl Hub {
         let (upstream, tool, schema) = {
             let catalog = self.0.catalog.read().unwrap_or_else(|e| e.into_inner());
             match catalog.routes.get(&name) {
-                Some(route) => (route.upstream.clone(), route.tool.clone(), route.schema.clone()),
+                Some(route) => (
+                    route.upstream.clone(),
+                    route.tool.clone(),
+                    route.schema.clone(),
+                ),
                 None => return Err(format!("unknown tool {name:?}")),
             }
         };
         schema.check(&name, &arguments)?;
-        let Value::Object(arguments) = arguments else { return Err(format!("arguments of {name} must be an object")) };
+        let Value::Object(arguments) = arguments else {
+            return Err(format!("arguments of {name} must be an object"));
+        };
         let (peer, reconnected) = upstream.peer().await?;
         if reconnected {
             self.refresh(upstream.clone()).await;
@@ -283,7 +336,10 @@ impl Hub {
         let request = CallToolRequestParams::new(tool).with_arguments(arguments);
         let timeout = self.0.tool_timeout;
         match tokio::time::timeout(timeout, peer.call_tool(request)).await {
-            Err(_) => Err(format!("tool {name} timed out after {} ms", timeout.as_millis())),
+            Err(_) => Err(format!(
+                "tool {name} timed out after {} ms",
+                timeout.as_millis()
+            )),
             Ok(Ok(result)) => result_value(result),
             Ok(Err(error)) if is_connection_error(&error) => {
                 upstream.forget().await;
@@ -296,10 +352,18 @@ impl Hub {
     }
 
     /// This hub as the tool host of one execution, recording each call in `audit`.
-    pub fn for_execution(&self, execution_id: String, audit: Option<AuditLog>) -> Arc<dyn ToolHost> {
+    pub fn for_execution(
+        &self,
+        execution_id: String,
+        audit: Option<AuditLog>,
+    ) -> Arc<dyn ToolHost> {
         match audit {
             None => Arc::new(self.clone()),
-            Some(audit) => Arc::new(AuditedTools { hub: self.clone(), audit, execution_id: Arc::from(execution_id) }),
+            Some(audit) => Arc::new(AuditedTools {
+                hub: self.clone(),
+                audit,
+                execution_id: Arc::from(execution_id),
+            }),
         }
     }
 }
@@ -307,7 +371,12 @@ impl Hub {
 impl ToolHost for Hub {
     fn list_tools(&self) -> Vec<ToolInfo> {
         let catalog = self.0.catalog.read().unwrap_or_else(|e| e.into_inner());
-        catalog.tools.iter().filter(|t| self.0.allowlist.allows(&t.name)).cloned().collect()
+        catalog
+            .tools
+            .iter()
+            .filter(|t| self.0.allowlist.allows(&t.name))
+            .cloned()
+            .collect()
     }
 
     fn call_tool(&self, name: &str, arguments: Value) -> ToolFuture {
@@ -320,8 +389,15 @@ impl ToolHost for Hub {
         if !self.0.allowlist.allows(name) {
             return self.0.allowlist.refusal(name);
         }
-        let servers: Vec<String> = self.servers().into_iter().map(|s| format!("{} ({})", s.name, s.status)).collect();
-        format!("unknown tool {name:?}; servers: {}; use search_tools() to find one", servers.join(", "))
+        let servers: Vec<String> = self
+            .servers()
+            .into_iter()
+            .map(|s| format!("{} ({})", s.name, s.status))
+            .collect();
+        format!(
+            "unknown tool {name:?}; servers: {}; use search_tools() to find one",
+            servers.join(", ")
+        )
     }
 }
 
@@ -346,11 +422,22 @@ impl ToolHost for AuditedTools {
     }
 
     fn call_tool(&self, name: &str, arguments: Value) -> ToolFuture {
-        let (hub, audit, id, name) = (self.hub.clone(), self.audit.clone(), self.execution_id.clone(), name.to_string());
+        let (hub, audit, id, name) = (
+            self.hub.clone(),
+            self.audit.clone(),
+            self.execution_id.clone(),
+            name.to_string(),
+        );
         Box::pin(async move {
             let started = Instant::now();
             let outcome = hub.call(name.clone(), arguments.clone()).await;
-            audit.tool_call(&id, &name, &arguments, started.elapsed().as_secs_f64() * 1e3, &outcome);
+            audit.tool_call(
+                &id,
+                &name,
+                &arguments,
+                started.elapsed().as_secs_f64() * 1e3,
+                &outcome,
+            );
             outcome
         })
     }

@@ -25,7 +25,10 @@ pub use summary::summarize;
 /// Serve `server` over stdin/stdout until the client disconnects.
 pub async fn serve_stdio(server: SandpyServer) -> std::io::Result<()> {
     use rmcp::ServiceExt;
-    let running = server.serve(rmcp::transport::stdio()).await.map_err(std::io::Error::other)?;
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(std::io::Error::other)?;
     running.waiting().await.map_err(std::io::Error::other)?;
     Ok(())
 }

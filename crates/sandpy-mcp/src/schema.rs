@@ -12,7 +12,9 @@ impl ArgumentSchema {
         match jsonschema::validator_for(schema) {
             Ok(validator) => ArgumentSchema(Some(validator)),
             Err(e) => {
-                tracing::warn!("inputSchema of {tool} does not compile ({e}); its arguments are not checked");
+                tracing::warn!(
+                    "inputSchema of {tool} does not compile ({e}); its arguments are not checked"
+                );
                 ArgumentSchema(None)
             }
         }
@@ -20,18 +22,27 @@ impl ArgumentSchema {
 
     /// `Ok` when `arguments` fit; else every violation, one per line.
     pub fn check(&self, tool: &str, arguments: &Value) -> Result<(), String> {
-        let Some(validator) = &self.0 else { return Ok(()) };
+        let Some(validator) = &self.0 else {
+            return Ok(());
+        };
         let violations: Vec<String> = validator
             .iter_errors(arguments)
             .map(|e| {
                 let at = e.instance_path.to_string();
-                if at.is_empty() { format!("- {e}") } else { format!("- at {at}: {e}") }
+                if at.is_empty() {
+                    format!("- {e}")
+                } else {
+                    format!("- at {at}: {e}")
+                }
             })
             .collect();
         if violations.is_empty() {
             return Ok(());
         }
-        Err(format!("arguments of {tool} do not match its inputSchema:\n{}", violations.join("\n")))
+        Err(format!(
+            "arguments of {tool} do not match its inputSchema:\n{}",
+            violations.join("\n")
+        ))
     }
 }
 
@@ -46,7 +57,10 @@ mod tests {
         let s = ArgumentSchema::compile("t", &schema);
         assert!(s.check("t", &json!({"a": 1, "b": "x"})).is_ok());
         let e = s.check("t", &json!({"a": "one"})).unwrap_err();
-        assert!(e.contains("at /a") && e.contains("\"b\" is a required property"), "{e}");
+        assert!(
+            e.contains("at /a") && e.contains("\"b\" is a required property"),
+            "{e}"
+        );
         assert_eq!(e.lines().count(), 3, "{e}");
     }
 }

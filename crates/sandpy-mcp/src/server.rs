@@ -9,8 +9,8 @@ use crate::hub::Hub;
 use crate::summary::summarize;
 use crate::Config;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -52,7 +52,9 @@ fn invalid(message: impl Into<String>) -> ErrorData {
 }
 
 fn string_arg<'a>(args: &'a JsonObject, key: &str) -> Result<&'a str, ErrorData> {
-    args.get(key).and_then(Value::as_str).ok_or_else(|| invalid(format!("`{key}` is required and must be a string")))
+    args.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid(format!("`{key}` is required and must be a string")))
 }
 
 fn strings_arg(args: &JsonObject, key: &str) -> Result<Option<Vec<String>>, ErrorData> {
@@ -60,7 +62,11 @@ fn strings_arg(args: &JsonObject, key: &str) -> Result<Option<Vec<String>>, Erro
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(items)) => items
             .iter()
-            .map(|v| v.as_str().map(String::from).ok_or_else(|| invalid(format!("`{key}` must be a list of strings"))))
+            .map(|v| {
+                v.as_str()
+                    .map(String::from)
+                    .ok_or_else(|| invalid(format!("`{key}` must be a list of strings")))
+            })
             .collect::<Result<Vec<_>, _>>()
             .map(Some),
         Some(_) => Err(invalid(format!("`{key}` must be a list of strings"))),
@@ -70,21 +76,40 @@ fn strings_arg(args: &JsonObject, key: &str) -> Result<Option<Vec<String>>, Erro
 /// The `files` argument: each with `text` or `content_base64`.
 fn input_files(args: &JsonObject) -> Result<Vec<sandpy::InputFile>, ErrorData> {
     use base64::Engine;
-    let Some(items) = args.get("files").filter(|v| !v.is_null()) else { return Ok(Vec::new()) };
-    let items = items.as_array().ok_or_else(|| invalid("`files` must be a list of {path, text | content_base64}"))?;
+    let Some(items) = args.get("files").filter(|v| !v.is_null()) else {
+        return Ok(Vec::new());
+    };
+    let items = items
+        .as_array()
+        .ok_or_else(|| invalid("`files` must be a list of {path, text | content_base64}"))?;
     items
         .iter()
         .enumerate()
         .map(|(i, item)| {
-            let path = item.get("path").and_then(Value::as_str).ok_or_else(|| invalid(format!("`files[{i}].path` must be a string")))?;
-            let content = match (item.get("text").and_then(Value::as_str), item.get("content_base64").and_then(Value::as_str)) {
+            let path = item
+                .get("path")
+                .and_then(Value::as_str)
+                .ok_or_else(|| invalid(format!("`files[{i}].path` must be a string")))?;
+            let content = match (
+                item.get("text").and_then(Value::as_str),
+                item.get("content_base64").and_then(Value::as_str),
+            ) {
                 (Some(text), None) => text.as_bytes().to_vec(),
                 (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
                     .decode(encoded)
-                    .map_err(|e| invalid(format!("`files[{i}].content_base64` is not base64: {e}")))?,
-                _ => return Err(invalid(format!("`files[{i}]` needs exactly one of `text` and `content_base64`"))),
+                    .map_err(|e| {
+                        invalid(format!("`files[{i}].content_base64` is not base64: {e}"))
+                    })?,
+                _ => {
+                    return Err(invalid(format!(
+                        "`files[{i}]` needs exactly one of `text` and `content_base64`"
+                    )))
+                }
             };
-            Ok(sandpy::InputFile { path: path.to_string(), content })
+            Ok(sandpy::InputFile {
+                path: path.to_string(),
+                content,
+            })
         })
         .collect()
 }
@@ -98,9 +123,14 @@ fn file_block(file: &sandpy::OutputFile) -> ContentBlock {
     if file.mime_type.starts_with("image/") {
         ContentBlock::image(encoded(), file.mime_type.clone())
     } else if let Some(text) = file.text() {
-        ContentBlock::resource(rmcp::model::ResourceContents::text(text, uri).with_mime_type(file.mime_type.clone()))
+        ContentBlock::resource(
+            rmcp::model::ResourceContents::text(text, uri).with_mime_type(file.mime_type.clone()),
+        )
     } else {
-        ContentBlock::resource(rmcp::model::ResourceContents::blob(encoded(), uri).with_mime_type(file.mime_type.clone()))
+        ContentBlock::resource(
+            rmcp::model::ResourceContents::blob(encoded(), uri)
+                .with_mime_type(file.mime_type.clone()),
+        )
     }
 }
 
@@ -153,8 +183,17 @@ impl SandpyServer {
         let sessions = Sessions::new(&sandbox, config.sessions.clone());
         let session_dir = config.session_dir.clone();
         let mounts = config.mounts.clone();
-        let state =
-            ServerState { sandbox, hub, policy, limits, sessions, session_dir, mounts, audit, executions: AtomicU64::new(0) };
+        let state = ServerState {
+            sandbox,
+            hub,
+            policy,
+            limits,
+            sessions,
+            session_dir,
+            mounts,
+            audit,
+            executions: AtomicU64::new(0),
+        };
         Ok(SandpyServer(Arc::new(state)))
     }
 
@@ -164,8 +203,18 @@ impl SandpyServer {
     }
 
     fn run_python_description(&self) -> String {
-        let servers: Vec<String> = self.0.hub.servers().iter().map(|s| format!("{} ({})", s.name, s.status)).collect();
-        let servers = if servers.is_empty() { "none configured".to_string() } else { servers.join(", ") };
+        let servers: Vec<String> = self
+            .0
+            .hub
+            .servers()
+            .iter()
+            .map(|s| format!("{} ({})", s.name, s.status))
+            .collect();
+        let servers = if servers.is_empty() {
+            "none configured".to_string()
+        } else {
+            servers.join(", ")
+        };
         format!("{API_GUIDE}\nAvailable servers: {servers}.")
     }
 
@@ -180,7 +229,9 @@ impl SandpyServer {
                 "text": {"type": "string", "description": "content as UTF-8 text"},
                 "content_base64": {"type": "string", "description": "content as base64 (binary files)"}},
                 "required": ["path"]}});
-        let session_only = object(json!({"type": "object", "properties": {"session_id": {"type": "string"}}, "required": ["session_id"]}));
+        let session_only = object(
+            json!({"type": "object", "properties": {"session_id": {"type": "string"}}, "required": ["session_id"]}),
+        );
         vec![
             Tool::new(
                 "run_python",
@@ -229,22 +280,31 @@ impl SandpyServer {
     /// Where a saved session named `name` lives; names are plain, so they cannot leave
     /// the configured folder.
     fn snapshot_path(&self, name: &str) -> Result<std::path::PathBuf, ErrorData> {
-        let dir = self.0.session_dir.as_ref().ok_or_else(|| invalid("saving sessions is off: set sandpy.sessions.save_dir in the config"))?;
+        let dir = self.0.session_dir.as_ref().ok_or_else(|| {
+            invalid("saving sessions is off: set sandpy.sessions.save_dir in the config")
+        })?;
         let plain = !name.is_empty()
             && name.len() <= 64
             && !name.starts_with('.')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         if !plain {
             return Err(invalid("`name` may use letters, digits, `-`, `_` and `.` (at most 64, not starting with `.`)"));
         }
-        std::fs::create_dir_all(dir).map_err(|e| ErrorData::internal_error(format!("cannot create {}: {e}", dir.display()), None))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            ErrorData::internal_error(format!("cannot create {}: {e}", dir.display()), None)
+        })?;
         Ok(dir.join(format!("{name}.session.json")))
     }
 
     fn options(&self, args: &JsonObject, execution_id: String) -> Result<RunOptions, ErrorData> {
         let mut limits = self.0.limits.clone();
         if let Some(ms) = args.get("timeout_ms").filter(|v| !v.is_null()) {
-            let ms = ms.as_u64().filter(|ms| *ms >= 1).ok_or_else(|| invalid("`timeout_ms` must be a positive integer"))?;
+            let ms = ms
+                .as_u64()
+                .filter(|ms| *ms >= 1)
+                .ok_or_else(|| invalid("`timeout_ms` must be a positive integer"))?;
             limits.timeout = limits.timeout.min(Duration::from_millis(ms));
         }
         Ok(RunOptions {
@@ -258,7 +318,13 @@ impl SandpyServer {
         })
     }
 
-    fn execution_result(&self, id: &str, code: &str, options: &RunOptions, execution: Execution) -> CallToolResult {
+    fn execution_result(
+        &self,
+        id: &str,
+        code: &str,
+        options: &RunOptions,
+        execution: Execution,
+    ) -> CallToolResult {
         if let Some(audit) = &self.0.audit {
             audit.execution(id, code, &options.limits, &execution);
         }
@@ -267,13 +333,23 @@ impl SandpyServer {
         let structured = serde_json::to_value(&execution).unwrap_or(Value::Null);
         let mut content = vec![ContentBlock::text(text)];
         content.extend(execution.files.iter().map(file_block));
-        let mut result = if ok { CallToolResult::success(content) } else { CallToolResult::error(content) };
+        let mut result = if ok {
+            CallToolResult::success(content)
+        } else {
+            CallToolResult::error(content)
+        };
         result.structured_content = Some(structured);
         result
     }
 
     async fn call(&self, name: &str, args: JsonObject) -> Result<CallToolResult, ErrorData> {
-        let next_id = || format!("{}-{}", std::process::id(), self.0.executions.fetch_add(1, Ordering::Relaxed));
+        let next_id = || {
+            format!(
+                "{}-{}",
+                std::process::id(),
+                self.0.executions.fetch_add(1, Ordering::Relaxed)
+            )
+        };
         match name {
             "run_python" => {
                 let code = string_arg(&args, "code")?;
@@ -282,20 +358,32 @@ impl SandpyServer {
                 let execution = match args.get("session_id").filter(|v| !v.is_null()) {
                     None => self.0.sandbox.run_with(code, &options).await,
                     Some(session) => {
-                        let session = session.as_str().ok_or_else(|| invalid("`session_id` must be a string"))?;
+                        let session = session
+                            .as_str()
+                            .ok_or_else(|| invalid("`session_id` must be a string"))?;
                         self.0.sessions.run(session, code, &options).await
                     }
                 };
                 Ok(self.execution_result(&id, code, &options, execution))
             }
-            "list_sessions" => Ok(structured(json!({"sessions": self.0.sessions.list().await}))),
+            "list_sessions" => Ok(structured(
+                json!({"sessions": self.0.sessions.list().await}),
+            )),
             "reset_session" => {
                 let session = string_arg(&args, "session_id")?;
-                Ok(session_result(session, self.0.sessions.reset(session).await, "reset"))
+                Ok(session_result(
+                    session,
+                    self.0.sessions.reset(session).await,
+                    "reset",
+                ))
             }
             "close_session" => {
                 let session = string_arg(&args, "session_id")?;
-                Ok(session_result(session, self.0.sessions.close(session), "closed"))
+                Ok(session_result(
+                    session,
+                    self.0.sessions.close(session),
+                    "closed",
+                ))
             }
             "save_session" => {
                 let session = string_arg(&args, "session_id")?;
@@ -303,8 +391,11 @@ impl SandpyServer {
                 let saved = async {
                     let snapshot = self.0.sessions.snapshot(session).await?;
                     let text = serde_json::to_string(&snapshot).map_err(|e| e.to_string())?;
-                    std::fs::write(&path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-                    Ok::<_, String>(json!({"session_id": session, "saved": path.display().to_string(), "bytes": text.len(), "cells": snapshot.cells.len()}))
+                    std::fs::write(&path, &text)
+                        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                    Ok::<_, String>(
+                        json!({"session_id": session, "saved": path.display().to_string(), "bytes": text.len(), "cells": snapshot.cells.len()}),
+                    )
                 };
                 Ok(outcome(saved.await))
             }
@@ -313,10 +404,17 @@ impl SandpyServer {
                 let path = self.snapshot_path(string_arg(&args, "name")?)?;
                 let options = self.options(&args, next_id())?;
                 let restored = async {
-                    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                    let snapshot: sandpy::SessionSnapshot = serde_json::from_str(&text).map_err(|e| format!("not a saved session: {e}"))?;
-                    self.0.sessions.restore(session, &snapshot, &options).await?;
-                    Ok::<_, String>(json!({"session_id": session, "restored": true, "cells": snapshot.cells.len()}))
+                    let text = std::fs::read_to_string(&path)
+                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                    let snapshot: sandpy::SessionSnapshot = serde_json::from_str(&text)
+                        .map_err(|e| format!("not a saved session: {e}"))?;
+                    self.0
+                        .sessions
+                        .restore(session, &snapshot, &options)
+                        .await?;
+                    Ok::<_, String>(
+                        json!({"session_id": session, "restored": true, "cells": snapshot.cells.len()}),
+                    )
                 };
                 Ok(outcome(restored.await))
             }
@@ -324,7 +422,12 @@ impl SandpyServer {
                 let from = string_arg(&args, "session_id")?;
                 let to = string_arg(&args, "new_session_id")?;
                 let options = self.options(&args, next_id())?;
-                let forked = self.0.sessions.fork(from, to, &options).await.map(|()| json!({"session_id": to, "forked_from": from}));
+                let forked = self
+                    .0
+                    .sessions
+                    .fork(from, to, &options)
+                    .await
+                    .map(|()| json!({"session_id": to, "forked_from": from}));
                 Ok(outcome(forked))
             }
             "call_python_function" => {
@@ -333,7 +436,11 @@ impl SandpyServer {
                 let arguments = args.get("arguments").cloned().unwrap_or(json!([]));
                 let id = next_id();
                 let options = self.options(&args, id.clone())?;
-                let execution = self.0.sandbox.call_function(code, function, &arguments, &options).await;
+                let execution = self
+                    .0
+                    .sandbox
+                    .call_function(code, function, &arguments, &options)
+                    .await;
                 Ok(self.execution_result(&id, code, &options, execution))
             }
             "search_tools" => {
@@ -345,12 +452,16 @@ impl SandpyServer {
             }
             "get_tool_schema" => {
                 let tool = string_arg(&args, "name")?;
-                Ok(match self.0.hub.list_tools().into_iter().find(|t| t.name == tool) {
-                    Some(info) => structured(json!({"name": info.name, "description": info.description, "inputSchema": info.input_schema})),
-                    None => CallToolResult::error(vec![ContentBlock::text(format!(
-                        "no allowed tool named {tool:?}; use search_tools to find one"
-                    ))]),
-                })
+                Ok(
+                    match self.0.hub.list_tools().into_iter().find(|t| t.name == tool) {
+                        Some(info) => structured(
+                            json!({"name": info.name, "description": info.description, "inputSchema": info.input_schema}),
+                        ),
+                        None => CallToolResult::error(vec![ContentBlock::text(format!(
+                            "no allowed tool named {tool:?}; use search_tools to find one"
+                        ))]),
+                    },
+                )
             }
             other => Err(invalid(format!("unknown tool {other:?}"))),
         }

@@ -30,7 +30,11 @@ pub fn summarize(execution: &Execution) -> String {
             let cut = excerpt(text);
             let _ = writeln!(out, "--- {name} ---\n{}", cut.trim_end());
             if cut.len() < text.len() {
-                let _ = writeln!(out, "[{} more bytes in structured content]", text.len() - cut.len());
+                let _ = writeln!(
+                    out,
+                    "[{} more bytes in structured content]",
+                    text.len() - cut.len()
+                );
             }
         }
     }
@@ -42,7 +46,14 @@ pub fn summarize(execution: &Execution) -> String {
         let _ = writeln!(out, "--- return value ---\n{}", excerpt(&shown));
     }
     for file in &execution.files {
-        let _ = writeln!(out, "--- file {}/{} ({}, {} bytes) ---", sandpy::OUTPUT_DIR, file.name, file.mime_type, file.size);
+        let _ = writeln!(
+            out,
+            "--- file {}/{} ({}, {} bytes) ---",
+            sandpy::OUTPUT_DIR,
+            file.name,
+            file.mime_type,
+            file.size
+        );
     }
     if let Some(error) = &execution.error {
         if execution.status != Status::Error || error.traceback.is_none() {

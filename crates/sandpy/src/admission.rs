@@ -22,7 +22,11 @@ pub(crate) enum Refusal {
 
 impl Admission {
     pub fn new(max_running: usize, max_waiting: usize) -> Admission {
-        Admission { running: Arc::new(Semaphore::new(max_running.max(1))), waiting: AtomicUsize::new(0), max_waiting }
+        Admission {
+            running: Arc::new(Semaphore::new(max_running.max(1))),
+            waiting: AtomicUsize::new(0),
+            max_waiting,
+        }
     }
 
     /// A slot to run in: at once, after waiting in line (at most `patience`), or refused.

@@ -9,6 +9,6 @@ wasmtime::component::bindgen!({
 
 pub(crate) use self::sandpy::runtime::tools::{Host as ToolsHost, ToolCall};
 pub(crate) use self::sandpy::runtime::types::{
-    FunctionCall, Host as TypesHost, Policy as GuestPolicy, PythonError, RunOptions as GuestOptions, Value,
-    Violation as GuestViolation,
+    FunctionCall, Host as TypesHost, Policy as GuestPolicy, PythonError,
+    RunOptions as GuestOptions, Value, Violation as GuestViolation,
 };

@@ -31,7 +31,15 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { cache_dir: None, progress: None, pooled_instances: Some(256), max_concurrent_runs: None, max_queued_runs: 256, scratch_dir: None, runtime: None }
+        Config {
+            cache_dir: None,
+            progress: None,
+            pooled_instances: Some(256),
+            max_concurrent_runs: None,
+            max_queued_runs: 256,
+            scratch_dir: None,
+            runtime: None,
+        }
     }
 }
 
@@ -58,12 +66,16 @@ impl Config {
         if let Some(dir) = std::env::var_os("SANDPY_CACHE_DIR") {
             return PathBuf::from(dir);
         }
-        dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("sandpy")
+        dirs::cache_dir()
+            .unwrap_or_else(std::env::temp_dir)
+            .join("sandpy")
     }
 
     /// The runtime component file in use, if not the built-in one.
     pub fn resolved_runtime(&self) -> Option<PathBuf> {
-        self.runtime.clone().or_else(|| std::env::var_os("SANDPY_RUNTIME").map(PathBuf::from))
+        self.runtime
+            .clone()
+            .or_else(|| std::env::var_os("SANDPY_RUNTIME").map(PathBuf::from))
     }
 
     /// The folder that holds the runs' scratch folders.
@@ -79,7 +91,9 @@ impl Config {
 
     /// Runs executing at once, never more than the instance pool holds.
     pub(crate) fn concurrency(&self) -> usize {
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
         let wanted = self.max_concurrent_runs.unwrap_or(cores).max(1);
         match self.pooled_instances {
             Some(slots) => wanted.min(slots as usize),

@@ -26,7 +26,9 @@ use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::filesystem::types::{
     DescriptorFlags, ErrorCode, Filesize, HostDescriptor, OpenFlags, PathFlags,
 };
-use wasmtime_wasi::p2::{DynOutputStream, FsResult, OutputStream, Pollable, StreamError, StreamResult};
+use wasmtime_wasi::p2::{
+    DynOutputStream, FsResult, OutputStream, Pollable, StreamError, StreamResult,
+};
 
 /// What each directory entry costs against a quota.
 pub(crate) const ENTRY_BYTES: u64 = 512;
@@ -55,11 +57,21 @@ pub(crate) struct Area {
 impl Area {
     /// A writable area over `root`, which must start empty.
     pub fn writable(guest: &str, root: &Path, limit: u64) -> Area {
-        Area { guest: guest.into(), root: root.into(), limit: Some(limit), used: Mutex::new(0) }
+        Area {
+            guest: guest.into(),
+            root: root.into(),
+            limit: Some(limit),
+            used: Mutex::new(0),
+        }
     }
 
     pub fn read_only(guest: &str, root: &Path) -> Area {
-        Area { guest: guest.into(), root: root.into(), limit: None, used: Mutex::new(0) }
+        Area {
+            guest: guest.into(),
+            root: root.into(),
+            limit: None,
+            used: Mutex::new(0),
+        }
     }
 
     fn used(&self) -> MutexGuard<'_, u64> {
@@ -75,7 +87,9 @@ impl Area {
 
     /// Take `growth` bytes from the quota, or say how much is left.
     fn charge(&self, growth: u64) -> Result<(), Refusal> {
-        let Some(limit) = self.limit else { return Err(Refusal::ReadOnly) };
+        let Some(limit) = self.limit else {
+            return Err(Refusal::ReadOnly);
+        };
         let mut used = self.used();
         if used.saturating_add(growth) <= limit {
             *used += growth;
@@ -86,7 +100,10 @@ impl Area {
             *used += growth;
             return Ok(());
         }
-        Err(Refusal::Quota { area: self.guest.clone(), limit })
+        Err(Refusal::Quota {
+            area: self.guest.clone(),
+            limit,
+        })
     }
 }
 
@@ -96,9 +113,13 @@ fn measure(root: &Path) -> u64 {
     let mut total = 0u64;
     let mut pending = vec![root.to_path_buf()];
     while let Some(dir) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for entry in entries.flatten() {
-            let Ok(meta) = entry.path().symlink_metadata() else { continue };
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
             total = total.saturating_add(ENTRY_BYTES);
             if meta.is_dir() {
                 pending.push(entry.path());
@@ -130,8 +151,12 @@ impl Refusal {
     /// The message of the `disk_limit` status, when a refusal ended the run.
     pub fn message(&self) -> String {
         match self {
-            Refusal::Quota { area, limit } => format!("the run exceeded its disk quota of {limit} bytes under {area}"),
-            Refusal::OpenFiles => format!("the run had more than {MAX_OPEN_DESCRIPTORS} files open at once"),
+            Refusal::Quota { area, limit } => {
+                format!("the run exceeded its disk quota of {limit} bytes under {area}")
+            }
+            Refusal::OpenFiles => {
+                format!("the run had more than {MAX_OPEN_DESCRIPTORS} files open at once")
+            }
             Refusal::ReadOnly => "the run wrote to a read-only folder".into(),
         }
     }
@@ -147,17 +172,26 @@ pub(crate) struct DiskGuard {
 
 impl DiskGuard {
     pub fn new(areas: Vec<Arc<Area>>) -> DiskGuard {
-        DiskGuard { areas, ..DiskGuard::default() }
+        DiskGuard {
+            areas,
+            ..DiskGuard::default()
+        }
     }
 
     /// The first quota or open-file refusal since the last call, if any.
     pub fn take_refusal(&self) -> Option<Refusal> {
-        self.refusal.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.refusal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     fn note(&self, refusal: &Refusal) {
         if *refusal != Refusal::ReadOnly {
-            self.refusal.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(|| refusal.clone());
+            self.refusal
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert_with(|| refusal.clone());
         }
     }
 
@@ -173,10 +207,12 @@ impl DiskGuard {
     }
 
     fn charge(&self, fd: u32, growth: u64) -> Result<(), ErrorCode> {
-        self.area(fd).and_then(|area| area.charge(growth)).map_err(|refusal| {
-            self.note(&refusal);
-            refusal.code()
-        })
+        self.area(fd)
+            .and_then(|area| area.charge(growth))
+            .map_err(|refusal| {
+                self.note(&refusal);
+                refusal.code()
+            })
     }
 }
 
@@ -189,9 +225,15 @@ fn answer<T>(result: FsResult<T>) -> wasmtime::Result<Result<T, ErrorCode>> {
 }
 
 /// Charge the growth of the file behind `fd` (if it is a file) to `end` bytes.
-fn charge_to_end(state: &mut HostState, fd: &Resource<Descriptor>, end: u64) -> Result<(), ErrorCode> {
+fn charge_to_end(
+    state: &mut HostState,
+    fd: &Resource<Descriptor>,
+    end: u64,
+) -> Result<(), ErrorCode> {
     match file_of(state, fd) {
-        Some(file) => state.disk.charge(fd.rep(), end.saturating_sub(file_len(&file))),
+        Some(file) => state
+            .disk
+            .charge(fd.rep(), end.saturating_sub(file_len(&file))),
         None => Ok(()),
     }
 }
@@ -212,22 +254,33 @@ fn file_len(file: &std::fs::File) -> u64 {
 pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     let mut preopens = linker.instance(PREOPENS)?;
-    preopens.func_wrap("get-directories", |mut store: StoreContextMut<'_, HostState>, (): ()| {
-        let state = store.data_mut();
-        let dirs = wasmtime_wasi::p2::bindings::filesystem::preopens::Host::get_directories(&mut state.filesystem())?;
-        for (fd, guest) in &dirs {
-            if let Some(area) = state.disk.areas.iter().find(|a| &a.guest == guest) {
-                state.disk.descriptors.insert(fd.rep(), area.clone());
+    preopens.func_wrap(
+        "get-directories",
+        |mut store: StoreContextMut<'_, HostState>, (): ()| {
+            let state = store.data_mut();
+            let dirs = wasmtime_wasi::p2::bindings::filesystem::preopens::Host::get_directories(
+                &mut state.filesystem(),
+            )?;
+            for (fd, guest) in &dirs {
+                if let Some(area) = state.disk.areas.iter().find(|a| &a.guest == guest) {
+                    state.disk.descriptors.insert(fd.rep(), area.clone());
+                }
             }
-        }
-        Ok((dirs,))
-    })?;
+            Ok((dirs,))
+        },
+    )?;
 
     let mut types = linker.instance(TYPES)?;
     types.func_wrap_async(
         "[method]descriptor.open-at",
         |mut store: StoreContextMut<'_, HostState>,
-         (fd, path_flags, path, oflags, flags): (Resource<Descriptor>, PathFlags, String, OpenFlags, DescriptorFlags)| {
+         (fd, path_flags, path, oflags, flags): (
+            Resource<Descriptor>,
+            PathFlags,
+            String,
+            OpenFlags,
+            DescriptorFlags,
+        )| {
             Box::new(async move {
                 let state = store.data_mut();
                 let parent = fd.rep();
@@ -245,7 +298,15 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
                     }
                 }
                 let area = state.disk.area(parent).ok();
-                let opened = HostDescriptor::open_at(&mut state.filesystem(), fd, path_flags, path, oflags, flags).await;
+                let opened = HostDescriptor::open_at(
+                    &mut state.filesystem(),
+                    fd,
+                    path_flags,
+                    path,
+                    oflags,
+                    flags,
+                )
+                .await;
                 let opened = answer(opened)?;
                 if let (Ok(new), Some(area)) = (&opened, area) {
                     state.disk.descriptors.insert(new.rep(), area);
@@ -256,33 +317,46 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
     )?;
     types.func_wrap_async(
         "[method]descriptor.write",
-        |mut store: StoreContextMut<'_, HostState>, (fd, buf, offset): (Resource<Descriptor>, Vec<u8>, Filesize)| {
+        |mut store: StoreContextMut<'_, HostState>,
+         (fd, buf, offset): (Resource<Descriptor>, Vec<u8>, Filesize)| {
             Box::new(async move {
                 let state = store.data_mut();
-                if let Err(code) = charge_to_end(state, &fd, offset.saturating_add(buf.len() as u64)) {
+                if let Err(code) =
+                    charge_to_end(state, &fd, offset.saturating_add(buf.len() as u64))
+                {
                     return Ok((Err(code),));
                 }
-                Ok((answer(HostDescriptor::write(&mut state.filesystem(), fd, buf, offset).await)?,))
+                Ok((answer(
+                    HostDescriptor::write(&mut state.filesystem(), fd, buf, offset).await,
+                )?,))
             })
         },
     )?;
     types.func_wrap_async(
         "[method]descriptor.set-size",
-        |mut store: StoreContextMut<'_, HostState>, (fd, size): (Resource<Descriptor>, Filesize)| {
+        |mut store: StoreContextMut<'_, HostState>,
+         (fd, size): (Resource<Descriptor>, Filesize)| {
             Box::new(async move {
                 let state = store.data_mut();
                 if let Err(code) = charge_to_end(state, &fd, size) {
                     return Ok((Err(code),));
                 }
-                Ok((answer(HostDescriptor::set_size(&mut state.filesystem(), fd, size).await)?,))
+                Ok((answer(
+                    HostDescriptor::set_size(&mut state.filesystem(), fd, size).await,
+                )?,))
             })
         },
     )?;
     types.func_wrap(
         "[method]descriptor.write-via-stream",
-        |mut store: StoreContextMut<'_, HostState>, (fd, offset): (Resource<Descriptor>, Filesize)| {
+        |mut store: StoreContextMut<'_, HostState>,
+         (fd, offset): (Resource<Descriptor>, Filesize)| {
             let state = store.data_mut();
-            let stream = HostDescriptor::write_via_stream(&mut state.filesystem(), Resource::new_borrow(fd.rep()), offset);
+            let stream = HostDescriptor::write_via_stream(
+                &mut state.filesystem(),
+                Resource::new_borrow(fd.rep()),
+                offset,
+            );
             Ok((metered(state, &fd, answer(stream)?, Some(offset))?,))
         },
     )?;
@@ -290,7 +364,10 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
         "[method]descriptor.append-via-stream",
         |mut store: StoreContextMut<'_, HostState>, (fd,): (Resource<Descriptor>,)| {
             let state = store.data_mut();
-            let stream = HostDescriptor::append_via_stream(&mut state.filesystem(), Resource::new_borrow(fd.rep()));
+            let stream = HostDescriptor::append_via_stream(
+                &mut state.filesystem(),
+                Resource::new_borrow(fd.rep()),
+            );
             Ok((metered(state, &fd, answer(stream)?, None)?,))
         },
     )?;
@@ -302,26 +379,37 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
                 if let Err(code) = state.disk.charge(fd.rep(), ENTRY_BYTES) {
                     return Ok((Err(code),));
                 }
-                Ok((answer(HostDescriptor::create_directory_at(&mut state.filesystem(), fd, path).await)?,))
+                Ok((answer(
+                    HostDescriptor::create_directory_at(&mut state.filesystem(), fd, path).await,
+                )?,))
             })
         },
     )?;
     types.func_wrap_async(
         "[method]descriptor.symlink-at",
-        |mut store: StoreContextMut<'_, HostState>, (fd, target, path): (Resource<Descriptor>, String, String)| {
+        |mut store: StoreContextMut<'_, HostState>,
+         (fd, target, path): (Resource<Descriptor>, String, String)| {
             Box::new(async move {
                 let state = store.data_mut();
                 if let Err(code) = state.disk.charge(fd.rep(), ENTRY_BYTES) {
                     return Ok((Err(code),));
                 }
-                Ok((answer(HostDescriptor::symlink_at(&mut state.filesystem(), fd, target, path).await)?,))
+                Ok((answer(
+                    HostDescriptor::symlink_at(&mut state.filesystem(), fd, target, path).await,
+                )?,))
             })
         },
     )?;
     types.func_wrap_async(
         "[method]descriptor.link-at",
         |mut store: StoreContextMut<'_, HostState>,
-         (fd, flags, old, new_fd, new): (Resource<Descriptor>, PathFlags, String, Resource<Descriptor>, String)| {
+         (fd, flags, old, new_fd, new): (
+            Resource<Descriptor>,
+            PathFlags,
+            String,
+            Resource<Descriptor>,
+            String,
+        )| {
             Box::new(async move {
                 let state = store.data_mut();
                 if !state.disk.same_area(fd.rep(), new_fd.rep()) {
@@ -330,7 +418,10 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
                 if let Err(code) = state.disk.charge(new_fd.rep(), ENTRY_BYTES) {
                     return Ok((Err(code),));
                 }
-                Ok((answer(HostDescriptor::link_at(&mut state.filesystem(), fd, flags, old, new_fd, new).await)?,))
+                Ok((answer(
+                    HostDescriptor::link_at(&mut state.filesystem(), fd, flags, old, new_fd, new)
+                        .await,
+                )?,))
             })
         },
     )?;
@@ -368,7 +459,14 @@ fn metered(
         return Ok(Err(ErrorCode::NotPermitted));
     };
     let inner = state.table.delete(stream)?;
-    let metered = MeteredStream { inner, file, position: offset, high_water: 0, area, refusal: state.disk.refusal.clone() };
+    let metered = MeteredStream {
+        inner,
+        file,
+        position: offset,
+        high_water: 0,
+        area,
+        refusal: state.disk.refusal.clone(),
+    };
     Ok(Ok(state.table.push(Box::new(metered) as DynOutputStream)?))
 }
 
@@ -391,7 +489,10 @@ impl MeteredStream {
         let start = self.position.unwrap_or(size);
         let end = start.saturating_add(len as u64);
         if let Err(refusal) = self.area.charge(end.saturating_sub(size)) {
-            self.refusal.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(refusal);
+            self.refusal
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert(refusal);
             let error = std::io::Error::from_raw_os_error(ENOSPC);
             return Err(StreamError::LastOperationFailed(error.into()));
         }

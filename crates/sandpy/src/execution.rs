@@ -128,7 +128,11 @@ impl Execution {
             stderr: String::new(),
             return_value: None,
             return_value_is_repr: false,
-            error: Some(ErrorInfo { kind: kind.into(), message, traceback: None }),
+            error: Some(ErrorInfo {
+                kind: kind.into(),
+                message,
+                traceback: None,
+            }),
             output_truncated: false,
             duration_ms: 0.0,
             memory_peak_bytes: 0,

@@ -82,7 +82,9 @@ mod base64_bytes {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         let text = String::deserialize(d)?;
-        base64::engine::general_purpose::STANDARD.decode(text).map_err(serde::de::Error::custom)
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -114,7 +116,11 @@ const SUBFOLDERS: [&str; 2] = [SCRATCH_SUBFOLDER, OUTPUT_SUBFOLDER];
 impl RunFolders {
     /// Folders under `base`, keeping at most `keep` idle ones.
     pub fn new(base: PathBuf, keep: usize) -> RunFolders {
-        RunFolders { base, idle: std::sync::Mutex::new(Vec::new()), keep }
+        RunFolders {
+            base,
+            idle: std::sync::Mutex::new(Vec::new()),
+            keep,
+        }
     }
 
     fn take(&self) -> Result<RunFolder, String> {
@@ -122,16 +128,25 @@ impl RunFolders {
             return Ok(folder);
         }
         let base = &self.base;
-        std::fs::create_dir_all(base).map_err(|e| format!("cannot create the scratch folder `{}`: {e}", base.display()))?;
+        std::fs::create_dir_all(base)
+            .map_err(|e| format!("cannot create the scratch folder `{}`: {e}", base.display()))?;
         let dir = tempfile::Builder::new()
             .prefix(&format!("run-{}-", std::process::id()))
             .tempdir_in(base)
-            .map_err(|e| format!("cannot create a scratch folder in `{}`: {e}", base.display()))?;
+            .map_err(|e| {
+                format!(
+                    "cannot create a scratch folder in `{}`: {e}",
+                    base.display()
+                )
+            })?;
         let mut fresh_sizes = [0; 2];
         for (size, name) in fresh_sizes.iter_mut().zip(SUBFOLDERS) {
             let folder = dir.path().join(name);
-            std::fs::create_dir(&folder).map_err(|e| format!("cannot create `{}`: {e}", folder.display()))?;
-            *size = std::fs::metadata(&folder).map(|m| m.len()).unwrap_or(u64::MAX);
+            std::fs::create_dir(&folder)
+                .map_err(|e| format!("cannot create `{}`: {e}", folder.display()))?;
+            *size = std::fs::metadata(&folder)
+                .map(|m| m.len())
+                .unwrap_or(u64::MAX);
         }
         Ok(RunFolder { dir, fresh_sizes })
     }
@@ -155,14 +170,30 @@ impl RunFolder {
     /// Whether the subfolders are empty and unchanged in size; if so, their times are
     /// reset so that nothing of an earlier run shows.
     fn as_fresh(&self) -> bool {
-        SUBFOLDERS.iter().zip(self.fresh_sizes).all(|(name, fresh_size)| {
-            let path = self.dir.path().join(name);
-            let Ok(folder) = std::fs::File::open(&path) else { return false };
-            let unchanged = folder.metadata().is_ok_and(|m| m.is_dir() && m.len() == fresh_size);
-            let empty = std::fs::read_dir(&path).is_ok_and(|mut entries| entries.next().is_none());
-            let now = std::time::SystemTime::now();
-            unchanged && empty && folder.set_times(std::fs::FileTimes::new().set_accessed(now).set_modified(now)).is_ok()
-        })
+        SUBFOLDERS
+            .iter()
+            .zip(self.fresh_sizes)
+            .all(|(name, fresh_size)| {
+                let path = self.dir.path().join(name);
+                let Ok(folder) = std::fs::File::open(&path) else {
+                    return false;
+                };
+                let unchanged = folder
+                    .metadata()
+                    .is_ok_and(|m| m.is_dir() && m.len() == fresh_size);
+                let empty =
+                    std::fs::read_dir(&path).is_ok_and(|mut entries| entries.next().is_none());
+                let now = std::time::SystemTime::now();
+                unchanged
+                    && empty
+                    && folder
+                        .set_times(
+                            std::fs::FileTimes::new()
+                                .set_accessed(now)
+                                .set_modified(now),
+                        )
+                        .is_ok()
+            })
     }
 }
 
@@ -179,13 +210,31 @@ pub(crate) struct Workspace {
 
 impl Workspace {
     /// Empty scratch and output folders from `folders`, and the mounts.
-    pub fn create(folders: &Arc<RunFolders>, limits: &Limits, mounts: CheckedMounts) -> Result<Workspace, String> {
+    pub fn create(
+        folders: &Arc<RunFolders>,
+        limits: &Limits,
+        mounts: CheckedMounts,
+    ) -> Result<Workspace, String> {
         let folder = folders.take()?;
-        let (scratch, output) = (folder.dir.path().join(SCRATCH_SUBFOLDER), folder.dir.path().join(OUTPUT_SUBFOLDER));
+        let (scratch, output) = (
+            folder.dir.path().join(SCRATCH_SUBFOLDER),
+            folder.dir.path().join(OUTPUT_SUBFOLDER),
+        );
         Ok(Workspace {
             scratch: Arc::new(Area::writable(SCRATCH_DIR, &scratch, limits.disk_bytes)),
-            output: Arc::new(Area::writable(OUTPUT_DIR, &output, limits.output_files_bytes)),
-            mounts: mounts.0.into_iter().map(|(host, guest)| { let area = Arc::new(Area::read_only(&guest, &host)); (host, area) }).collect(),
+            output: Arc::new(Area::writable(
+                OUTPUT_DIR,
+                &output,
+                limits.output_files_bytes,
+            )),
+            mounts: mounts
+                .0
+                .into_iter()
+                .map(|(host, guest)| {
+                    let area = Arc::new(Area::read_only(&guest, &host));
+                    (host, area)
+                })
+                .collect(),
             output_cap: limits.output_files_bytes,
             folder: Some(folder),
             folders: folders.clone(),
@@ -210,10 +259,14 @@ impl Workspace {
         if files.is_empty() {
             return Ok(());
         }
-        let scratch = cap_std::fs::Dir::open_ambient_dir(self.scratch_path(), cap_std::ambient_authority())
-            .map_err(|e| format!("cannot open the scratch folder: {e}"))?;
+        let scratch =
+            cap_std::fs::Dir::open_ambient_dir(self.scratch_path(), cap_std::ambient_authority())
+                .map_err(|e| format!("cannot open the scratch folder: {e}"))?;
         let used = self.scratch.remeasure();
-        let adding: u64 = files.iter().map(|f| f.content.len() as u64 + crate::disk::ENTRY_BYTES).sum();
+        let adding: u64 = files
+            .iter()
+            .map(|f| f.content.len() as u64 + crate::disk::ENTRY_BYTES)
+            .sum();
         if used + adding > limits.disk_bytes {
             return Err(format!(
                 "the input files need {adding} bytes, over the disk quota of {} bytes ({used} in use)",
@@ -223,9 +276,13 @@ impl Workspace {
         for file in files {
             let relative = scratch_relative(&file.path)?;
             if let Some(parent) = relative.parent().filter(|p| !p.as_os_str().is_empty()) {
-                scratch.create_dir_all(parent).map_err(|e| format!("cannot create the folder of input `{}`: {e}", file.path))?;
+                scratch.create_dir_all(parent).map_err(|e| {
+                    format!("cannot create the folder of input `{}`: {e}", file.path)
+                })?;
             }
-            scratch.write(&relative, &file.content).map_err(|e| format!("cannot write input `{}`: {e}", file.path))?;
+            scratch
+                .write(&relative, &file.content)
+                .map_err(|e| format!("cannot write input `{}`: {e}", file.path))?;
         }
         self.scratch.remeasure();
         Ok(())
@@ -234,7 +291,9 @@ impl Workspace {
     /// Preopen the folders in `wasi`: `/tmp` and `/output` writable, mounts read-only.
     pub fn preopen(&self, wasi: &mut WasiCtxBuilder) -> Result<(), String> {
         let open = |wasi: &mut WasiCtxBuilder, host: &Path, guest: &str, perms| {
-            wasi.preopened_dir(host, guest, perms).map(drop).map_err(|e| format!("cannot open `{}` for the guest: {e:#}", host.display()))
+            wasi.preopened_dir(host, guest, perms)
+                .map(drop)
+                .map_err(|e| format!("cannot open `{}` for the guest: {e:#}", host.display()))
         };
         open(wasi, &self.scratch_path(), SCRATCH_DIR, FsPerms::ReadWrite)?;
         open(wasi, &self.output_path(), OUTPUT_DIR, FsPerms::ReadWrite)?;
@@ -254,7 +313,11 @@ impl Workspace {
     /// Whether `mounts` are the ones this workspace was made with.
     pub fn has_mounts(&self, mounts: &[Mount]) -> bool {
         match check_mounts(mounts) {
-            Ok(checked) => checked.0.iter().map(|(h, g)| (h, g)).eq(self.mounts.iter().map(|(h, a)| (h, &a.guest))),
+            Ok(checked) => checked
+                .0
+                .iter()
+                .map(|(h, g)| (h, g))
+                .eq(self.mounts.iter().map(|(h, a)| (h, &a.guest))),
             Err(_) => false,
         }
     }
@@ -267,10 +330,14 @@ impl Workspace {
         let mut total = 0u64;
         let mut pending = vec![root.clone()];
         while let Some(dir) = pending.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
             for entry in entries.flatten() {
                 let path = entry.path();
-                let Ok(meta) = path.symlink_metadata() else { continue };
+                let Ok(meta) = path.symlink_metadata() else {
+                    continue;
+                };
                 if meta.is_dir() {
                     pending.push(path);
                     continue;
@@ -278,11 +345,24 @@ impl Workspace {
                 if !meta.is_file() || total + meta.len() > self.output_cap {
                     continue;
                 }
-                let Ok(content) = std::fs::read(&path) else { continue };
+                let Ok(content) = std::fs::read(&path) else {
+                    continue;
+                };
                 total += content.len() as u64;
-                let name = path.strip_prefix(&root).unwrap_or(&path).to_string_lossy().replace('\\', "/");
-                let mime_type = mime_guess::from_path(&path).first_or_octet_stream().to_string();
-                files.push(OutputFile { name, size: content.len() as u64, mime_type, content });
+                let name = path
+                    .strip_prefix(&root)
+                    .unwrap_or(&path)
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                let mime_type = mime_guess::from_path(&path)
+                    .first_or_octet_stream()
+                    .to_string();
+                files.push(OutputFile {
+                    name,
+                    size: content.len() as u64,
+                    mime_type,
+                    content,
+                });
             }
         }
         files.sort_by(|a, b| a.name.cmp(&b.name));
@@ -322,14 +402,28 @@ pub(crate) fn sweep_stale(base: &Path) {
     if !Path::new("/proc/self").exists() {
         return;
     }
-    let Ok(entries) = std::fs::read_dir(base) else { return };
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("run-")).and_then(|n| n.split('-').next()) else { continue };
-        let alive = pid.parse::<u32>().map(|pid| Path::new(&format!("/proc/{pid}")).exists()).unwrap_or(true);
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("run-"))
+            .and_then(|n| n.split('-').next())
+        else {
+            continue;
+        };
+        let alive = pid
+            .parse::<u32>()
+            .map(|pid| Path::new(&format!("/proc/{pid}")).exists())
+            .unwrap_or(true);
         if !alive {
             if let Err(e) = std::fs::remove_dir_all(entry.path()) {
-                tracing::debug!("cannot remove stale run folder `{}`: {e}", entry.path().display());
+                tracing::debug!(
+                    "cannot remove stale run folder `{}`: {e}",
+                    entry.path().display()
+                );
             }
         }
     }
@@ -351,7 +445,9 @@ fn scratch_relative(path: &str) -> Result<PathBuf, String> {
         match part {
             "" | "." => {}
             ".." => return Err(format!("input file `{path}` must not contain `..`")),
-            part if part.contains('\0') => return Err(format!("input file `{path}` contains a NUL byte")),
+            part if part.contains('\0') => {
+                return Err(format!("input file `{path}` contains a NUL byte"))
+            }
             part => relative.push(part),
         }
     }
@@ -366,17 +462,29 @@ pub(crate) fn check_mounts(mounts: &[Mount]) -> Result<CheckedMounts, String> {
     let mut checked: Vec<(PathBuf, String)> = Vec::with_capacity(mounts.len());
     for mount in mounts {
         let guest = normal_guest_path(&mount.guest)?;
-        let host = std::fs::canonicalize(&mount.host)
-            .map_err(|e| format!("mount `{}`: cannot open the host folder: {e}", mount.host.display()))?;
+        let host = std::fs::canonicalize(&mount.host).map_err(|e| {
+            format!(
+                "mount `{}`: cannot open the host folder: {e}",
+                mount.host.display()
+            )
+        })?;
         if !host.is_dir() {
-            return Err(format!("mount `{}`: the host path is not a folder", mount.host.display()));
+            return Err(format!(
+                "mount `{}`: the host path is not a folder",
+                mount.host.display()
+            ));
         }
         let overlaps = |other: &str| {
             let (a, b) = (format!("{guest}/"), format!("{other}/"));
             a.starts_with(&b) || b.starts_with(&a)
         };
-        if let Some(taken) = [SCRATCH_DIR, OUTPUT_DIR].into_iter().find(|dir| overlaps(dir)) {
-            return Err(format!("mount at `{guest}` overlaps {taken}, which sandpy provides"));
+        if let Some(taken) = [SCRATCH_DIR, OUTPUT_DIR]
+            .into_iter()
+            .find(|dir| overlaps(dir))
+        {
+            return Err(format!(
+                "mount at `{guest}` overlaps {taken}, which sandpy provides"
+            ));
         }
         if let Some((_, other)) = checked.iter().find(|(_, other)| overlaps(other)) {
             return Err(format!("mounts at `{guest}` and `{other}` overlap"));
@@ -411,10 +519,24 @@ mod tests {
 
     #[test]
     fn input_paths_stay_in_the_scratch_folder() {
-        assert_eq!(scratch_relative("data.csv").unwrap(), PathBuf::from("data.csv"));
-        assert_eq!(scratch_relative("/tmp/in/data.csv").unwrap(), PathBuf::from("in/data.csv"));
+        assert_eq!(
+            scratch_relative("data.csv").unwrap(),
+            PathBuf::from("data.csv")
+        );
+        assert_eq!(
+            scratch_relative("/tmp/in/data.csv").unwrap(),
+            PathBuf::from("in/data.csv")
+        );
         assert_eq!(scratch_relative("./a//b").unwrap(), PathBuf::from("a/b"));
-        for bad in ["../x", "a/../../x", "/etc/passwd", "/tmpx/a", "", "/tmp/", "a\0b"] {
+        for bad in [
+            "../x",
+            "a/../../x",
+            "/etc/passwd",
+            "/tmpx/a",
+            "",
+            "/tmp/",
+            "a\0b",
+        ] {
             assert!(scratch_relative(bad).is_err(), "{bad:?} was accepted");
         }
     }
@@ -423,13 +545,23 @@ mod tests {
     fn mounts_are_checked() {
         let dir = tempfile::tempdir().unwrap();
         let host = dir.path().to_path_buf();
-        let mount = |guest: &str| Mount { host: host.clone(), guest: guest.into() };
+        let mount = |guest: &str| Mount {
+            host: host.clone(),
+            guest: guest.into(),
+        };
         assert_eq!(check_mounts(&[mount("/data/")]).unwrap().0[0].1, "/data");
         for bad in ["data", "/", "/tmp", "/tmp/x", "/output", "/a/../tmp"] {
             assert!(check_mounts(&[mount(bad)]).is_err(), "{bad:?} was accepted");
         }
-        assert!(check_mounts(&[mount("/a"), mount("/a/b")]).unwrap_err().contains("overlap"));
-        let missing = Mount { host: host.join("missing"), guest: "/m".into() };
-        assert!(check_mounts(&[missing]).unwrap_err().contains("cannot open"));
+        assert!(check_mounts(&[mount("/a"), mount("/a/b")])
+            .unwrap_err()
+            .contains("overlap"));
+        let missing = Mount {
+            host: host.join("missing"),
+            guest: "/m".into(),
+        };
+        assert!(check_mounts(&[missing])
+            .unwrap_err()
+            .contains("cannot open"));
     }
 }

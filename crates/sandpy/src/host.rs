@@ -18,7 +18,12 @@ pub(crate) struct MemoryLimiter {
 const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.cap {
             self.refused = true;
             return Ok(false);
@@ -27,7 +32,12 @@ impl ResourceLimiter for MemoryLimiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= MAX_TABLE_ELEMENTS)
     }
 }
@@ -59,13 +69,20 @@ pub(crate) struct ToolAccess {
 
 impl ToolAccess {
     fn allowed_tools(&self) -> Vec<ToolInfo> {
-        let Some(host) = &self.host else { return Vec::new() };
-        host.list_tools().into_iter().filter(|t| self.allowlist.allows(&t.name)).collect()
+        let Some(host) = &self.host else {
+            return Vec::new();
+        };
+        host.list_tools()
+            .into_iter()
+            .filter(|t| self.allowlist.allows(&t.name))
+            .collect()
     }
 
     /// Check one call before it leaves the sandbox.
     fn admit(&self, call: &ToolCall, known: &[ToolInfo]) -> Result<serde_json::Value, String> {
-        let Some(host) = &self.host else { return Err("no tools are configured for this sandbox".into()) };
+        let Some(host) = &self.host else {
+            return Err("no tools are configured for this sandbox".into());
+        };
         if !self.allowlist.allows(&call.name) {
             return Err(self.allowlist.refusal(&call.name));
         }
@@ -83,7 +100,10 @@ impl ToolAccess {
         match serde_json::from_str(&call.arguments) {
             Ok(value @ serde_json::Value::Object(_)) => Ok(value),
             Ok(_) => Err(format!("arguments of {} must be a JSON object", call.name)),
-            Err(e) => Err(format!("arguments of {} are not valid JSON: {e}", call.name)),
+            Err(e) => Err(format!(
+                "arguments of {} are not valid JSON: {e}",
+                call.name
+            )),
         }
     }
 }
@@ -98,12 +118,18 @@ pub(crate) struct HostState {
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
 impl ToolsHost for HostState {
-    async fn call_tools(&mut self, calls: Vec<ToolCall>) -> wasmtime::Result<Vec<Result<String, String>>> {
+    async fn call_tools(
+        &mut self,
+        calls: Vec<ToolCall>,
+    ) -> wasmtime::Result<Vec<Result<String, String>>> {
         let access = &mut self.tools;
         if access.calls + calls.len() > access.max_calls {
             access.limit_hit = true;
@@ -124,7 +150,10 @@ impl ToolsHost for HostState {
             }
             if let Some(recorded) = &mut access.recorded {
                 let calls = calls.iter().zip(&answers);
-                recorded.extend(calls.map(|(call, result)| RecordedCall { name: call.name.clone(), result: result.clone() }));
+                recorded.extend(calls.map(|(call, result)| RecordedCall {
+                    name: call.name.clone(),
+                    result: result.clone(),
+                }));
             }
             return Ok(answers);
         }
@@ -140,7 +169,9 @@ impl ToolsHost for HostState {
                 let name = call.name.clone();
                 async move {
                     let arguments = admitted?;
-                    let Some(host) = host else { return Err("no tools are configured".to_string()) };
+                    let Some(host) = host else {
+                        return Err("no tools are configured".to_string());
+                    };
                     host.call_tool(&name, arguments).await
                 }
             })
@@ -165,7 +196,10 @@ impl ToolsHost for HostState {
             .collect();
         if let Some(recorded) = &mut access.recorded {
             let calls = calls.iter().zip(&answers);
-            recorded.extend(calls.map(|(call, result)| RecordedCall { name: call.name.clone(), result: result.clone() }));
+            recorded.extend(calls.map(|(call, result)| RecordedCall {
+                name: call.name.clone(),
+                result: result.clone(),
+            }));
         }
         Ok(answers)
     }
@@ -178,7 +212,11 @@ impl ToolsHost for HostState {
         if !self.tools.allowlist.allows(&name) {
             return Ok(Err(self.tools.allowlist.refusal(&name)));
         }
-        let found = self.tools.allowed_tools().into_iter().find(|t| t.name == name);
+        let found = self
+            .tools
+            .allowed_tools()
+            .into_iter()
+            .find(|t| t.name == name);
         Ok(match (found, &self.tools.host) {
             (Some(tool), _) => Ok(serde_json::to_string(&tool.input_schema)?),
             (None, Some(host)) => Err(host.explain_missing(&name)),

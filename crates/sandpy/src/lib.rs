@@ -53,9 +53,11 @@ pub use config::Config;
 pub use error::Error;
 pub use execution::{ErrorInfo, Execution, Status};
 pub use files::{InputFile, Mount, OutputFile, OUTPUT_DIR, SCRATCH_DIR};
+pub use host::RecordedCall;
 pub use limits::Limits;
 pub use policy::{Policy, Violation};
 pub use sandbox::{RunOptions, Sandbox};
-pub use host::RecordedCall;
 pub use session::{Cell, Session, SessionInfo, SessionLimits, SessionSnapshot, Sessions};
-pub use tools::{search as search_tools, validate_tool_pattern, Allowlist, ToolFuture, ToolHost, ToolInfo};
+pub use tools::{
+    search as search_tools, validate_tool_pattern, Allowlist, ToolFuture, ToolHost, ToolInfo,
+};

@@ -42,7 +42,10 @@ enum Which {
 
 impl Capture {
     pub fn new(cap: usize) -> Self {
-        Capture(Arc::new(Mutex::new(Buffers { cap, ..Buffers::default() })))
+        Capture(Arc::new(Mutex::new(Buffers {
+            cap,
+            ..Buffers::default()
+        })))
     }
 
     fn lock(&self) -> MutexGuard<'_, Buffers> {
@@ -54,7 +57,10 @@ impl Capture {
     /// Start afresh for the next call of a session, with a new cap.
     pub fn reset(&self, cap: usize) {
         let mut b = self.lock();
-        *b = Buffers { cap, ..Buffers::default() };
+        *b = Buffers {
+            cap,
+            ..Buffers::default()
+        };
     }
 
     /// Take what was captured, marking a truncated stream.
@@ -66,7 +72,11 @@ impl Capture {
             stdout.push_str(TRUNCATION_MARKER);
             stderr.push_str(TRUNCATION_MARKER);
         }
-        Captured { stdout, stderr, truncated: b.overflowed }
+        Captured {
+            stdout,
+            stderr,
+            truncated: b.overflowed,
+        }
     }
 
     /// Append; `false` when the cap was reached (what fits is kept).
@@ -93,7 +103,6 @@ pub(crate) struct CaptureStream {
     capture: Capture,
     which: Which,
 }
-
 
 impl CaptureStream {
     fn write_bytes(&self, bytes: &[u8]) -> Result<(), &'static str> {
@@ -133,7 +142,11 @@ impl OutputStream for CaptureStream {
 }
 
 impl tokio::io::AsyncWrite for CaptureStream {
-    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         Poll::Ready(
             self.write_bytes(buf)
                 .map(|()| buf.len())
@@ -158,11 +171,17 @@ pub(crate) struct StreamFactory {
 
 impl Capture {
     pub fn stdout_factory(&self) -> StreamFactory {
-        StreamFactory { capture: self.clone(), which: Which::Stdout }
+        StreamFactory {
+            capture: self.clone(),
+            which: Which::Stdout,
+        }
     }
 
     pub fn stderr_factory(&self) -> StreamFactory {
-        StreamFactory { capture: self.clone(), which: Which::Stderr }
+        StreamFactory {
+            capture: self.clone(),
+            which: Which::Stderr,
+        }
     }
 }
 
@@ -174,10 +193,16 @@ impl IsTerminal for StreamFactory {
 
 impl StdoutStream for StreamFactory {
     fn p2_stream(&self) -> Box<dyn OutputStream> {
-        Box::new(CaptureStream { capture: self.capture.clone(), which: self.which })
+        Box::new(CaptureStream {
+            capture: self.capture.clone(),
+            which: self.which,
+        })
     }
 
     fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
-        Box::new(CaptureStream { capture: self.capture.clone(), which: self.which })
+        Box::new(CaptureStream {
+            capture: self.capture.clone(),
+            which: self.which,
+        })
     }
 }

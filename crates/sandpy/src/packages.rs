@@ -39,16 +39,46 @@ pub fn install(packages: &[String], target: &Path, config: &Config) -> Result<Pa
         return Err(Error::Packages("no packages given".into()));
     }
     let venv = toolchain(config)?;
-    config.report_progress(&format!("sandpy: installing {} for Python {GUEST_PYTHON}...", packages.join(" ")));
+    config.report_progress(&format!(
+        "sandpy: installing {} for Python {GUEST_PYTHON}...",
+        packages.join(" ")
+    ));
     let mut pip = Command::new(venv.join("bin/pip"));
-    pip.args(["install", "--quiet", "--disable-pip-version-check", "--no-compile", "--only-binary=:all:"])
-        .args(["--python-version", GUEST_PYTHON, "--implementation", "cp", "--abi", "cp314", "--abi", "abi3", "--abi", "none"])
-        // Linux wheel tags too, so that a package shipping only compiled wheels resolves
-        // and is refused by name below (rather than by pip's "no matching distribution").
-        .args(["--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_28_x86_64", "--platform", "any", "--target"])
-        .arg(target)
-        .args(packages);
-    let output = pip.output().map_err(|e| Error::Packages(format!("cannot start pip: {e}")))?;
+    pip.args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-compile",
+        "--only-binary=:all:",
+    ])
+    .args([
+        "--python-version",
+        GUEST_PYTHON,
+        "--implementation",
+        "cp",
+        "--abi",
+        "cp314",
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+    ])
+    // Linux wheel tags too, so that a package shipping only compiled wheels resolves
+    // and is refused by name below (rather than by pip's "no matching distribution").
+    .args([
+        "--platform",
+        "manylinux2014_x86_64",
+        "--platform",
+        "manylinux_2_28_x86_64",
+        "--platform",
+        "any",
+        "--target",
+    ])
+    .arg(target)
+    .args(packages);
+    let output = pip
+        .output()
+        .map_err(|e| Error::Packages(format!("cannot start pip: {e}")))?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let hint = if stderr.contains("No matching distribution") {
@@ -56,28 +86,43 @@ pub fn install(packages: &[String], target: &Path, config: &Config) -> Result<Pa
         } else {
             ""
         };
-        return Err(Error::Packages(format!("pip could not install {}:\n{}{hint}", packages.join(" "), stderr.trim())));
+        return Err(Error::Packages(format!(
+            "pip could not install {}:\n{}{hint}",
+            packages.join(" "),
+            stderr.trim()
+        )));
     }
     inspect(target)
 }
 
 /// Build a runtime component at `output` with `packages` imported in its snapshot (pass
 /// [`CURATED`] among them to keep the built-in runtime's packages).
-pub fn build_runtime(packages: &[String], output: &Path, config: &Config) -> Result<PackageSet, Error> {
-    let work = tempfile::tempdir().map_err(|e| Error::Packages(format!("cannot make a build folder: {e}")))?;
+pub fn build_runtime(
+    packages: &[String],
+    output: &Path,
+    config: &Config,
+) -> Result<PackageSet, Error> {
+    let work = tempfile::tempdir()
+        .map_err(|e| Error::Packages(format!("cannot make a build folder: {e}")))?;
     let (guest, site) = (work.path().join("guest"), work.path().join("site"));
     let set = install(packages, &site, config)?;
     for (relative, bytes) in GUEST_FILES {
         let path = guest.join(relative);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| Error::Packages(format!("{}: {e}", parent.display())))?;
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Error::Packages(format!("{}: {e}", parent.display())))?;
         }
-        std::fs::write(&path, bytes).map_err(|e| Error::Packages(format!("{}: {e}", path.display())))?;
+        std::fs::write(&path, bytes)
+            .map_err(|e| Error::Packages(format!("{}: {e}", path.display())))?;
     }
     let listing = format!("PACKAGES = {:?}\n", set.import_names);
-    std::fs::write(guest.join("sandpy_packages.py"), listing).map_err(|e| Error::Packages(e.to_string()))?;
-    let output = std::path::absolute(output).map_err(|e| Error::Packages(format!("{}: {e}", output.display())))?;
-    config.report_progress("sandpy: building the runtime (pre-initialising CPython with the packages, ~1 minute)...");
+    std::fs::write(guest.join("sandpy_packages.py"), listing)
+        .map_err(|e| Error::Packages(e.to_string()))?;
+    let output = std::path::absolute(output)
+        .map_err(|e| Error::Packages(format!("{}: {e}", output.display())))?;
+    config.report_progress(
+        "sandpy: building the runtime (pre-initialising CPython with the packages, ~1 minute)...",
+    );
     let venv = toolchain(config)?;
     let built = Command::new(venv.join("bin/componentize-py"))
         .current_dir(&guest)
@@ -106,28 +151,49 @@ fn toolchain(config: &Config) -> Result<PathBuf, Error> {
     if std::fs::read_to_string(&marker).ok().as_deref() == Some(COMPONENTIZE_PY) {
         return Ok(venv);
     }
-    config.report_progress(&format!("sandpy: setting up {COMPONENTIZE_PY} in {} (once)...", venv.display()));
+    config.report_progress(&format!(
+        "sandpy: setting up {COMPONENTIZE_PY} in {} (once)...",
+        venv.display()
+    ));
     let python = std::env::var("SANDPY_PYTHON").unwrap_or_else(|_| "python3".into());
     let step = |command: &mut Command, what: &str| -> Result<(), Error> {
-        let output = command.output().map_err(|e| Error::Packages(format!("{what}: cannot start: {e}")))?;
+        let output = command
+            .output()
+            .map_err(|e| Error::Packages(format!("{what}: cannot start: {e}")))?;
         if output.status.success() {
             return Ok(());
         }
-        Err(Error::Packages(format!("{what} failed:\n{}", String::from_utf8_lossy(&output.stderr).trim())))
+        Err(Error::Packages(format!(
+            "{what} failed:\n{}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        )))
     };
-    step(Command::new(&python).args(["-m", "venv"]).arg(&venv), &format!("`{python} -m venv` (needs Python 3 with venv; or set SANDPY_PYTHON)"))?;
     step(
-        Command::new(venv.join("bin/pip")).args(["install", "--quiet", "--disable-pip-version-check", COMPONENTIZE_PY]),
+        Command::new(&python).args(["-m", "venv"]).arg(&venv),
+        &format!("`{python} -m venv` (needs Python 3 with venv; or set SANDPY_PYTHON)"),
+    )?;
+    step(
+        Command::new(venv.join("bin/pip")).args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            COMPONENTIZE_PY,
+        ]),
         &format!("`pip install {COMPONENTIZE_PY}` (needs PyPI)"),
     )?;
-    std::fs::write(&marker, COMPONENTIZE_PY).map_err(|e| Error::Packages(format!("{}: {e}", marker.display())))?;
+    std::fs::write(&marker, COMPONENTIZE_PY)
+        .map_err(|e| Error::Packages(format!("{}: {e}", marker.display())))?;
     Ok(venv)
 }
 
 /// Read the installed distributions; refuse compiled extensions (naming the packages),
 /// removing them from the pure-fallback ones.
 fn inspect(site: &Path) -> Result<PackageSet, Error> {
-    let mut set = PackageSet { distributions: Vec::new(), import_names: Vec::new(), removed_extensions: Vec::new() };
+    let mut set = PackageSet {
+        distributions: Vec::new(),
+        import_names: Vec::new(),
+        removed_extensions: Vec::new(),
+    };
     let mut compiled = Vec::new();
     let mut dist_infos: Vec<PathBuf> = std::fs::read_dir(site)
         .map_err(|e| Error::Packages(format!("{}: {e}", site.display())))?
@@ -137,12 +203,26 @@ fn inspect(site: &Path) -> Result<PackageSet, Error> {
     dist_infos.sort();
     for info in dist_infos {
         let metadata = std::fs::read_to_string(info.join("METADATA")).unwrap_or_default();
-        let field = |key: &str| metadata.lines().find_map(|l| l.strip_prefix(key)).unwrap_or("?").trim().to_string();
+        let field = |key: &str| {
+            metadata
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .unwrap_or("?")
+                .trim()
+                .to_string()
+        };
         let (name, version) = (field("Name:"), field("Version:"));
         let record = std::fs::read_to_string(info.join("RECORD")).unwrap_or_default();
-        let files: Vec<&str> = record.lines().filter_map(|l| l.split(',').next()).filter(|f| !f.is_empty()).collect();
-        let extensions: Vec<&str> =
-            files.iter().copied().filter(|f| [".so", ".pyd", ".dylib"].iter().any(|x| f.ends_with(x))).collect();
+        let files: Vec<&str> = record
+            .lines()
+            .filter_map(|l| l.split(',').next())
+            .filter(|f| !f.is_empty())
+            .collect();
+        let extensions: Vec<&str> = files
+            .iter()
+            .copied()
+            .filter(|f| [".so", ".pyd", ".dylib"].iter().any(|x| f.ends_with(x)))
+            .collect();
         if !extensions.is_empty() {
             if PURE_FALLBACK.contains(&name.to_ascii_lowercase().as_str()) {
                 for file in &extensions {

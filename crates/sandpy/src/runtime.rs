@@ -72,7 +72,8 @@ const TABLE_ELEMENTS: usize = 64 * 1024;
 
 impl Runtime {
     pub fn load(config: &Config) -> Result<Runtime, Error> {
-        let engine = Engine::new(&engine_config(config)).map_err(|e| Error::Engine(format!("{e:#}")))?;
+        let engine =
+            Engine::new(&engine_config(config)).map_err(|e| Error::Engine(format!("{e:#}")))?;
         let source = config.resolved_runtime();
         let id = match &source {
             None => COMPONENT_SHA256.to_string(),
@@ -81,14 +82,25 @@ impl Runtime {
         let cache_file = cache_file(&engine, &config.resolved_cache_dir(), &id);
         let component = load_component(&engine, config, &cache_file, source.as_deref())?;
         let mut linker: Linker<HostState> = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| Error::Link(format!("{e:#}")))?;
-        crate::disk::add_to_linker(&mut linker).map_err(|e| Error::Link(format!("{e:#}")))?;
-        crate::bindings::Sandbox::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| Error::Link(format!("{e:#}")))?;
-        let pre = linker.instantiate_pre(&component).map_err(|e| Error::Link(format!("{e:#}")))?;
+        crate::disk::add_to_linker(&mut linker).map_err(|e| Error::Link(format!("{e:#}")))?;
+        crate::bindings::Sandbox::add_to_linker::<HostState, HasSelf<HostState>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| Error::Link(format!("{e:#}")))?;
+        let pre = linker
+            .instantiate_pre(&component)
+            .map_err(|e| Error::Link(format!("{e:#}")))?;
         let pre = SandboxPre::new(pre).map_err(|e| Error::Link(format!("{e:#}")))?;
         start_epoch_ticker(&engine);
-        Ok(Runtime { id, engine, pre, cache_file })
+        Ok(Runtime {
+            id,
+            engine,
+            pre,
+            cache_file,
+        })
     }
 }
 
@@ -105,7 +117,9 @@ fn start_epoch_ticker(engine: &Engine) {
             }
         })
         .map(drop)
-        .unwrap_or_else(|e| tracing::error!("cannot start the epoch thread, timeouts will not preempt: {e}"));
+        .unwrap_or_else(|e| {
+            tracing::error!("cannot start the epoch thread, timeouts will not preempt: {e}")
+        });
 }
 
 /// The cache file name: component hash, wasmtime version and everything of the engine's
@@ -114,14 +128,23 @@ fn cache_file(engine: &Engine, dir: &Path, id: &str) -> PathBuf {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     let compat = hasher.finish();
-    let short = if id.starts_with("file-") { id } else { &id[..id.len().min(16)] };
-    dir.join(format!("python-{short}-wasmtime{WASMTIME_VERSION}-{compat:016x}.cwasm"))
+    let short = if id.starts_with("file-") {
+        id
+    } else {
+        &id[..id.len().min(16)]
+    };
+    dir.join(format!(
+        "python-{short}-wasmtime{WASMTIME_VERSION}-{compat:016x}.cwasm"
+    ))
 }
 
 /// A runtime file's identity for the cache: its path, size and modification time (cheap,
 /// unlike hashing ~40 MB on every start; rebuilding the file in place changes it).
 fn file_identity(path: &Path) -> Result<String, Error> {
-    let runtime_error = |message: String| Error::Runtime { path: path.to_path_buf(), message };
+    let runtime_error = |message: String| Error::Runtime {
+        path: path.to_path_buf(),
+        message,
+    };
     let canonical = std::fs::canonicalize(path).map_err(|e| runtime_error(e.to_string()))?;
     let meta = std::fs::metadata(&canonical).map_err(|e| runtime_error(e.to_string()))?;
     if !meta.is_file() {
@@ -130,12 +153,21 @@ fn file_identity(path: &Path) -> Result<String, Error> {
     let mut hasher = Sha256::new();
     hasher.update(canonical.as_os_str().as_encoded_bytes());
     hasher.update(meta.len().to_le_bytes());
-    let modified = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).unwrap_or_default();
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .unwrap_or_default();
     hasher.update(modified.as_nanos().to_le_bytes());
     Ok(format!("file-{}", hex(&hasher.finalize()[..8])))
 }
 
-fn load_component(engine: &Engine, config: &Config, path: &Path, source: Option<&Path>) -> Result<Component, Error> {
+fn load_component(
+    engine: &Engine,
+    config: &Config,
+    path: &Path,
+    source: Option<&Path>,
+) -> Result<Component, Error> {
     let dir = path.parent().unwrap_or(Path::new("."));
     if path.exists() {
         // SAFETY: the file was written by `precompile_component` of an engine whose
@@ -143,30 +175,43 @@ fn load_component(engine: &Engine, config: &Config, path: &Path, source: Option<
         // files from another version or configuration.
         match unsafe { Component::deserialize_file(engine, path) } {
             Ok(component) => return Ok(component),
-            Err(e) => tracing::warn!("cached runtime `{}` did not load ({e:#}); rebuilding it", path.display()),
+            Err(e) => tracing::warn!(
+                "cached runtime `{}` did not load ({e:#}); rebuilding it",
+                path.display()
+            ),
         }
     }
-    config.report_progress("sandpy: compiling the Python runtime to native code (first run only, a few seconds)...");
+    config.report_progress(
+        "sandpy: compiling the Python runtime to native code (first run only, a few seconds)...",
+    );
     let bytes = match source {
         None => std::borrow::Cow::Borrowed(COMPONENT),
-        Some(file) => std::borrow::Cow::Owned(
-            std::fs::read(file).map_err(|e| Error::Runtime { path: file.to_path_buf(), message: e.to_string() })?,
-        ),
+        Some(file) => std::borrow::Cow::Owned(std::fs::read(file).map_err(|e| Error::Runtime {
+            path: file.to_path_buf(),
+            message: e.to_string(),
+        })?),
     };
-    let compiled = engine.precompile_component(&bytes).map_err(|e| Error::Compile(format!("{e:#}")))?;
+    let compiled = engine
+        .precompile_component(&bytes)
+        .map_err(|e| Error::Compile(format!("{e:#}")))?;
     match write_atomically(dir, path, &compiled) {
         Ok(()) => {
             prune_cache(dir, path);
             // SAFETY: as above; the file was just written from `precompile_component`.
             match unsafe { Component::deserialize_file(engine, path) } {
                 Ok(component) => return Ok(component),
-                Err(e) => tracing::warn!("fresh cache entry `{}` did not load: {e:#}", path.display()),
+                Err(e) => {
+                    tracing::warn!("fresh cache entry `{}` did not load: {e:#}", path.display())
+                }
             }
         }
-        Err(e) => tracing::warn!("cannot cache the compiled runtime ({e}); it will be compiled again next time"),
+        Err(e) => tracing::warn!(
+            "cannot cache the compiled runtime ({e}); it will be compiled again next time"
+        ),
     }
     // SAFETY: `compiled` comes from `precompile_component` of this very engine.
-    unsafe { Component::deserialize(engine, &compiled) }.map_err(|e| Error::Compile(format!("{e:#}")))
+    unsafe { Component::deserialize(engine, &compiled) }
+        .map_err(|e| Error::Compile(format!("{e:#}")))
 }
 
 /// Other runtimes' entries kept beside the current one (other sandpy builds on the
@@ -175,7 +220,9 @@ const OTHER_ENTRIES_KEPT: usize = 3;
 
 /// Remove all but the newest [`OTHER_ENTRIES_KEPT`] cache entries other than `current`.
 fn prune_cache(dir: &Path, current: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     let mut others: Vec<(std::time::SystemTime, PathBuf)> = entries
         .filter_map(|e| e.ok())
         .map(|e| e.path())
@@ -195,9 +242,16 @@ fn prune_cache(dir: &Path, current: &Path) {
 }
 
 fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let cache_error = |source| Error::Cache { path: path.to_path_buf(), source };
+    let cache_error = |source| Error::Cache {
+        path: path.to_path_buf(),
+        source,
+    };
     std::fs::create_dir_all(dir).map_err(cache_error)?;
-    let tmp = dir.join(format!(".{}.{}.tmp", std::process::id(), hex(&Sha256::digest(bytes)[..4])));
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        std::process::id(),
+        hex(&Sha256::digest(bytes)[..4])
+    ));
     std::fs::write(&tmp, bytes).map_err(cache_error)?;
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);

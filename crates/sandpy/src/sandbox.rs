@@ -2,7 +2,9 @@
 //! the run's [`Status`].
 
 use crate::admission::Admission;
-use crate::bindings::{FunctionCall, GuestOptions, GuestPolicy, GuestViolation, Outcome, PythonError, Task, Value};
+use crate::bindings::{
+    FunctionCall, GuestOptions, GuestPolicy, GuestViolation, Outcome, PythonError, Task, Value,
+};
 use crate::execution::{ErrorInfo, Execution, Status};
 use crate::files::{InputFile, Mount, RunFolders, Workspace};
 use crate::host::{HostState, MemoryLimiter, ToolAccess};
@@ -68,7 +70,10 @@ impl std::fmt::Debug for RunOptions {
             .field("allowed_tools", &self.allowed_tools)
             .field("filename", &self.filename)
             .field("policy", &self.policy.as_ref().map(|p| &p.name))
-            .field("files", &self.files.iter().map(|f| &f.path).collect::<Vec<_>>())
+            .field(
+                "files",
+                &self.files.iter().map(|f| &f.path).collect::<Vec<_>>(),
+            )
             .field("mounts", &self.mounts)
             .finish()
     }
@@ -77,7 +82,10 @@ impl std::fmt::Debug for RunOptions {
 impl RunOptions {
     /// Options with these limits and every other default.
     pub fn with_limits(limits: Limits) -> Self {
-        RunOptions { limits, ..RunOptions::default() }
+        RunOptions {
+            limits,
+            ..RunOptions::default()
+        }
     }
 }
 
@@ -90,7 +98,10 @@ impl Sandbox {
             runtime: Arc::new(Runtime::load(&config)?),
             session_runtime: Arc::new(std::sync::OnceLock::new()),
             admission: Arc::new(admission),
-            folders: Arc::new(RunFolders::new(config.resolved_scratch_dir(), config.concurrency())),
+            folders: Arc::new(RunFolders::new(
+                config.resolved_scratch_dir(),
+                config.concurrency(),
+            )),
             config: Arc::new(config),
         })
     }
@@ -102,7 +113,8 @@ impl Sandbox {
 
     /// Run `code` as a program (`__main__`) with `limits` and no tools.
     pub async fn run(&self, code: &str, limits: &Limits) -> Execution {
-        self.run_with(code, &RunOptions::with_limits(limits.clone())).await
+        self.run_with(code, &RunOptions::with_limits(limits.clone()))
+            .await
     }
 
     /// Run `code` as a program with every option.
@@ -143,13 +155,17 @@ impl Sandbox {
     /// Which stdlib modules the guest has, and why the others are absent: an `ok`
     /// execution whose `return_value` is `{"available": [...], "absent": {name: reason}}`.
     pub async fn module_report(&self) -> Execution {
-        self.execute(Task::ListModules, &RunOptions::default()).await
+        self.execute(Task::ListModules, &RunOptions::default())
+            .await
     }
 
     /// Check `code` against `policy` without running it: every violation with its line
     /// and column (a syntax error is one), or why the check itself failed.
     pub async fn validate(&self, code: &str, policy: &Policy) -> Result<Vec<Violation>, ErrorInfo> {
-        let options = RunOptions { policy: Some(policy.clone()), ..RunOptions::default() };
+        let options = RunOptions {
+            policy: Some(policy.clone()),
+            ..RunOptions::default()
+        };
         let execution = self.execute(Task::Check(code.to_string()), &options).await;
         match execution.status {
             Status::Ok | Status::PolicyViolation => Ok(execution.violations),
@@ -177,7 +193,14 @@ impl Sandbox {
             Err(refused) => return refused,
         };
         let capture = Capture::new(limits.output_bytes);
-        let mut store = match self.new_store(&self.runtime, &capture, limits.memory_bytes, options.stdin.as_deref(), tools, &workspace) {
+        let mut store = match self.new_store(
+            &self.runtime,
+            &capture,
+            limits.memory_bytes,
+            options.stdin.as_deref(),
+            tools,
+            &workspace,
+        ) {
             Ok(store) => store,
             Err(refused) => return refused,
         };
@@ -187,8 +210,13 @@ impl Sandbox {
             let store = &mut store;
             let run = async move {
                 let instance = pre.instantiate_async(&mut *store).await?;
-                tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "instantiated");
-                instance.call_execute(&mut *store, &task, &guest_options).await
+                tracing::debug!(
+                    elapsed_us = started.elapsed().as_micros() as u64,
+                    "instantiated"
+                );
+                instance
+                    .call_execute(&mut *store, &task, &guest_options)
+                    .await
             };
             tokio::time::timeout(limits.timeout, run).await
         };
@@ -199,7 +227,11 @@ impl Sandbox {
 
     /// Fresh folders for a run or a session: `invalid_input` for bad mounts,
     /// `internal_error` when the host cannot make them.
-    pub(crate) fn new_workspace(&self, limits: &Limits, mounts: &[Mount]) -> Result<Workspace, Execution> {
+    pub(crate) fn new_workspace(
+        &self,
+        limits: &Limits,
+        mounts: &[Mount],
+    ) -> Result<Workspace, Execution> {
         let mounts = crate::files::check_mounts(mounts)
             .map_err(|message| Execution::refused(Status::InvalidInput, "InvalidInput", message))?;
         Workspace::create(&self.folders, limits, mounts)
@@ -217,7 +249,10 @@ impl Sandbox {
     }
 
     /// A run slot, or the `busy` execution that says why there is none.
-    pub(crate) async fn admit(&self, options: &RunOptions) -> Result<OwnedSemaphorePermit, Execution> {
+    pub(crate) async fn admit(
+        &self,
+        options: &RunOptions,
+    ) -> Result<OwnedSemaphorePermit, Execution> {
         self.admission
             .enter(options.limits.timeout)
             .await
@@ -237,11 +272,16 @@ impl Sandbox {
     pub(crate) fn session_runtime(&self) -> Result<&Runtime, Execution> {
         self.session_runtime
             .get_or_init(|| {
-                let config = Config { pooled_instances: None, ..(*self.config).clone() };
+                let config = Config {
+                    pooled_instances: None,
+                    ..(*self.config).clone()
+                };
                 Runtime::load(&config).map_err(|e| e.to_string())
             })
             .as_ref()
-            .map_err(|message| Execution::refused(Status::InternalError, "InternalError", message.clone()))
+            .map_err(|message| {
+                Execution::refused(Status::InternalError, "InternalError", message.clone())
+            })
     }
 
     /// A store for one instance: its WASI context (stdio captured, the workspace's
@@ -265,11 +305,17 @@ impl Sandbox {
         if let Some(stdin) = stdin {
             wasi.stdin(MemoryInputPipe::new(stdin.to_vec()));
         }
-        workspace.preopen(&mut wasi).map_err(|message| Execution::refused(Status::InternalError, "InternalError", message))?;
+        workspace.preopen(&mut wasi).map_err(|message| {
+            Execution::refused(Status::InternalError, "InternalError", message)
+        })?;
         let state = HostState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
-            limiter: MemoryLimiter { cap: memory_bytes, peak: 0, refused: false },
+            limiter: MemoryLimiter {
+                cap: memory_bytes,
+                peak: 0,
+                refused: false,
+            },
             tools,
             disk: workspace.guard(),
         };
@@ -284,7 +330,10 @@ impl Sandbox {
 /// The tools a run may use under its options (allowlist narrowed by its policy).
 pub(crate) fn tool_access(options: &RunOptions) -> Result<ToolAccess, Execution> {
     let limits = &options.limits;
-    let policy_tools = options.policy.as_ref().and_then(|p| p.allowed_tools.as_deref());
+    let policy_tools = options
+        .policy
+        .as_ref()
+        .and_then(|p| p.allowed_tools.as_deref());
     let allowlist = Allowlist::new(options.allowed_tools.as_deref())
         .and_then(|l| l.narrow(policy_tools))
         .map_err(|message| Execution::refused(Status::InvalidInput, "InvalidInput", message))?;
@@ -302,8 +351,15 @@ pub(crate) fn tool_access(options: &RunOptions) -> Result<ToolAccess, Execution>
 
 pub(crate) fn guest_options(options: &RunOptions, keep_globals: bool) -> GuestOptions {
     GuestOptions {
-        filename: options.filename.clone().unwrap_or_else(|| "<sandbox>".into()),
-        policy: options.policy.as_ref().filter(|p| p.restricts_code()).map(guest_policy),
+        filename: options
+            .filename
+            .clone()
+            .unwrap_or_else(|| "<sandbox>".into()),
+        policy: options
+            .policy
+            .as_ref()
+            .filter(|p| p.restricts_code())
+            .map(guest_policy),
         keep_globals,
     }
 }
@@ -318,7 +374,10 @@ pub(crate) fn finish(
     started: Instant,
 ) -> (Execution, bool) {
     let duration_ms = started.elapsed().as_secs_f64() * 1e3;
-    tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "executed");
+    tracing::debug!(
+        elapsed_us = started.elapsed().as_micros() as u64,
+        "executed"
+    );
     let state = store.data();
     let captured = capture.finish();
     let mut execution = Execution {
@@ -340,7 +399,13 @@ pub(crate) fn finish(
     let (status, error) = match result {
         Err(_elapsed) => (
             Status::Timeout,
-            limit_error("Timeout", format!("the run exceeded its wall-clock limit of {} ms", limits.timeout.as_millis())),
+            limit_error(
+                "Timeout",
+                format!(
+                    "the run exceeded its wall-clock limit of {} ms",
+                    limits.timeout.as_millis()
+                ),
+            ),
         ),
         Ok(Err(trap)) => classify_trap(&trap, state, captured.truncated, limits),
         Ok(Ok(outcome)) => classify_outcome(outcome, state, disk_refusal, limits, &mut execution),
@@ -361,7 +426,12 @@ fn guest_policy(policy: &Policy) -> GuestPolicy {
 }
 
 fn violation(v: GuestViolation) -> Violation {
-    Violation { line: v.line, column: v.column, rule: v.rule, message: v.message }
+    Violation {
+        line: v.line,
+        column: v.column,
+        rule: v.rule,
+        message: v.message,
+    }
 }
 
 /// The `invalid_input` execution for code over the size cap.
@@ -370,7 +440,11 @@ pub(crate) fn check_code(code: &str, limits: &Limits) -> Option<Execution> {
         Execution::refused(
             Status::InvalidInput,
             "InvalidInput",
-            format!("the code is {} bytes, over the limit of {} bytes", code.len(), limits.code_bytes),
+            format!(
+                "the code is {} bytes, over the limit of {} bytes",
+                code.len(),
+                limits.code_bytes
+            ),
         )
     })
 }
@@ -389,17 +463,31 @@ fn python_error(error: PythonError, limits: &Limits) -> ErrorInfo {
         }
         text
     };
-    ErrorInfo { kind: cut(error.type_name), message: cut(error.message), traceback: Some(cut(error.traceback)) }
+    ErrorInfo {
+        kind: cut(error.type_name),
+        message: cut(error.message),
+        traceback: Some(cut(error.traceback)),
+    }
 }
 
 fn limit_error(kind: &str, message: String) -> Option<ErrorInfo> {
-    Some(ErrorInfo { kind: kind.into(), message, traceback: None })
+    Some(ErrorInfo {
+        kind: kind.into(),
+        message,
+        traceback: None,
+    })
 }
 
 fn memory_limit(limits: &Limits) -> (Status, Option<ErrorInfo>) {
     (
         Status::MemoryLimit,
-        limit_error("MemoryLimit", format!("the run exceeded its memory limit of {} bytes", limits.memory_bytes)),
+        limit_error(
+            "MemoryLimit",
+            format!(
+                "the run exceeded its memory limit of {} bytes",
+                limits.memory_bytes
+            ),
+        ),
     )
 }
 
@@ -410,17 +498,29 @@ fn classify_trap(
     limits: &Limits,
 ) -> (Status, Option<ErrorInfo>) {
     if truncated {
-        let message = format!("stdout + stderr exceeded the output limit of {} bytes", limits.output_bytes);
+        let message = format!(
+            "stdout + stderr exceeded the output limit of {} bytes",
+            limits.output_bytes
+        );
         return (Status::OutputLimit, limit_error("OutputLimit", message));
     }
     if state.tools.limit_hit {
-        let message = format!("the run exceeded its limit of {} tool calls", limits.tool_calls);
+        let message = format!(
+            "the run exceeded its limit of {} tool calls",
+            limits.tool_calls
+        );
         return (Status::ToolCallLimit, limit_error("ToolCallLimit", message));
     }
     if let Some(exit) = trap.downcast_ref::<I32Exit>() {
         return match exit.0 {
             0 => (Status::Ok, None),
-            code => (Status::Error, limit_error("SystemExit", format!("the program exited with status {code}"))),
+            code => (
+                Status::Error,
+                limit_error(
+                    "SystemExit",
+                    format!("the program exited with status {code}"),
+                ),
+            ),
         };
     }
     if let Some(Trap::StackOverflow) = trap.downcast_ref::<Trap>() {
@@ -450,8 +550,16 @@ fn classify_outcome(
             return (Status::PolicyViolation, Some(python_error(error, limits)));
         }
         let first = &execution.violations[0];
-        let message = format!("{} violation(s); first at line {}: {}", execution.violations.len(), first.line, first.message);
-        return (Status::PolicyViolation, limit_error("PolicyViolation", message));
+        let message = format!(
+            "{} violation(s); first at line {}: {}",
+            execution.violations.len(),
+            first.line,
+            first.message
+        );
+        return (
+            Status::PolicyViolation,
+            limit_error("PolicyViolation", message),
+        );
     }
     if let Some(error) = outcome.error {
         if state.limiter.refused && error.type_name == "MemoryError" {
@@ -486,7 +594,10 @@ fn classify_outcome(
         match serde_json::from_str(&text) {
             Ok(value) => value,
             Err(e) => {
-                return (Status::InternalError, limit_error("InternalError", format!("the guest returned bad JSON: {e}")))
+                return (
+                    Status::InternalError,
+                    limit_error("InternalError", format!("the guest returned bad JSON: {e}")),
+                )
             }
         }
     });

@@ -22,8 +22,8 @@ use crate::output::Capture;
 use crate::sandbox::{check_code, finish, guest_options, tool_access};
 use crate::{RunOptions, Sandbox};
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wasmtime::Store;
@@ -81,7 +81,11 @@ pub struct Session {
 impl Session {
     /// A session whose instance (created on the first run) may grow to `memory_bytes`.
     pub fn new(sandbox: &Sandbox, memory_bytes: usize) -> Session {
-        Session { sandbox: sandbox.clone(), memory_bytes, state: tokio::sync::Mutex::new(State::default()) }
+        Session {
+            sandbox: sandbox.clone(),
+            memory_bytes,
+            state: tokio::sync::Mutex::new(State::default()),
+        }
     }
 
     /// Run `code` in the session's namespace. `options.stdin` is ignored (a session's
@@ -113,17 +117,28 @@ impl Session {
         options: &RunOptions,
     ) -> Result<Session, String> {
         if snapshot.format != SNAPSHOT_FORMAT {
-            return Err(format!("unknown session format {:?} (this sandpy reads {SNAPSHOT_FORMAT})", snapshot.format));
+            return Err(format!(
+                "unknown session format {:?} (this sandpy reads {SNAPSHOT_FORMAT})",
+                snapshot.format
+            ));
         }
         let session = Session::new(sandbox, memory_bytes);
         {
             let mut state = session.state.lock().await;
             for (i, cell) in snapshot.cells.iter().enumerate() {
                 let replay = cell.tool_calls.iter().cloned().collect();
-                let options = RunOptions { files: cell.files.clone(), ..options.clone() };
-                let execution = session.run_cell(&mut state, &cell.code, &options, Some(replay)).await;
+                let options = RunOptions {
+                    files: cell.files.clone(),
+                    ..options.clone()
+                };
+                let execution = session
+                    .run_cell(&mut state, &cell.code, &options, Some(replay))
+                    .await;
                 if execution.status != cell.status {
-                    let why = execution.error.map(|e| format!(": {}: {}", e.kind, e.message)).unwrap_or_default();
+                    let why = execution
+                        .error
+                        .map(|e| format!(": {}: {}", e.kind, e.message))
+                        .unwrap_or_default();
                     return Err(format!(
                         "replaying cell {} ended {} where the journal has {}{why}",
                         i + 1,
@@ -138,7 +153,13 @@ impl Session {
 
     /// A second session with this one's state (by replay), going its own way from here.
     pub async fn fork(&self, options: &RunOptions) -> Result<Session, String> {
-        Session::restore(&self.sandbox, &self.snapshot().await, self.memory_bytes, options).await
+        Session::restore(
+            &self.sandbox,
+            &self.snapshot().await,
+            self.memory_bytes,
+            options,
+        )
+        .await
     }
 
     async fn run_cell(
@@ -149,7 +170,8 @@ impl Session {
         replay: Option<VecDeque<RecordedCall>>,
     ) -> Execution {
         if let Some(reason) = &state.poisoned {
-            let message = format!("the session is unusable since a run {reason}; reset or close it");
+            let message =
+                format!("the session is unusable since a run {reason}; reset or close it");
             return Execution::refused(Status::SessionPoisoned, "SessionPoisoned", message);
         }
         if let Some(refused) = check_code(code, &options.limits) {
@@ -169,7 +191,9 @@ impl Session {
         let limits = &options.limits;
         state.runs += 1;
         let mut options = options.clone();
-        options.filename.get_or_insert_with(|| format!("<cell {}>", state.runs));
+        options
+            .filename
+            .get_or_insert_with(|| format!("<cell {}>", state.runs));
         let guest_options = guest_options(&options, true);
         let task = Task::Run(code.to_string());
         let mut live = match state.live.take() {
@@ -195,33 +219,69 @@ impl Session {
             data.limiter.refused = false;
         }
         live.store.set_epoch_deadline(1);
-        let result = tokio::time::timeout(limits.timeout, live.instance.call_execute(&mut live.store, &task, &guest_options)).await;
+        let result = tokio::time::timeout(
+            limits.timeout,
+            live.instance
+                .call_execute(&mut live.store, &task, &guest_options),
+        )
+        .await;
         let (mut execution, returned) = finish(&live.store, &live.capture, result, limits, started);
         execution.files = live.workspace.outputs();
         live.workspace.clear_outputs();
         if !returned || execution.status == Status::MemoryLimit {
             state.poisoned = Some(format!("ended with status {}", execution.status));
         } else {
-            let tool_calls = live.store.data_mut().tools.recorded.take().unwrap_or_default();
+            let tool_calls = live
+                .store
+                .data_mut()
+                .tools
+                .recorded
+                .take()
+                .unwrap_or_default();
             let files = options.files.clone();
-            state.journal.push(Cell { code: code.to_string(), status: execution.status, tool_calls, files });
+            state.journal.push(Cell {
+                code: code.to_string(),
+                status: execution.status,
+                tool_calls,
+                files,
+            });
             state.live = Some(live);
         }
         execution
     }
 
     /// The session's instance and folders, made on its first run.
-    async fn start(&self, options: &RunOptions, tools: crate::host::ToolAccess) -> Result<Live, Execution> {
+    async fn start(
+        &self,
+        options: &RunOptions,
+        tools: crate::host::ToolAccess,
+    ) -> Result<Live, Execution> {
         let limits = &options.limits;
         let workspace = self.sandbox.new_workspace(limits, &options.mounts)?;
         let capture = Capture::new(limits.output_bytes);
         let runtime = self.sandbox.session_runtime()?;
-        let mut store = self.sandbox.new_store(runtime, &capture, self.memory_bytes, None, tools, &workspace)?;
+        let mut store = self.sandbox.new_store(
+            runtime,
+            &capture,
+            self.memory_bytes,
+            None,
+            tools,
+            &workspace,
+        )?;
         match runtime.pre.instantiate_async(&mut store).await {
-            Ok(instance) => Ok(Live { store, instance, capture, workspace }),
+            Ok(instance) => Ok(Live {
+                store,
+                instance,
+                capture,
+                workspace,
+            }),
             Err(e) => {
                 let message = format!("cannot start the session's instance: {e:#}");
-                Err(Execution::refused(Status::InternalError, "InternalError", message))
+                Err(Execution::refused(
+                    Status::InternalError,
+                    "InternalError",
+                    message,
+                ))
             }
         }
     }
@@ -239,7 +299,11 @@ impl Session {
             runs: state.runs,
             idle_ms: idle.as_millis() as u64,
             poisoned: state.poisoned.is_some(),
-            memory_bytes: state.live.as_ref().map(|l| l.store.data().limiter.peak as u64).unwrap_or(0),
+            memory_bytes: state
+                .live
+                .as_ref()
+                .map(|l| l.store.data().limiter.peak as u64)
+                .unwrap_or(0),
         }
     }
 }
@@ -272,7 +336,11 @@ pub struct SessionLimits {
 
 impl Default for SessionLimits {
     fn default() -> Self {
-        SessionLimits { idle_ttl: Duration::from_secs(600), max_sessions: 64, memory_bytes: 256 << 20 }
+        SessionLimits {
+            idle_ttl: Duration::from_secs(600),
+            max_sessions: 64,
+            memory_bytes: 256 << 20,
+        }
     }
 }
 
@@ -287,7 +355,10 @@ impl Entry {
     }
 
     fn idle(&self) -> Duration {
-        self.last_used.lock().unwrap_or_else(|e| e.into_inner()).elapsed()
+        self.last_used
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
     }
 }
 
@@ -301,7 +372,11 @@ pub struct Sessions {
 impl Sessions {
     /// An empty set over `sandbox`.
     pub fn new(sandbox: &Sandbox, limits: SessionLimits) -> Sessions {
-        Sessions { sandbox: sandbox.clone(), limits, entries: Mutex::new(HashMap::new()) }
+        Sessions {
+            sandbox: sandbox.clone(),
+            limits,
+            entries: Mutex::new(HashMap::new()),
+        }
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Entry>>> {
@@ -311,7 +386,8 @@ impl Sessions {
     /// Close sessions idle longer than the TTL.
     fn expire(&self) {
         let ttl = self.limits.idle_ttl;
-        self.entries().retain(|_, entry| entry.idle() < ttl || Arc::strong_count(entry) > 1);
+        self.entries()
+            .retain(|_, entry| entry.idle() < ttl || Arc::strong_count(entry) > 1);
     }
 
     /// Run `code` in session `id`, creating it if needed.
@@ -347,7 +423,11 @@ impl Sessions {
     /// Every live session, by id.
     pub async fn list(&self) -> Vec<SessionInfo> {
         self.expire();
-        let entries: Vec<(String, Arc<Entry>)> = self.entries().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let entries: Vec<(String, Arc<Entry>)> = self
+            .entries()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let mut out = Vec::with_capacity(entries.len());
         for (id, entry) in entries {
             out.push(entry.session.info(&id, entry.idle()).await);
@@ -375,7 +455,10 @@ impl Sessions {
     }
 
     fn get(&self, id: &str) -> Result<Arc<Entry>, String> {
-        self.entries().get(id).cloned().ok_or_else(|| format!("no session {id:?}"))
+        self.entries()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| format!("no session {id:?}"))
     }
 
     fn insert(&self, id: &str, session: Session) -> Result<(), String> {
@@ -384,9 +467,15 @@ impl Sessions {
             return Err(format!("session {id:?} already exists; close it first"));
         }
         if entries.len() >= self.limits.max_sessions {
-            return Err(format!("the session limit ({}) is reached", self.limits.max_sessions));
+            return Err(format!(
+                "the session limit ({}) is reached",
+                self.limits.max_sessions
+            ));
         }
-        let entry = Entry { session: Arc::new(session), last_used: Mutex::new(Instant::now()) };
+        let entry = Entry {
+            session: Arc::new(session),
+            last_used: Mutex::new(Instant::now()),
+        };
         entries.insert(id.to_string(), Arc::new(entry));
         Ok(())
     }
@@ -399,12 +488,18 @@ impl Sessions {
     }
 
     /// A new session `id` rebuilt from `snapshot`.
-    pub async fn restore(&self, id: &str, snapshot: &SessionSnapshot, options: &RunOptions) -> Result<(), String> {
+    pub async fn restore(
+        &self,
+        id: &str,
+        snapshot: &SessionSnapshot,
+        options: &RunOptions,
+    ) -> Result<(), String> {
         self.expire();
         if self.entries().contains_key(id) {
             return Err(format!("session {id:?} already exists; close it first"));
         }
-        let session = Session::restore(&self.sandbox, snapshot, self.limits.memory_bytes, options).await?;
+        let session =
+            Session::restore(&self.sandbox, snapshot, self.limits.memory_bytes, options).await?;
         self.insert(id, session)
     }
 

@@ -59,13 +59,18 @@ impl Allowlist {
 
     /// This allowlist, further limited to `patterns` (no change for `None`).
     pub fn narrow(mut self, patterns: Option<&[String]>) -> Result<Self, String> {
-        let Some(patterns) = patterns else { return Ok(self) };
+        let Some(patterns) = patterns else {
+            return Ok(self);
+        };
         let mut builder = GlobSetBuilder::new();
         for pattern in patterns {
-            let glob = Glob::new(pattern).map_err(|e| format!("invalid allowed_tools pattern {pattern:?}: {e}"))?;
+            let glob = Glob::new(pattern)
+                .map_err(|e| format!("invalid allowed_tools pattern {pattern:?}: {e}"))?;
             builder.add(glob);
         }
-        let set = builder.build().map_err(|e| format!("invalid allowed_tools: {e}"))?;
+        let set = builder
+            .build()
+            .map_err(|e| format!("invalid allowed_tools: {e}"))?;
         self.layers.push((patterns.to_vec(), set));
         Ok(self)
     }
@@ -88,7 +93,9 @@ impl Allowlist {
 
 /// Check one allowlist pattern (an exact name or a glob), as used in configs.
 pub fn validate_tool_pattern(pattern: &str) -> Result<(), String> {
-    Glob::new(pattern).map(drop).map_err(|e| format!("invalid tool pattern {pattern:?}: {e}"))
+    Glob::new(pattern)
+        .map(drop)
+        .map_err(|e| format!("invalid tool pattern {pattern:?}: {e}"))
 }
 
 fn words(text: &str) -> Vec<String> {
@@ -127,12 +134,18 @@ fn score(tool: &ToolInfo, query: &str, terms: &[String]) -> f64 {
     for term in terms {
         if name_words.iter().any(|w| w == term) {
             total += 3.0;
-        } else if name_words.iter().any(|w| w.starts_with(term.as_str()) || term.starts_with(w.as_str()) && w.len() >= 3) {
+        } else if name_words
+            .iter()
+            .any(|w| w.starts_with(term.as_str()) || term.starts_with(w.as_str()) && w.len() >= 3)
+        {
             total += 1.5;
         }
         if description_words.iter().any(|w| w == term) {
             total += 1.0;
-        } else if description_words.iter().any(|w| w.starts_with(term.as_str()) && term.len() >= 3) {
+        } else if description_words
+            .iter()
+            .any(|w| w.starts_with(term.as_str()) && term.len() >= 3)
+        {
             total += 0.5;
         }
     }
@@ -141,7 +154,11 @@ fn score(tool: &ToolInfo, query: &str, terms: &[String]) -> f64 {
 
 /// The tools most relevant to `query`, best first; ties by name. Tools matching no term
 /// are left out.
-pub fn search<'a>(tools: impl IntoIterator<Item = &'a ToolInfo>, query: &str, limit: usize) -> Vec<&'a ToolInfo> {
+pub fn search<'a>(
+    tools: impl IntoIterator<Item = &'a ToolInfo>,
+    query: &str,
+    limit: usize,
+) -> Vec<&'a ToolInfo> {
     let terms = words(query);
     let mut scored: Vec<(f64, &ToolInfo)> = tools
         .into_iter()
@@ -157,7 +174,11 @@ mod tests {
     use super::*;
 
     fn tool(name: &str, description: &str) -> ToolInfo {
-        ToolInfo { name: name.into(), description: description.into(), input_schema: serde_json::json!({}) }
+        ToolInfo {
+            name: name.into(),
+            description: description.into(),
+            input_schema: serde_json::json!({}),
+        }
     }
 
     #[test]
@@ -167,7 +188,10 @@ mod tests {
             tool("mcp__fs__write_file", "Write a file"),
             tool("mcp__mem__create_entities", "Store facts; can read later"),
         ];
-        let found: Vec<&str> = search(&tools, "read", 10).iter().map(|t| t.name.as_str()).collect();
+        let found: Vec<&str> = search(&tools, "read", 10)
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect();
         assert_eq!(found, ["mcp__fs__read_file", "mcp__mem__create_entities"]);
         assert!(search(&tools, "nothing-like-it", 10).is_empty());
         assert_eq!(search(&tools, "file", 1).len(), 1);
@@ -175,12 +199,19 @@ mod tests {
 
     #[test]
     fn words_split_snake_kebab_and_camel_case() {
-        assert_eq!(words("mcp__my-server__getTinyImage"), ["mcp", "my", "server", "get", "tiny", "image"]);
+        assert_eq!(
+            words("mcp__my-server__getTinyImage"),
+            ["mcp", "my", "server", "get", "tiny", "image"]
+        );
     }
 
     #[test]
     fn allowlist_names_the_rules_that_refused() {
-        let list = Allowlist::new(Some(&["mcp__fs__*".to_string(), "mcp__mem__read".to_string()])).unwrap();
+        let list = Allowlist::new(Some(&[
+            "mcp__fs__*".to_string(),
+            "mcp__mem__read".to_string(),
+        ]))
+        .unwrap();
         assert!(list.allows("mcp__fs__write_file"));
         assert!(list.allows("mcp__mem__read"));
         assert!(!list.allows("mcp__mem__write"));
@@ -189,7 +220,9 @@ mod tests {
         assert!(Allowlist::new(None).unwrap().allows("anything"));
         let narrowed = list.narrow(Some(&["mcp__fs__read*".to_string()])).unwrap();
         assert!(narrowed.allows("mcp__fs__read_file") && !narrowed.allows("mcp__fs__write_file"));
-        assert!(narrowed.refusal("mcp__fs__write_file").contains("mcp__fs__read*"));
+        assert!(narrowed
+            .refusal("mcp__fs__write_file")
+            .contains("mcp__fs__read*"));
         assert!(!Allowlist::new(Some(&[])).unwrap().allows("x"));
     }
 }

@@ -35,7 +35,11 @@ struct NoopTools;
 
 impl sandpy::ToolHost for NoopTools {
     fn list_tools(&self) -> Vec<sandpy::ToolInfo> {
-        vec![sandpy::ToolInfo { name: "noop".into(), description: String::new(), input_schema: serde_json::json!({"type": "object"}) }]
+        vec![sandpy::ToolInfo {
+            name: "noop".into(),
+            description: String::new(),
+            input_schema: serde_json::json!({"type": "object"}),
+        }]
     }
 
     fn call_tool(&self, _name: &str, _arguments: serde_json::Value) -> sandpy::ToolFuture {
@@ -47,7 +51,10 @@ impl sandpy::ToolHost for NoopTools {
 const CALL_LOOP: &str = "import time\nt = time.perf_counter()\nfor _ in range(N):\n    call_mcp_tool(TOOL, ARGS)\n(time.perf_counter() - t) * 1000 / N";
 
 fn call_loop(tool: &str, arguments: &str, calls: usize) -> String {
-    CALL_LOOP.replace("N", &calls.to_string()).replace("TOOL", &format!("{tool:?}")).replace("ARGS", arguments)
+    CALL_LOOP
+        .replace("N", &calls.to_string())
+        .replace("TOOL", &format!("{tool:?}"))
+        .replace("ARGS", arguments)
 }
 
 /// CPU-bound programs; each prints its own elapsed seconds so that start-up is excluded
@@ -73,7 +80,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn private_bytes() -> anyhow::Result<u64> {
-    let text = std::fs::read_to_string("/proc/self/smaps_rollup").context("reading /proc/self/smaps_rollup")?;
+    let text = std::fs::read_to_string("/proc/self/smaps_rollup")
+        .context("reading /proc/self/smaps_rollup")?;
     let kib: u64 = text
         .lines()
         .filter(|l| l.starts_with("Private_Clean:") || l.starts_with("Private_Dirty:"))
@@ -94,18 +102,35 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
 
     // 1-2. In-process fresh-instance latency and throughput, with wasmtime's pooling
     // allocator (the default) and with on-demand allocation.
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
-    let on_demand = sandpy::Sandbox::new(sandpy::Config { pooled_instances: None, ..sandpy::Config::default() })?;
-    let configurations = [("pooling allocator", &sandbox), ("on-demand allocator", &on_demand)];
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let on_demand = sandpy::Sandbox::new(sandpy::Config {
+        pooled_instances: None,
+        ..sandpy::Config::default()
+    })?;
+    let configurations = [
+        ("pooling allocator", &sandbox),
+        ("on-demand allocator", &on_demand),
+    ];
     // Latencies interleaved (one run of each in turn), so that drift in the machine's
     // load falls on both alike.
     let mut latencies = [(); 2].map(|_| Vec::new());
     for _ in 0..args.runs.max(1) * usize::from(want("hello")) {
         for (i, (_, sandbox)) in configurations.iter().enumerate() {
-            latencies[i].push(timed_run(&rt, sandbox, "print('hello')", &sandpy::RunOptions::default())?);
+            latencies[i].push(timed_run(
+                &rt,
+                sandbox,
+                "print('hello')",
+                &sandpy::RunOptions::default(),
+            )?);
         }
     }
-    for ((name, sandbox), mut latencies) in configurations.into_iter().zip(latencies).filter(|_| want("hello")) {
+    for ((name, sandbox), mut latencies) in configurations
+        .into_iter()
+        .zip(latencies)
+        .filter(|_| want("hello"))
+    {
         latencies.sort_by(f64::total_cmp);
         let per_sec = hello_throughput(&rt, sandbox, cores, 2000);
         println!(
@@ -119,13 +144,26 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
 
     // Files: the same run with an input file in and an output file out.
     let with_files = sandpy::RunOptions {
-        files: vec![sandpy::InputFile { path: "in.txt".into(), content: vec![b'x'; 1024] }],
+        files: vec![sandpy::InputFile {
+            path: "in.txt".into(),
+            content: vec![b'x'; 1024],
+        }],
         ..sandpy::RunOptions::default()
     };
     let (mut plain, mut filed) = (Vec::new(), Vec::new());
     for _ in 0..args.runs.max(1) * usize::from(want("files")) {
-        plain.push(timed_run(&rt, &sandbox, "print('hello')", &sandpy::RunOptions::default())?);
-        filed.push(timed_run(&rt, &sandbox, "open('/output/out.txt', 'w').write(open('in.txt').read())", &with_files)?);
+        plain.push(timed_run(
+            &rt,
+            &sandbox,
+            "print('hello')",
+            &sandpy::RunOptions::default(),
+        )?);
+        filed.push(timed_run(
+            &rt,
+            &sandbox,
+            "open('/output/out.txt', 'w').write(open('in.txt').read())",
+            &with_files,
+        )?);
     }
     if want("files") {
         let (p, f) = (median(&mut plain), median(&mut filed));
@@ -157,17 +195,32 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         let (save_ms, bytes, restore_ms) = rt.block_on(async {
             let sessions = sandpy::Sessions::new(&sandbox, sandpy::SessionLimits::default());
             for i in 0..10 {
-                sessions.run("s", &format!("v{i} = list(range({i} * 100))"), &sandpy::RunOptions::default()).await;
+                sessions
+                    .run(
+                        "s",
+                        &format!("v{i} = list(range({i} * 100))"),
+                        &sandpy::RunOptions::default(),
+                    )
+                    .await;
             }
             let (mut save, mut restore, mut bytes) = (Vec::new(), Vec::new(), 0);
             for round in 0..10 {
                 let t = Instant::now();
-                let text = serde_json::to_string(&sessions.snapshot("s").await.map_err(anyhow::Error::msg)?)?;
+                let text = serde_json::to_string(
+                    &sessions.snapshot("s").await.map_err(anyhow::Error::msg)?,
+                )?;
                 save.push(t.elapsed().as_secs_f64() * 1e3);
                 bytes = text.len();
                 let t = Instant::now();
                 let snapshot: sandpy::SessionSnapshot = serde_json::from_str(&text)?;
-                sessions.restore(&format!("r{round}"), &snapshot, &sandpy::RunOptions::default()).await.map_err(anyhow::Error::msg)?;
+                sessions
+                    .restore(
+                        &format!("r{round}"),
+                        &snapshot,
+                        &sandpy::RunOptions::default(),
+                    )
+                    .await
+                    .map_err(anyhow::Error::msg)?;
                 restore.push(t.elapsed().as_secs_f64() * 1e3);
                 sessions.close(&format!("r{round}"));
             }
@@ -183,13 +236,20 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         let mut python_ms = Vec::new();
         for _ in 0..args.process_runs.max(1) {
             let t = Instant::now();
-            let out = Command::new(&exe).args(["run", "-c", "print('hello')"]).output()?;
+            let out = Command::new(&exe)
+                .args(["run", "-c", "print('hello')"])
+                .output()?;
             sandpy_ms.push(t.elapsed().as_secs_f64() * 1e3);
             if !out.status.success() {
-                bail!("`sandpy run` failed: {}", String::from_utf8_lossy(&out.stderr));
+                bail!(
+                    "`sandpy run` failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
             }
             let t = Instant::now();
-            let out = Command::new(&args.python).args(["-c", "print('hello')"]).output();
+            let out = Command::new(&args.python)
+                .args(["-c", "print('hello')"])
+                .output();
             python_ms.push(t.elapsed().as_secs_f64() * 1e3);
             out.with_context(|| format!("cannot run `{}`", args.python))?;
         }
@@ -206,21 +266,44 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             let mut inside = Vec::new();
             let mut native = Vec::new();
             for _ in 0..3 {
-                let e = rt.block_on(sandbox.run(&code, &Limits { timeout: Duration::from_secs(120), ..limits.clone() }));
+                let e = rt.block_on(sandbox.run(
+                    &code,
+                    &Limits {
+                        timeout: Duration::from_secs(120),
+                        ..limits.clone()
+                    },
+                ));
                 if e.status != Status::Ok {
                     bail!("{name} failed in the sandbox: {e:?}");
                 }
                 inside.push(e.stdout.trim().parse::<f64>()?);
                 let out = Command::new(&args.python).args(["-c", &code]).output()?;
-                native.push(String::from_utf8_lossy(&out.stdout).trim().parse::<f64>().with_context(|| format!("{name} failed natively"))?);
+                native.push(
+                    String::from_utf8_lossy(&out.stdout)
+                        .trim()
+                        .parse::<f64>()
+                        .with_context(|| format!("{name} failed natively"))?,
+                );
             }
             let (i, n) = (median(&mut inside), median(&mut native));
             ratios.push(i / n);
-            println!("  {name:<8} sandbox {:>8.1} ms   native {:>8.1} ms   ratio {:.2}x", i * 1e3, n * 1e3, i / n);
+            println!(
+                "  {name:<8} sandbox {:>8.1} ms   native {:>8.1} ms   ratio {:.2}x",
+                i * 1e3,
+                n * 1e3,
+                i / n
+            );
         }
         let geo = ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64;
-        let native_version = Command::new(&args.python).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
-        println!("  geometric mean ratio: {:.2}x (sandbox CPython 3.14 vs native {native_version})", geo.exp());
+        let native_version = Command::new(&args.python)
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        println!(
+            "  geometric mean ratio: {:.2}x (sandbox CPython 3.14 vs native {native_version})",
+            geo.exp()
+        );
     }
 
     // 5. Tool-call round trips.
@@ -228,18 +311,32 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         println!("\ntool calls (per call, timed inside the program):");
         let noop = sandpy::RunOptions {
             tools: Some(std::sync::Arc::new(NoopTools)),
-            limits: Limits { tool_calls: 10_000, ..Limits::default() },
+            limits: Limits {
+                tool_calls: 10_000,
+                ..Limits::default()
+            },
             ..sandpy::RunOptions::default()
         };
         let mut per_call = Vec::new();
         for _ in 0..5 {
             let e = rt.block_on(sandbox.run_with(&call_loop("noop", "{}", 2000), &noop));
-            per_call.push(e.return_value.as_ref().and_then(|v| v.as_f64()).with_context(|| format!("noop loop failed: {e:?}"))?);
+            per_call.push(
+                e.return_value
+                    .as_ref()
+                    .and_then(|v| v.as_f64())
+                    .with_context(|| format!("noop loop failed: {e:?}"))?,
+            );
         }
-        println!("  sandbox -> host round trip, no-op tool: {:.4} ms", median(&mut per_call));
+        println!(
+            "  sandbox -> host round trip, no-op tool: {:.4} ms",
+            median(&mut per_call)
+        );
         let batched = "import asyncio, time\nt = time.perf_counter()\nawait asyncio.gather(*(call_mcp_tool('noop') for _ in range(2000)))\n(time.perf_counter() - t) * 1000 / 2000";
         let e = rt.block_on(sandbox.run_with(batched, &noop));
-        println!("  same, 2000 calls in one asyncio.gather batch: {:.4} ms per call", e.return_value.and_then(|v| v.as_f64()).unwrap_or(f64::NAN));
+        println!(
+            "  same, 2000 calls in one asyncio.gather batch: {:.4} ms per call",
+            e.return_value.and_then(|v| v.as_f64()).unwrap_or(f64::NAN)
+        );
         if !args.no_upstream {
             rt.block_on(upstream_overhead(&sandbox))?;
             rt.block_on(stdio_end_to_end(&exe))?;
@@ -256,14 +353,22 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     if want("memory") {
         let live = 40;
         drop(on_demand);
-        let config = sandpy::Config { pooled_instances: None, max_concurrent_runs: Some(live), ..sandpy::Config::default() };
+        let config = sandpy::Config {
+            pooled_instances: None,
+            max_concurrent_runs: Some(live),
+            ..sandpy::Config::default()
+        };
         let on_demand = sandpy::Sandbox::new(config)?;
         let before = private_bytes()?;
         let during = rt.block_on(async {
             let mut tasks = tokio::task::JoinSet::new();
             for _ in 0..live {
                 let sandbox = on_demand.clone();
-                tasks.spawn(async move { sandbox.run("import time\ntime.sleep(1.5)", &Limits::default()).await });
+                tasks.spawn(async move {
+                    sandbox
+                        .run("import time\ntime.sleep(1.5)", &Limits::default())
+                        .await
+                });
             }
             tokio::time::sleep(Duration::from_millis(1000)).await;
             let during = private_bytes();
@@ -281,9 +386,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-
 /// Milliseconds of one run, which must end `ok`.
-fn timed_run(rt: &tokio::runtime::Runtime, sandbox: &sandpy::Sandbox, code: &str, options: &sandpy::RunOptions) -> anyhow::Result<f64> {
+fn timed_run(
+    rt: &tokio::runtime::Runtime,
+    sandbox: &sandpy::Sandbox,
+    code: &str,
+    options: &sandpy::RunOptions,
+) -> anyhow::Result<f64> {
     let t = Instant::now();
     let e = rt.block_on(sandbox.run_with(code, options));
     let ms = t.elapsed().as_secs_f64() * 1e3;
@@ -297,18 +406,34 @@ fn timed_run(rt: &tokio::runtime::Runtime, sandbox: &sandpy::Sandbox, code: &str
 /// snapshot, against the same packages mounted at /packages in a runtime built without
 /// them; and `print('hello')` on both runtimes (what bundling costs a run that does not
 /// use them).
-fn packages_startup(rt: &tokio::runtime::Runtime, builtin: &sandpy::Sandbox, runs: usize) -> anyhow::Result<Outcome> {
+fn packages_startup(
+    rt: &tokio::runtime::Runtime,
+    builtin: &sandpy::Sandbox,
+    runs: usize,
+) -> anyhow::Result<Outcome> {
     let dir = tempfile::tempdir()?;
-    let config = sandpy::Config { progress: Some(std::sync::Arc::new(|m: &str| eprintln!("{m}"))), ..sandpy::Config::default() };
+    let config = sandpy::Config {
+        progress: Some(std::sync::Arc::new(|m: &str| eprintln!("{m}"))),
+        ..sandpy::Config::default()
+    };
     // One tiny unrelated package: a runtime that has none of the curated set.
     let bare_runtime = dir.path().join("bare.wasm");
     sandpy::packages::build_runtime(&["iniconfig==2.1.0".to_string()], &bare_runtime, &config)?;
     let folder = dir.path().join("packages");
-    let curated: Vec<String> = sandpy::packages::CURATED.iter().map(|p| p.to_string()).collect();
+    let curated: Vec<String> = sandpy::packages::CURATED
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
     sandpy::packages::install(&curated, &folder, &config)?;
-    let bare = super::sandbox_with(sandpy::Config { runtime: Some(bare_runtime.clone()), ..sandpy::Config::default() })?;
+    let bare = super::sandbox_with(sandpy::Config {
+        runtime: Some(bare_runtime.clone()),
+        ..sandpy::Config::default()
+    })?;
     let mounted = sandpy::RunOptions {
-        mounts: vec![sandpy::Mount { host: folder, guest: "/packages".into() }],
+        mounts: vec![sandpy::Mount {
+            host: folder,
+            guest: "/packages".into(),
+        }],
         ..sandpy::RunOptions::default()
     };
     let imports = "import attrs, dateutil.parser, yaml, tabulate, jinja2, markupsafe, idna, six\n\
@@ -330,7 +455,12 @@ fn packages_startup(rt: &tokio::runtime::Runtime, builtin: &sandpy::Sandbox, run
 }
 
 /// Fresh-instance runs per second with `2 * cores` tasks in flight.
-fn hello_throughput(rt: &tokio::runtime::Runtime, sandbox: &sandpy::Sandbox, cores: usize, total: usize) -> f64 {
+fn hello_throughput(
+    rt: &tokio::runtime::Runtime,
+    sandbox: &sandpy::Sandbox,
+    cores: usize,
+    total: usize,
+) -> f64 {
     let started = Instant::now();
     rt.block_on(async {
         let mut tasks = tokio::task::JoinSet::new();
@@ -356,17 +486,34 @@ fn eval_batch(exe: &std::path::Path, cores: usize) -> anyhow::Result<()> {
     let scorer = dir.join("scorer.py");
     std::fs::write(&scorer, "import difflib\ndef score(pred, gold):\n    return round(difflib.SequenceMatcher(None, pred, gold).ratio(), 3)\n")?;
     let inputs = dir.join("inputs.jsonl");
-    let lines: Vec<String> = (0..10_000).map(|i| format!("[\"answer {i}\", \"answer {}\"]", i % 97)).collect();
+    let lines: Vec<String> = (0..10_000)
+        .map(|i| format!("[\"answer {i}\", \"answer {}\"]", i % 97))
+        .collect();
     std::fs::write(&inputs, lines.join("\n") + "\n")?;
     let started = Instant::now();
     let out = Command::new(exe)
-        .args(["call", &scorer.display().to_string(), "score", "--policy", "strict", "--args-file", &inputs.display().to_string()])
+        .args([
+            "call",
+            &scorer.display().to_string(),
+            "score",
+            "--policy",
+            "strict",
+            "--args-file",
+            &inputs.display().to_string(),
+        ])
         .output()?;
     let seconds = started.elapsed().as_secs_f64();
-    let results = String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains("\"status\":\"ok\"")).count();
+    let results = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("\"status\":\"ok\""))
+        .count();
     std::fs::remove_dir_all(&dir)?;
     if results != lines.len() {
-        bail!("eval batch: {results} of {} lines ok: {}", lines.len(), String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "eval batch: {results} of {} lines ok: {}",
+            lines.len(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     println!(
         "\neval batch `sandpy call scorer.py score --policy strict --args-file inputs.jsonl` (10,000 lines, {cores} jobs): \
@@ -387,12 +534,26 @@ async fn upstream_overhead(sandbox: &sandpy::Sandbox) -> anyhow::Result<()> {
     for _ in 0..5 {
         let t = Instant::now();
         for _ in 0..calls {
-            hub.call_tool("mcp__everything__echo", serde_json::json!({"message": "x"})).await.map_err(anyhow::Error::msg)?;
+            hub.call_tool("mcp__everything__echo", serde_json::json!({"message": "x"}))
+                .await
+                .map_err(anyhow::Error::msg)?;
         }
         direct.push(t.elapsed().as_secs_f64() * 1e3 / calls as f64);
-        let options = sandpy::RunOptions { tools: Some(hub.for_execution("bench".into(), None)), ..sandpy::RunOptions::default() };
-        let e = sandbox.run_with(&call_loop("mcp__everything__echo", "{'message': 'x'}", calls), &options).await;
-        inside.push(e.return_value.and_then(|v| v.as_f64()).context("upstream loop failed")?);
+        let options = sandpy::RunOptions {
+            tools: Some(hub.for_execution("bench".into(), None)),
+            ..sandpy::RunOptions::default()
+        };
+        let e = sandbox
+            .run_with(
+                &call_loop("mcp__everything__echo", "{'message': 'x'}", calls),
+                &options,
+            )
+            .await;
+        inside.push(
+            e.return_value
+                .and_then(|v| v.as_f64())
+                .context("upstream loop failed")?,
+        );
     }
     let (d, i) = (median(&mut direct), median(&mut inside));
     println!("  echo on server-everything: from Rust via the hub {d:.3} ms, from sandboxed Python {i:.3} ms: overhead {:.3} ms", i - d);
@@ -405,19 +566,30 @@ async fn stdio_end_to_end(exe: &std::path::Path) -> anyhow::Result<()> {
     use rmcp::model::CallToolRequestParams;
     use rmcp::ServiceExt;
     let mut command = tokio::process::Command::new(exe);
-    command.arg("serve").env_remove("SANDPY_CONFIG").current_dir(std::env::temp_dir());
+    command
+        .arg("serve")
+        .env_remove("SANDPY_CONFIG")
+        .current_dir(std::env::temp_dir());
     let transport = rmcp::transport::TokioChildProcess::new(command)?;
     let client = ().serve(transport).await?;
     let mut times = Vec::new();
     for _ in 0..100 {
         let args = serde_json::json!({"code": "print('hello')"});
-        let serde_json::Value::Object(args) = args else { bail!("arguments are an object") };
+        let serde_json::Value::Object(args) = args else {
+            bail!("arguments are an object")
+        };
         let t = Instant::now();
-        client.call_tool(CallToolRequestParams::new("run_python").with_arguments(args)).await?;
+        client
+            .call_tool(CallToolRequestParams::new("run_python").with_arguments(args))
+            .await?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     times.sort_by(f64::total_cmp);
-    println!("  run_python print('hello') over stdio, end to end: p50 {:.2} ms  p99 {:.2} ms", percentile(&times, 0.5), percentile(&times, 0.99));
+    println!(
+        "  run_python print('hello') over stdio, end to end: p50 {:.2} ms  p99 {:.2} ms",
+        percentile(&times, 0.5),
+        percentile(&times, 0.99)
+    );
     let _ = client.cancel().await;
     Ok(())
 }

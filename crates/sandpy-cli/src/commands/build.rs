@@ -32,36 +32,73 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let settings = sandpy_mcp::Config::discover(args.config.as_deref())?;
-    let mut wanted = if args.with.is_empty() { settings.packages.clone() } else { args.with.clone() };
+    let mut wanted = if args.with.is_empty() {
+        settings.packages.clone()
+    } else {
+        args.with.clone()
+    };
     if wanted.is_empty() {
         bail!("name packages with --with PKG (repeatable), or list them in the config's `sandpy.packages`");
     }
-    let output = args.output.clone().or(settings.runtime.clone()).unwrap_or_else(|| PathBuf::from("sandpy-runtime.wasm"));
+    let output = args
+        .output
+        .clone()
+        .or(settings.runtime.clone())
+        .unwrap_or_else(|| PathBuf::from("sandpy-runtime.wasm"));
     if !args.no_defaults {
         wanted.extend(packages::CURATED.iter().map(|p| p.to_string()));
     }
-    let config = sandpy::Config { progress: Some(std::sync::Arc::new(|m: &str| eprintln!("{m}"))), ..sandpy::Config::default() };
+    let config = sandpy::Config {
+        progress: Some(std::sync::Arc::new(|m: &str| eprintln!("{m}"))),
+        ..sandpy::Config::default()
+    };
     let set = match &args.folder {
         Some(folder) => packages::install(&wanted, folder, &config)?,
         None => packages::build_runtime(&wanted, &output, &config)?,
     };
-    let installed: Vec<String> = set.distributions.iter().map(|(n, v)| format!("{n} {v}")).collect();
+    let installed: Vec<String> = set
+        .distributions
+        .iter()
+        .map(|(n, v)| format!("{n} {v}"))
+        .collect();
     eprintln!("sandpy: installed {}", installed.join(", "));
     if !set.removed_extensions.is_empty() {
-        eprintln!("sandpy: left out optional compiled speedups: {}", set.removed_extensions.join(", "));
+        eprintln!(
+            "sandpy: left out optional compiled speedups: {}",
+            set.removed_extensions.join(", ")
+        );
     }
     let Some(folder) = &args.folder else {
         // Load the new runtime once: compiles and caches it, and shows what imports.
-        let sandbox = super::sandbox_with(sandpy::Config { runtime: Some(output.clone()), ..sandpy::Config::default() })?;
+        let sandbox = super::sandbox_with(sandpy::Config {
+            runtime: Some(output.clone()),
+            ..sandpy::Config::default()
+        })?;
         let report = super::tokio_runtime()?.block_on(sandbox.module_report());
         let value = report.return_value.unwrap_or_default();
-        eprintln!("sandpy: wrote {} with packages {}", output.display(), value["packages"]);
-        if let Some(failures) = value["package_failures"].as_object().filter(|f| !f.is_empty()) {
-            eprintln!("sandpy: these modules did not import at build time and are absent: {}", failures.keys().cloned().collect::<Vec<_>>().join(", "));
+        eprintln!(
+            "sandpy: wrote {} with packages {}",
+            output.display(),
+            value["packages"]
+        );
+        if let Some(failures) = value["package_failures"]
+            .as_object()
+            .filter(|f| !f.is_empty())
+        {
+            eprintln!(
+                "sandpy: these modules did not import at build time and are absent: {}",
+                failures.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
         }
-        eprintln!("sandpy: use it with `sandpy run --runtime {}` or SANDPY_RUNTIME", output.display());
+        eprintln!(
+            "sandpy: use it with `sandpy run --runtime {}` or SANDPY_RUNTIME",
+            output.display()
+        );
         return Ok(Outcome::Success);
     };
-    eprintln!("sandpy: use it with `sandpy run --mount {}:/packages ...`", folder.display());
+    eprintln!(
+        "sandpy: use it with `sandpy run --mount {}:/packages ...`",
+        folder.display()
+    );
     Ok(Outcome::Success)
 }

@@ -48,7 +48,8 @@ pub struct Args {
 
 /// One batch result line.
 fn line_result(line: usize, execution: &Execution) -> Value {
-    let mut out = json!({"line": line, "status": execution.status, "duration_ms": execution.duration_ms});
+    let mut out =
+        json!({"line": line, "status": execution.status, "duration_ms": execution.duration_ms});
     match &execution.error {
         None => out["result"] = execution.return_value.clone().unwrap_or(Value::Null),
         Some(error) => out["error"] = json!({"type": error.kind, "message": error.message}),
@@ -82,8 +83,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let sandbox = resolved.sandbox()?;
     let rt = super::tokio_runtime()?;
     let Some(path) = &args.args_file else {
-        let arguments = parse_arguments(args.args.as_deref().unwrap_or("[]")).map_err(anyhow::Error::msg).context("--args")?;
-        let execution = rt.block_on(sandbox.call_function(&code, &args.function, &arguments, &options));
+        let arguments = parse_arguments(args.args.as_deref().unwrap_or("[]"))
+            .map_err(anyhow::Error::msg)
+            .context("--args")?;
+        let execution =
+            rt.block_on(sandbox.call_function(&code, &args.function, &arguments, &options));
         if args.json {
             println!("{}", serde_json::to_string(&execution)?);
         } else {
@@ -104,16 +108,36 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let reader: Box<dyn BufRead + Send> = if path.as_os_str() == "-" {
         Box::new(std::io::BufReader::new(std::io::stdin()))
     } else {
-        Box::new(std::io::BufReader::new(std::fs::File::open(path).with_context(|| format!("cannot open `{}`", path.display()))?))
+        Box::new(std::io::BufReader::new(
+            std::fs::File::open(path)
+                .with_context(|| format!("cannot open `{}`", path.display()))?,
+        ))
     };
-    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)).max(1);
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+        })
+        .max(1);
     let all_ok = if jobs == 1 {
-        rt.block_on(batch(sandbox, Arc::new(code), Arc::from(args.function.as_str()), options, reader))?
+        rt.block_on(batch(
+            sandbox,
+            Arc::new(code),
+            Arc::from(args.function.as_str()),
+            options,
+            reader,
+        ))?
     } else {
         drop(sandbox);
         batch_in_workers(reader, jobs)?
     };
-    Ok(if all_ok { Outcome::Success } else { Outcome::Run(Status::Error) })
+    Ok(if all_ok {
+        Outcome::Success
+    } else {
+        Outcome::Run(Status::Error)
+    })
 }
 
 /// Prints results in input order as they arrive; tracks whether all were `ok`.
@@ -125,7 +149,11 @@ struct InOrder {
 
 impl InOrder {
     fn new() -> InOrder {
-        InOrder { done: BTreeMap::new(), next: 1, all_ok: true }
+        InOrder {
+            done: BTreeMap::new(),
+            next: 1,
+            all_ok: true,
+        }
     }
 
     fn add(&mut self, number: usize, value: Value) -> std::io::Result<()> {
@@ -166,7 +194,8 @@ fn worker_arguments() -> Vec<std::ffi::OsString> {
 /// Run the batch in `workers` processes, lines dealt round-robin, results in input order.
 fn batch_in_workers(reader: Box<dyn BufRead + Send>, workers: usize) -> anyhow::Result<bool> {
     use std::process::{Command, Stdio};
-    let exe = std::env::current_exe().context("cannot find the sandpy executable for worker processes")?;
+    let exe = std::env::current_exe()
+        .context("cannot find the sandpy executable for worker processes")?;
     let mut children = Vec::with_capacity(workers);
     for _ in 0..workers {
         let child = Command::new(&exe)
@@ -184,9 +213,19 @@ fn batch_in_workers(reader: Box<dyn BufRead + Send>, workers: usize) -> anyhow::
         let stdout = child.stdout.take().context("worker stdout")?;
         let sender = sender.clone();
         readers.push(std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-                let Ok(mut value) = serde_json::from_str::<Value>(&line) else { continue };
-                let Some(local) = value["line"].as_u64().and_then(|n| (n as usize).checked_sub(1)) else { continue };
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let Ok(mut value) = serde_json::from_str::<Value>(&line) else {
+                    continue;
+                };
+                let Some(local) = value["line"]
+                    .as_u64()
+                    .and_then(|n| (n as usize).checked_sub(1))
+                else {
+                    continue;
+                };
                 let number = local * workers + worker + 1;
                 value["line"] = json!(number);
                 if sender.send((number, value)).is_err() {
@@ -196,7 +235,10 @@ fn batch_in_workers(reader: Box<dyn BufRead + Send>, workers: usize) -> anyhow::
         }));
     }
     drop(sender);
-    let mut stdins: Vec<_> = children.iter_mut().map(|c| c.stdin.take().map(std::io::BufWriter::new)).collect();
+    let mut stdins: Vec<_> = children
+        .iter_mut()
+        .map(|c| c.stdin.take().map(std::io::BufWriter::new))
+        .collect();
     let writer = std::thread::spawn(move || -> anyhow::Result<usize> {
         let mut total = 0;
         for (index, line) in reader.lines().enumerate() {
@@ -215,7 +257,9 @@ fn batch_in_workers(reader: Box<dyn BufRead + Send>, workers: usize) -> anyhow::
     for (number, value) in results {
         in_order.add(number, value)?;
     }
-    let total = writer.join().map_err(|_| anyhow::anyhow!("the input thread panicked"))??;
+    let total = writer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the input thread panicked"))??;
     for reader in readers {
         let _ = reader.join();
     }
@@ -244,8 +288,15 @@ async fn batch(
         let number = index + 1;
         let line = line.with_context(|| format!("cannot read line {number}"))?;
         let value = match parse_arguments(&line) {
-            Err(message) => json!({"line": number, "status": "invalid_input", "error": {"type": "InvalidInput", "message": message}}),
-            Ok(arguments) => line_result(number, &sandbox.call_function(&code, &function, &arguments, &options).await),
+            Err(message) => {
+                json!({"line": number, "status": "invalid_input", "error": {"type": "InvalidInput", "message": message}})
+            }
+            Ok(arguments) => line_result(
+                number,
+                &sandbox
+                    .call_function(&code, &function, &arguments, &options)
+                    .await,
+            ),
         };
         in_order.add(number, value)?;
     }

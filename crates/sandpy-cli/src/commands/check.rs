@@ -18,19 +18,30 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let (code, filename) = super::run::read_code(Some(&args.file), None)?;
     let resolved = args.settings.resolve()?;
-    let policy = resolved.policy.clone().unwrap_or_else(sandpy::Policy::standard);
+    let policy = resolved
+        .policy
+        .clone()
+        .unwrap_or_else(sandpy::Policy::standard);
     let sandbox = resolved.sandbox()?;
     let violations = super::tokio_runtime()?
         .block_on(sandbox.validate(&code, &policy))
         .map_err(|e| anyhow::anyhow!("{}: {}", e.kind, e.message))
         .context("the check could not run")?;
     if args.json {
-        let report = serde_json::json!({"file": filename, "policy": policy.name, "violations": violations});
+        let report =
+            serde_json::json!({"file": filename, "policy": policy.name, "violations": violations});
         println!("{report}");
     } else {
         for v in &violations {
-            println!("{filename}:{}:{}: {}: {}", v.line, v.column, v.rule, v.message);
+            println!(
+                "{filename}:{}:{}: {}: {}",
+                v.line, v.column, v.rule, v.message
+            );
         }
     }
-    Ok(if violations.is_empty() { Outcome::Success } else { Outcome::Violations })
+    Ok(if violations.is_empty() {
+        Outcome::Success
+    } else {
+        Outcome::Violations
+    })
 }

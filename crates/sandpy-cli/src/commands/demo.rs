@@ -41,7 +41,12 @@ pub fn everything_config() -> Config {
     let mut config = Config::default();
     config.servers.insert(
         "everything".into(),
-        ServerSpec::Stdio { command: "npx".into(), args: vec!["-y".into(), EVERYTHING.into()], env: Default::default(), cwd: None },
+        ServerSpec::Stdio {
+            command: "npx".into(),
+            args: vec!["-y".into(), EVERYTHING.into()],
+            env: Default::default(),
+            cwd: None,
+        },
     );
     config
 }
@@ -52,7 +57,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     eprintln!("sandpy demo: starting `npx {EVERYTHING}` and running this program in the sandbox:\n{PROGRAM}");
     let execution = super::tokio_runtime()?.block_on(async {
         let hub = super::start_hub(&config).await;
-        let options = RunOptions { tools: hub.as_ref().map(|h| h.for_execution("demo".into(), None)), ..RunOptions::default() };
+        let options = RunOptions {
+            tools: hub.as_ref().map(|h| h.for_execution("demo".into(), None)),
+            ..RunOptions::default()
+        };
         let execution = sandbox.run_with(PROGRAM, &options).await;
         if let Some(hub) = hub {
             hub.shutdown().await;

@@ -29,12 +29,18 @@ impl FileArgs {
                     Some((local, guest)) if !guest.is_empty() => (local, guest.to_string()),
                     _ => {
                         let local = spec.as_str();
-                        let name = Path::new(local).file_name().with_context(|| format!("--file {spec}: names no file"))?;
+                        let name = Path::new(local)
+                            .file_name()
+                            .with_context(|| format!("--file {spec}: names no file"))?;
                         (local, name.to_string_lossy().into_owned())
                     }
                 };
-                let content = std::fs::read(local).with_context(|| format!("--file {spec}: cannot read `{local}`"))?;
-                Ok(InputFile { path: guest, content })
+                let content = std::fs::read(local)
+                    .with_context(|| format!("--file {spec}: cannot read `{local}`"))?;
+                Ok(InputFile {
+                    path: guest,
+                    content,
+                })
             })
             .collect()
     }
@@ -43,10 +49,17 @@ impl FileArgs {
     pub fn mounts(&self, config: &[Mount]) -> anyhow::Result<Vec<Mount>> {
         let mut mounts = config.to_vec();
         for spec in &self.mounts {
-            let Some((host, guest)) = spec.rsplit_once(':') else { bail!("--mount {spec}: expected HOST:GUEST, e.g. ./data:/data") };
-            mounts.push(Mount { host: host.into(), guest: guest.into() });
+            let Some((host, guest)) = spec.rsplit_once(':') else {
+                bail!("--mount {spec}: expected HOST:GUEST, e.g. ./data:/data")
+            };
+            mounts.push(Mount {
+                host: host.into(),
+                guest: guest.into(),
+            });
         }
-        Mount::validate(&mounts).map_err(anyhow::Error::msg).context("--mount")?;
+        Mount::validate(&mounts)
+            .map_err(anyhow::Error::msg)
+            .context("--mount")?;
         Ok(mounts)
     }
 
@@ -62,15 +75,28 @@ impl FileArgs {
         };
         for file in &execution.files {
             let relative = Path::new(&file.name);
-            if !relative.components().all(|c| matches!(c, Component::Normal(_))) {
-                bail!("output file name {:?} is not a plain relative path", file.name);
+            if !relative
+                .components()
+                .all(|c| matches!(c, Component::Normal(_)))
+            {
+                bail!(
+                    "output file name {:?} is not a plain relative path",
+                    file.name
+                );
             }
             let path = dir.join(relative);
             if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).with_context(|| format!("cannot create `{}`", parent.display()))?;
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("cannot create `{}`", parent.display()))?;
             }
-            std::fs::write(&path, &file.content).with_context(|| format!("cannot write `{}`", path.display()))?;
-            eprintln!("sandpy: saved {} ({} bytes, {})", path.display(), file.size, file.mime_type);
+            std::fs::write(&path, &file.content)
+                .with_context(|| format!("cannot write `{}`", path.display()))?;
+            eprintln!(
+                "sandpy: saved {} ({} bytes, {})",
+                path.display(),
+                file.size,
+                file.mime_type
+            );
         }
         Ok(())
     }

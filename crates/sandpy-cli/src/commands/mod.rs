@@ -62,13 +62,18 @@ pub fn sandbox() -> anyhow::Result<sandpy::Sandbox> {
 
 /// [`sandbox`] with these settings.
 pub fn sandbox_with(config: sandpy::Config) -> anyhow::Result<sandpy::Sandbox> {
-    let config = sandpy::Config { progress: Some(std::sync::Arc::new(|message: &str| eprintln!("{message}"))), ..config };
+    let config = sandpy::Config {
+        progress: Some(std::sync::Arc::new(|message: &str| eprintln!("{message}"))),
+        ..config
+    };
     Ok(sandpy::Sandbox::new(config)?)
 }
 
 /// A tokio runtime for one command.
 pub fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }
 
 /// The config file, and the policy and tools a run may use.
@@ -109,9 +114,15 @@ impl ConfigArgs {
         if self.runtime.is_some() {
             config.runtime = self.runtime.clone();
         }
-        let policy = config.policy(self.policy.as_deref()).map_err(anyhow::Error::msg)?;
+        let policy = config
+            .policy(self.policy.as_deref())
+            .map_err(anyhow::Error::msg)?;
         let limits = config.limits_for(policy.as_ref());
-        Ok(Resolved { config, policy, limits })
+        Ok(Resolved {
+            config,
+            policy,
+            limits,
+        })
     }
 
     pub fn allowed(&self) -> Option<Vec<String>> {

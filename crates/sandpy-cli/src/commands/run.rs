@@ -69,30 +69,52 @@ impl LimitArgs {
     }
 }
 
-pub fn read_code(file: Option<&PathBuf>, code: Option<&String>) -> anyhow::Result<(String, String)> {
+pub fn read_code(
+    file: Option<&PathBuf>,
+    code: Option<&String>,
+) -> anyhow::Result<(String, String)> {
     if let Some(code) = code {
         return Ok((code.clone(), "<string>".into()));
     }
-    let Some(file) = file else { bail!("give a FILE, `-` or -c CODE") };
+    let Some(file) = file else {
+        bail!("give a FILE, `-` or -c CODE")
+    };
     let from_stdin = file.as_os_str() == "-";
     let bytes = if from_stdin {
         let mut bytes = Vec::new();
-        std::io::stdin().read_to_end(&mut bytes).context("cannot read the program from stdin")?;
+        std::io::stdin()
+            .read_to_end(&mut bytes)
+            .context("cannot read the program from stdin")?;
         bytes
     } else {
         std::fs::read(file).with_context(|| format!("cannot read `{}`", file.display()))?
     };
     let code = String::from_utf8(bytes).map_err(|e| {
-        anyhow::anyhow!("`{}` is not UTF-8 text (invalid byte at offset {})", file.display(), e.utf8_error().valid_up_to())
+        anyhow::anyhow!(
+            "`{}` is not UTF-8 text (invalid byte at offset {})",
+            file.display(),
+            e.utf8_error().valid_up_to()
+        )
     })?;
-    let name = if from_stdin { "<stdin>".to_string() } else { file.display().to_string() };
+    let name = if from_stdin {
+        "<stdin>".to_string()
+    } else {
+        file.display().to_string()
+    };
     Ok((code, name))
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let (code, filename) = if args.list_modules { (String::new(), String::new()) } else { read_code(args.file.as_ref(), args.code.as_ref())? };
+    let (code, filename) = if args.list_modules {
+        (String::new(), String::new())
+    } else {
+        read_code(args.file.as_ref(), args.code.as_ref())?
+    };
     let stdin = match &args.input {
-        Some(path) => Some(std::fs::read(path).with_context(|| format!("cannot read input `{}`", path.display()))?),
+        Some(path) => Some(
+            std::fs::read(path)
+                .with_context(|| format!("cannot read input `{}`", path.display()))?,
+        ),
         None => None,
     };
     let resolved = args.settings.resolve()?;
@@ -146,10 +168,22 @@ pub fn print_human(execution: &sandpy::Execution) -> anyhow::Result<()> {
 }
 
 fn print_module_report(execution: &sandpy::Execution) -> anyhow::Result<()> {
-    let Some(report) = &execution.return_value else { bail!("the runtime gave no module report: {execution:?}") };
+    let Some(report) = &execution.return_value else {
+        bail!("the runtime gave no module report: {execution:?}")
+    };
     let available = report["available"].as_array().map(Vec::len).unwrap_or(0);
-    let packages: Vec<&str> = report["packages"].as_array().map(|p| p.iter().filter_map(|n| n.as_str()).collect()).unwrap_or_default();
-    println!("Third-party packages: {}", if packages.is_empty() { "none".to_string() } else { packages.join(", ") });
+    let packages: Vec<&str> = report["packages"]
+        .as_array()
+        .map(|p| p.iter().filter_map(|n| n.as_str()).collect())
+        .unwrap_or_default();
+    println!(
+        "Third-party packages: {}",
+        if packages.is_empty() {
+            "none".to_string()
+        } else {
+            packages.join(", ")
+        }
+    );
     println!("{available} stdlib modules available. Absent:");
     if let Some(absent) = report["absent"].as_object() {
         for (name, reason) in absent {

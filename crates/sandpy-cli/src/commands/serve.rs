@@ -20,10 +20,11 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => return drop(ctrl_c.await),
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return drop(ctrl_c.await),
+            };
         tokio::select! {
             _ = ctrl_c => {},
             _ = term.recv() => {},
@@ -52,8 +53,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             },
             Some(addr) => {
                 let listener = sandpy_mcp::HttpListener::bind(addr, args.token).await?;
-                eprintln!("sandpy: serving MCP at http://{}/mcp", listener.local_addr()?);
-                listener.serve(server, shutdown_signal()).await.map_err(anyhow::Error::from)
+                eprintln!(
+                    "sandpy: serving MCP at http://{}/mcp",
+                    listener.local_addr()?
+                );
+                listener
+                    .serve(server, shutdown_signal())
+                    .await
+                    .map_err(anyhow::Error::from)
             }
         };
         hub.shutdown().await;

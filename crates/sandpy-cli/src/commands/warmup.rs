@@ -9,6 +9,10 @@ pub fn run(_args: Args) -> anyhow::Result<Outcome> {
     let started = std::time::Instant::now();
     super::sandbox()?;
     let dir = sandpy::Config::default().resolved_cache_dir();
-    eprintln!("sandpy: runtime ready in {:.1} s (cache: `{}`)", started.elapsed().as_secs_f64(), dir.display());
+    eprintln!(
+        "sandpy: runtime ready in {:.1} s (cache: `{}`)",
+        started.elapsed().as_secs_f64(),
+        dir.display()
+    );
     Ok(Outcome::Success)
 }

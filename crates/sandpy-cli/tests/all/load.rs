@@ -16,7 +16,11 @@ const REQUESTS_PER_CLIENT: usize = 8;
 
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("server status");
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).expect("VmRSS")
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
 }
 
 #[derive(Default)]
@@ -33,13 +37,21 @@ async fn client(url: String, me: usize, round: usize) -> Round {
     let mut out = Round::default();
     let call = |code: String| {
         let args = json!({"code": code, "session_id": session});
-        let Value::Object(args) = args else { unreachable!("an object") };
+        let Value::Object(args) = args else {
+            unreachable!("an object")
+        };
         CallToolRequestParams::new("run_python").with_arguments(args)
     };
     // The first run names the session; retried while the server is busy.
     loop {
-        let result = client.call_tool(call(format!("me = {me}"))).await.expect("call");
-        let status = result.structured_content.as_ref().map(|v| v["status"].clone());
+        let result = client
+            .call_tool(call(format!("me = {me}")))
+            .await
+            .expect("call");
+        let status = result
+            .structured_content
+            .as_ref()
+            .map(|v| v["status"].clone());
         if status == Some(json!("ok")) {
             break;
         }
@@ -50,13 +62,19 @@ async fn client(url: String, me: usize, round: usize) -> Round {
         let token = format!("{me}-{round}-{request}");
         let started = Instant::now();
         let result = client
-            .call_tool(call(format!("import time\ntime.sleep(0.02)\nassert me == {me}, me\n{token:?}")))
+            .call_tool(call(format!(
+                "import time\ntime.sleep(0.02)\nassert me == {me}, me\n{token:?}"
+            )))
             .await
             .expect("call");
         let execution = result.structured_content.expect("structured content");
         match execution["status"].as_str() {
             Some("ok") => {
-                assert_eq!(execution["return_value"], json!(token), "a response for another request");
+                assert_eq!(
+                    execution["return_value"],
+                    json!(token),
+                    "a response for another request"
+                );
                 out.ok += 1;
                 out.latencies_ms.push(started.elapsed().as_secs_f64() * 1e3);
             }
@@ -65,8 +83,13 @@ async fn client(url: String, me: usize, round: usize) -> Round {
         }
     }
     let args = json!({"session_id": session});
-    let Value::Object(args) = args else { unreachable!("an object") };
-    let closed = client.call_tool(CallToolRequestParams::new("close_session").with_arguments(args)).await.expect("close");
+    let Value::Object(args) = args else {
+        unreachable!("an object")
+    };
+    let closed = client
+        .call_tool(CallToolRequestParams::new("close_session").with_arguments(args))
+        .await
+        .expect("close");
     assert_eq!(closed.is_error, Some(false), "{closed:?}");
     let _ = client.cancel().await;
     out
@@ -74,7 +97,9 @@ async fn client(url: String, me: usize, round: usize) -> Round {
 
 async fn round(url: &str, round: usize) -> (Round, Duration) {
     let started = Instant::now();
-    let tasks: Vec<_> = (0..CLIENTS).map(|me| tokio::spawn(client(url.to_string(), me, round))).collect();
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|me| tokio::spawn(client(url.to_string(), me, round)))
+        .collect();
     let mut total = Round::default();
     for task in tasks {
         let r = task.await.expect("client task");
@@ -95,15 +120,25 @@ fn many_clients_at_once_get_their_own_answers_busy_when_full_and_flat_memory() {
     assert!(sandpy().arg("warmup").status().expect("warmup").success());
     let (server, url) = http_server(&["--config", config.to_str().expect("path")]);
     let pid = server.0.id();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio");
     let (first, first_took) = runtime.block_on(round(&url, 0));
     let rss_first = rss_kib(pid);
     let (second, second_took) = runtime.block_on(round(&url, 1));
     let rss_second = rss_kib(pid);
-    for (name, r, took) in [("round 1", &first, first_took), ("round 2", &second, second_took)] {
+    for (name, r, took) in [
+        ("round 1", &first, first_took),
+        ("round 2", &second, second_took),
+    ] {
         let mut latencies = r.latencies_ms.clone();
         latencies.sort_by(f64::total_cmp);
-        let p50 = latencies.get(latencies.len() / 2).copied().unwrap_or(f64::NAN);
+        let p50 = latencies
+            .get(latencies.len() / 2)
+            .copied()
+            .unwrap_or(f64::NAN);
         println!(
             "load {name}: {CLIENTS} clients, {} ok, {} busy, {:.0} ok runs/s, p50 {p50:.1} ms",
             r.ok,
@@ -111,8 +146,15 @@ fn many_clients_at_once_get_their_own_answers_busy_when_full_and_flat_memory() {
             r.ok as f64 / took.as_secs_f64()
         );
     }
-    println!("load: server RSS {} MiB after round 1, {} MiB after round 2", rss_first / 1024, rss_second / 1024);
-    assert!(first.busy + second.busy > 0, "with 2 slots and 3 in line, {CLIENTS} clients must meet `busy`");
+    println!(
+        "load: server RSS {} MiB after round 1, {} MiB after round 2",
+        rss_first / 1024,
+        rss_second / 1024
+    );
+    assert!(
+        first.busy + second.busy > 0,
+        "with 2 slots and 3 in line, {CLIENTS} clients must meet `busy`"
+    );
     assert!(first.ok > 0 && second.ok > 0);
     assert!(
         rss_second < rss_first + 64 * 1024,
@@ -120,5 +162,8 @@ fn many_clients_at_once_get_their_own_answers_busy_when_full_and_flat_memory() {
     );
     // 45-70 MiB measured; teardown on tokio's blocking pool once made it ~390 MiB, and
     // sessions on pooled slots that keep pages resident ~230 MiB.
-    assert!(rss_second < 192 * 1024, "the server holds {rss_second} KiB after two rounds");
+    assert!(
+        rss_second < 192 * 1024,
+        "the server holds {rss_second} KiB after two rounds"
+    );
 }

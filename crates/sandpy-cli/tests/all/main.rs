@@ -16,21 +16,39 @@ const MCP_PYTHON_SDK: &str = "mcp==2.3.0";
 
 pub fn sandpy() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_sandpy"));
-    command.env_remove("SANDPY_CONFIG").env_remove("SANDPY_TOKEN").stdin(Stdio::null());
+    command
+        .env_remove("SANDPY_CONFIG")
+        .env_remove("SANDPY_TOKEN")
+        .stdin(Stdio::null());
     command
 }
 
 /// Run `sandpy` with `args`: exit code, stdout, stderr.
 pub fn run(args: &[&str]) -> (i32, String, String) {
     let out = sandpy().args(args).output().expect("sandpy");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 /// Run `sandpy` with `args`, feeding `stdin`.
 pub fn sandpy_with_stdin(args: &[&str], stdin: &[u8]) -> Output {
     use std::io::Write;
-    let mut child = sandpy().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn sandpy");
-    child.stdin.take().expect("stdin").write_all(stdin).expect("write stdin");
+    let mut child = sandpy()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sandpy");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin)
+        .expect("write stdin");
     child.wait_with_output().expect("sandpy output")
 }
 
@@ -42,9 +60,25 @@ pub fn mcp_python() -> &'static PathBuf {
         let python = venv.join("bin/python");
         let marker = venv.join(".installed");
         if std::fs::read_to_string(&marker).ok().as_deref() != Some(MCP_PYTHON_SDK) {
-            let ok = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().expect("python3 -m venv").success();
+            let ok = Command::new("python3")
+                .args(["-m", "venv"])
+                .arg(&venv)
+                .status()
+                .expect("python3 -m venv")
+                .success();
             assert!(ok, "cannot create the client venv");
-            let ok = Command::new(&python).args(["-m", "pip", "install", "-q", "--disable-pip-version-check", MCP_PYTHON_SDK]).status().expect("pip").success();
+            let ok = Command::new(&python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "--disable-pip-version-check",
+                    MCP_PYTHON_SDK,
+                ])
+                .status()
+                .expect("pip")
+                .success();
             assert!(ok, "cannot install {MCP_PYTHON_SDK}");
             std::fs::write(&marker, MCP_PYTHON_SDK).expect("marker");
         }
@@ -55,16 +89,30 @@ pub fn mcp_python() -> &'static PathBuf {
 /// Drive an MCP server with the Python SDK client: `target` is `["stdio", cmd, args..]` or
 /// `["http", url, token?]`; returns the JSON the client printed and its exit status.
 pub fn mcp_client(target: &[&str], requests: &serde_json::Value) -> (serde_json::Value, i32) {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sandpy-mcp/tests/mcp_client.py");
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sandpy-mcp/tests/mcp_client.py");
     let mut command = Command::new(mcp_python());
     command.arg(script).args(target);
     use std::io::Write;
-    let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("client");
-    child.stdin.take().expect("stdin").write_all(requests.to_string().as_bytes()).expect("requests");
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("client");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(requests.to_string().as_bytes())
+        .expect("requests");
     let out = child.wait_with_output().expect("client output");
     let text = String::from_utf8_lossy(&out.stdout);
     let value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
-        panic!("client printed no JSON ({e}): stdout {text}\nstderr {}", String::from_utf8_lossy(&out.stderr))
+        panic!(
+            "client printed no JSON ({e}): stdout {text}\nstderr {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
     });
     (value, out.status.code().unwrap_or(-1))
 }

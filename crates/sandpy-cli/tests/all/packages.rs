@@ -11,7 +11,13 @@ const TOOLZ_OUTPUT: &str = "{'a': 2, 'b': 1, 'c': 1}\n";
 fn a_package_folder_mounted_at_packages_imports_and_works() {
     let dir = tempfile::tempdir().expect("tempdir");
     let folder = dir.path().join("pkgs");
-    let (status, _, stderr) = run(&["build", "--with", "toolz==1.0.0", "--folder", folder.to_str().unwrap()]);
+    let (status, _, stderr) = run(&[
+        "build",
+        "--with",
+        "toolz==1.0.0",
+        "--folder",
+        folder.to_str().unwrap(),
+    ]);
     assert_eq!(status, 0, "{stderr}");
     assert!(stderr.contains("toolz 1.0.0"), "{stderr}");
     let mount = format!("{}:/packages", folder.display());
@@ -19,7 +25,13 @@ fn a_package_folder_mounted_at_packages_imports_and_works() {
     assert_eq!((status, stdout.as_str()), (0, TOOLZ_OUTPUT), "{stderr}");
     let (status, _, stderr) = run(&["run", "-c", "import toolz"]);
     assert_eq!(status, 1, "the built-in runtime does not have it: {stderr}");
-    let (_, stdout, _) = run(&["run", "--mount", &mount, "-c", "open('/packages/toolz/x.py', 'w')"]);
+    let (_, stdout, _) = run(&[
+        "run",
+        "--mount",
+        &mount,
+        "-c",
+        "open('/packages/toolz/x.py', 'w')",
+    ]);
     assert!(stdout.is_empty(), "the folder is read-only");
 }
 
@@ -27,9 +39,18 @@ fn a_package_folder_mounted_at_packages_imports_and_works() {
 fn a_package_with_compiled_extensions_is_refused_by_name() {
     let dir = tempfile::tempdir().expect("tempdir");
     let folder = dir.path().join("pkgs");
-    let (status, _, stderr) = run(&["build", "--with", "ujson==6.1.0", "--folder", folder.to_str().unwrap()]);
+    let (status, _, stderr) = run(&[
+        "build",
+        "--with",
+        "ujson==6.1.0",
+        "--folder",
+        folder.to_str().unwrap(),
+    ]);
     assert_eq!(status, 2, "{stderr}");
-    assert!(stderr.contains("compiled extension") && stderr.contains("ujson 6.1.0"), "{stderr}");
+    assert!(
+        stderr.contains("compiled extension") && stderr.contains("ujson 6.1.0"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -37,16 +58,33 @@ fn a_built_runtime_has_the_package_in_its_snapshot() {
     let dir = tempfile::tempdir().expect("tempdir");
     // The config lists the packages and names the runtime file; `sandpy build` makes it.
     let config = dir.path().join("sandpy.json");
-    std::fs::write(&config, r#"{"sandpy": {"packages": ["toolz==1.0.0"], "runtime": "with-toolz.wasm"}}"#).expect("config");
+    std::fs::write(
+        &config,
+        r#"{"sandpy": {"packages": ["toolz==1.0.0"], "runtime": "with-toolz.wasm"}}"#,
+    )
+    .expect("config");
     let runtime = dir.path().join("with-toolz.wasm");
     let (status, _, stderr) = run(&["build", "--config", config.to_str().unwrap()]);
     assert_eq!(status, 0, "{stderr}");
-    assert!(stderr.contains("\"toolz\"") && stderr.contains("\"yaml\""), "the curated set is kept: {stderr}");
-    let (status, stdout, stderr) = run(&["run", "--config", config.to_str().unwrap(), "-c", USE_TOOLZ]);
+    assert!(
+        stderr.contains("\"toolz\"") && stderr.contains("\"yaml\""),
+        "the curated set is kept: {stderr}"
+    );
+    let (status, stdout, stderr) =
+        run(&["run", "--config", config.to_str().unwrap(), "-c", USE_TOOLZ]);
     assert_eq!((status, stdout.as_str()), (0, TOOLZ_OUTPUT), "{stderr}");
-    let (status, stdout, stderr) = run(&["run", "--runtime", runtime.to_str().unwrap(), "-c", USE_TOOLZ]);
+    let (status, stdout, stderr) = run(&[
+        "run",
+        "--runtime",
+        runtime.to_str().unwrap(),
+        "-c",
+        USE_TOOLZ,
+    ]);
     assert_eq!((status, stdout.as_str()), (0, TOOLZ_OUTPUT), "{stderr}");
     let (status, _, stderr) = run(&["run", "--runtime", "/nonexistent.wasm", "-c", "1"]);
     assert_eq!(status, 2);
-    assert!(stderr.contains("cannot load the runtime `/nonexistent.wasm`"), "{stderr}");
+    assert!(
+        stderr.contains("cannot load the runtime `/nonexistent.wasm`"),
+        "{stderr}"
+    );
 }

@@ -5,17 +5,45 @@ use serde_json::{json, Value};
 
 #[test]
 fn prints_like_python_and_exits_zero() {
-    let (code, stdout, stderr) = run(&["run", "-c", "import sys\nprint('out')\nprint('err', file=sys.stderr)"]);
-    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "out\n", "err\n"));
+    let (code, stdout, stderr) = run(&[
+        "run",
+        "-c",
+        "import sys\nprint('out')\nprint('err', file=sys.stderr)",
+    ]);
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (0, "out\n", "err\n")
+    );
 }
 
 #[test]
 fn each_status_has_its_exit_code() {
     for (code, args) in [
         (1, vec!["run", "-c", "1/0"]),
-        (3, vec!["run", "--timeout-ms", "200", "-c", "while True: pass"]),
-        (4, vec!["run", "--memory-mb", "64", "-c", "x = bytearray(200 * 2**20)"]),
-        (5, vec!["run", "--max-output-bytes", "100", "-c", "print('x' * 1000)"]),
+        (
+            3,
+            vec!["run", "--timeout-ms", "200", "-c", "while True: pass"],
+        ),
+        (
+            4,
+            vec![
+                "run",
+                "--memory-mb",
+                "64",
+                "-c",
+                "x = bytearray(200 * 2**20)",
+            ],
+        ),
+        (
+            5,
+            vec![
+                "run",
+                "--max-output-bytes",
+                "100",
+                "-c",
+                "print('x' * 1000)",
+            ],
+        ),
     ] {
         let (got, _, stderr) = run(&args);
         assert_eq!(got, code, "{args:?}: {stderr}");
@@ -29,7 +57,10 @@ fn python_errors_print_the_traceback_with_the_file_name() {
     std::fs::write(&file, "x = 1\nraise ValueError('bad value')\n").expect("write");
     let (code, _, stderr) = run(&["run", file.to_str().expect("utf-8 path")]);
     assert_eq!(code, 1);
-    assert!(stderr.contains(&format!("File \"{}\", line 2", file.display())), "{stderr}");
+    assert!(
+        stderr.contains(&format!("File \"{}\", line 2", file.display())),
+        "{stderr}"
+    );
     assert!(stderr.ends_with("ValueError: bad value\n"), "{stderr}");
 }
 
@@ -44,7 +75,14 @@ fn json_has_every_field() {
     assert!(v["error"].is_null());
     assert!(v["duration_ms"].as_f64().expect("duration") > 0.0);
     assert!(v["memory_peak_bytes"].as_u64().expect("memory") > 0);
-    let (code, stdout, _) = run(&["run", "--json", "--timeout-ms", "100", "-c", "import time\ntime.sleep(5)"]);
+    let (code, stdout, _) = run(&[
+        "run",
+        "--json",
+        "--timeout-ms",
+        "100",
+        "-c",
+        "import time\ntime.sleep(5)",
+    ]);
     assert_eq!(code, 3);
     let v: Value = serde_json::from_str(&stdout).expect("one JSON object");
     assert_eq!(v["status"], "timeout");
@@ -58,7 +96,13 @@ fn program_from_stdin_and_input_from_a_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let input = dir.path().join("in.txt");
     std::fs::write(&input, "a\nb\n").expect("write");
-    let (code, stdout, _) = run(&["run", "--input", input.to_str().expect("path"), "-c", "import sys\nprint(len(sys.stdin.read().split()))"]);
+    let (code, stdout, _) = run(&[
+        "run",
+        "--input",
+        input.to_str().expect("path"),
+        "-c",
+        "import sys\nprint(len(sys.stdin.read().split()))",
+    ]);
     assert_eq!((code, stdout.as_str()), (0, "2\n"));
 }
 
@@ -69,10 +113,16 @@ fn bad_input_gets_a_clear_error() {
     std::fs::write(&binary, b"print(1)\xff\xfe").expect("write");
     let (code, _, stderr) = run(&["run", binary.to_str().expect("path")]);
     assert_eq!(code, 2);
-    assert!(stderr.contains("is not UTF-8") && stderr.contains("offset 8"), "{stderr}");
+    assert!(
+        stderr.contains("is not UTF-8") && stderr.contains("offset 8"),
+        "{stderr}"
+    );
     let (code, _, stderr) = run(&["run", "/nonexistent/x.py"]);
     assert_eq!(code, 2);
-    assert!(stderr.starts_with("error: cannot read `/nonexistent/x.py`"), "{stderr}");
+    assert!(
+        stderr.starts_with("error: cannot read `/nonexistent/x.py`"),
+        "{stderr}"
+    );
     let (code, _, stderr) = run(&["run", "--timeout-ms", "0", "-c", "1"]);
     assert_eq!(code, 2, "{stderr}");
     let (code, _, _) = run(&["run"]);
@@ -83,7 +133,10 @@ fn bad_input_gets_a_clear_error() {
 fn list_modules_help_and_version() {
     let (code, stdout, _) = run(&["run", "--list-modules"]);
     assert_eq!(code, 0);
-    assert!(stdout.contains("stdlib modules available") && stdout.contains("tkinter"), "{stdout}");
+    assert!(
+        stdout.contains("stdlib modules available") && stdout.contains("tkinter"),
+        "{stdout}"
+    );
     assert!(stdout.contains("Third-party packages: attr, attrs, dateutil, idna, jinja2, markupsafe, six, tabulate, yaml"), "{stdout}");
     let (code, stdout, _) = run(&["--help"]);
     assert_eq!(code, 0);
@@ -91,17 +144,29 @@ fn list_modules_help_and_version() {
         assert!(stdout.contains(command), "{command} missing in help");
     }
     let (code, stdout, _) = run(&["--version"]);
-    assert_eq!((code, stdout.trim()), (0, concat!("sandpy ", env!("CARGO_PKG_VERSION"))));
+    assert_eq!(
+        (code, stdout.trim()),
+        (0, concat!("sandpy ", env!("CARGO_PKG_VERSION")))
+    );
 }
 
 #[test]
 fn bad_config_names_file_and_key() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("bad.json");
-    std::fs::write(&config, r#"{"mcpServers": {"x": {"command": "a", "url": "http://b"}}}"#).expect("write");
+    std::fs::write(
+        &config,
+        r#"{"mcpServers": {"x": {"command": "a", "url": "http://b"}}}"#,
+    )
+    .expect("write");
     let (code, _, stderr) = run(&["run", "--config", config.to_str().expect("path"), "-c", "1"]);
     assert_eq!(code, 2);
-    assert!(stderr.contains("bad.json") && stderr.contains("mcpServers.x") && stderr.contains("not both"), "{stderr}");
+    assert!(
+        stderr.contains("bad.json")
+            && stderr.contains("mcpServers.x")
+            && stderr.contains("not both"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -124,7 +189,11 @@ fn check_reports_violations_and_exits_by_result() {
     let report: Value = serde_json::from_str(&stdout).expect("json");
     assert_eq!(report["violations"].as_array().map(Vec::len), Some(2));
     let (code, stdout, _) = run(&["check", bad]);
-    assert_eq!((code, stdout.as_str()), (0, ""), "the default policy allows the whole stdlib");
+    assert_eq!(
+        (code, stdout.as_str()),
+        (0, ""),
+        "the default policy allows the whole stdlib"
+    );
     let (code, _, stderr) = run(&["check", bad, "--policy", "nope"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("unknown policy \"nope\""), "{stderr}");
@@ -141,16 +210,36 @@ fn call_a_function_once() {
     let file = dir.path().join("scorer.py");
     std::fs::write(&file, SCORER).expect("write");
     let file = file.to_str().expect("path");
-    let (code, stdout, _) = run(&["call", file, "score", "--args", r#"["a", "a"]"#, "--policy", "strict"]);
+    let (code, stdout, _) = run(&[
+        "call",
+        file,
+        "score",
+        "--args",
+        r#"["a", "a"]"#,
+        "--policy",
+        "strict",
+    ]);
     assert_eq!((code, stdout.as_str()), (0, "{\"match\":true,\"w\":1}\n"));
-    let (code, stdout, _) = run(&["call", file, "score", "--args", r#"{"pred": 1, "gold": 2, "weight": 0.5}"#]);
-    assert_eq!((code, stdout.as_str()), (0, "{\"match\":false,\"w\":0.5}\n"));
+    let (code, stdout, _) = run(&[
+        "call",
+        file,
+        "score",
+        "--args",
+        r#"{"pred": 1, "gold": 2, "weight": 0.5}"#,
+    ]);
+    assert_eq!(
+        (code, stdout.as_str()),
+        (0, "{\"match\":false,\"w\":0.5}\n")
+    );
     let (code, _, stderr) = run(&["call", file, "score", "--args", "[null, 1]"]);
     assert_eq!(code, 1);
     assert!(stderr.contains("ValueError: no prediction"), "{stderr}");
     let (code, _, stderr) = run(&["call", file, "score", "--args", "{bad"]);
     assert_eq!(code, 2);
-    assert!(stderr.contains("--args") && stderr.contains("not valid JSON"), "{stderr}");
+    assert!(
+        stderr.contains("--args") && stderr.contains("not valid JSON"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -164,15 +253,29 @@ fn call_a_batch_with_bad_lines_in_the_middle() {
     lines[12] = "[null, 1]".into();
     lines[20] = "42".into();
     std::fs::write(&inputs, lines.join("\n") + "\n").expect("write");
-    let (code, stdout, _) = run(&["call", file.to_str().expect("path"), "score", "--args-file", inputs.to_str().expect("path"), "--jobs", "4"]);
+    let (code, stdout, _) = run(&[
+        "call",
+        file.to_str().expect("path"),
+        "score",
+        "--args-file",
+        inputs.to_str().expect("path"),
+        "--jobs",
+        "4",
+    ]);
     assert_eq!(code, 1, "some lines failed");
-    let results: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let results: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
     assert_eq!(results.len(), 30, "one result per input line");
     for (i, r) in results.iter().enumerate() {
         assert_eq!(r["line"], i + 1, "in input order");
         match i {
             5 | 20 => assert_eq!(r["status"], "invalid_input"),
-            12 => assert_eq!((r["status"].as_str(), r["error"]["type"].as_str()), (Some("error"), Some("ValueError"))),
+            12 => assert_eq!(
+                (r["status"].as_str(), r["error"]["type"].as_str()),
+                (Some("error"), Some("ValueError"))
+            ),
             _ => assert_eq!(r["result"]["match"], json!(i % 3 == i), "{r}"),
         }
     }
@@ -190,19 +293,47 @@ fn files_go_in_by_flag_and_come_out_into_a_folder() {
     let file = format!("{}:inputs/note.txt", dir.path().join("local.txt").display());
     let code = "import csv\ntotal = sum(int(r['n']) for r in csv.DictReader(open('/data/rows.csv')))\n\
                 open('/output/summary.txt', 'w').write(f'{total} {open(\"inputs/note.txt\").read()}')";
-    let (status, _, stderr) = run(&["run", "--mount", &mount, "--file", &file, "--output-dir", out.to_str().unwrap(), "-c", code]);
+    let (status, _, stderr) = run(&[
+        "run",
+        "--mount",
+        &mount,
+        "--file",
+        &file,
+        "--output-dir",
+        out.to_str().unwrap(),
+        "-c",
+        code,
+    ]);
     assert_eq!(status, 0, "{stderr}");
-    assert_eq!(std::fs::read_to_string(out.join("summary.txt")).expect("saved"), "6 from the host");
-    assert!(stderr.contains("saved") && stderr.contains("summary.txt"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(out.join("summary.txt")).expect("saved"),
+        "6 from the host"
+    );
+    assert!(
+        stderr.contains("saved") && stderr.contains("summary.txt"),
+        "{stderr}"
+    );
     // Without --output-dir the program's files are announced, not lost silently.
     let (_, _, stderr) = run(&["run", "-c", "open('/output/x', 'w').write('x')"]);
     assert!(stderr.contains("--output-dir"), "{stderr}");
-    let (status, _, stderr) = run(&["run", "--disk-mb", "1", "-c", "open('big', 'wb').write(b'x' * (2 << 20))"]);
+    let (status, _, stderr) = run(&[
+        "run",
+        "--disk-mb",
+        "1",
+        "-c",
+        "open('big', 'wb').write(b'x' * (2 << 20))",
+    ]);
     assert_eq!(status, 13, "disk_limit has its exit code: {stderr}");
     for (args, expected) in [
-        (vec!["run", "--mount", "/nonexistent:/d", "-c", "1"], "cannot open"),
+        (
+            vec!["run", "--mount", "/nonexistent:/d", "-c", "1"],
+            "cannot open",
+        ),
         (vec!["run", "--mount", "nocolon", "-c", "1"], "HOST:GUEST"),
-        (vec!["run", "--file", "/nonexistent/file.csv", "-c", "1"], "cannot read"),
+        (
+            vec!["run", "--file", "/nonexistent/file.csv", "-c", "1"],
+            "cannot read",
+        ),
     ] {
         let (status, _, stderr) = run(&args);
         assert_eq!(status, 2, "{args:?}: {stderr}");

@@ -51,63 +51,172 @@ fn requests() -> Value {
 }
 
 fn check_responses(out: &Value) {
-    let tools: Vec<&str> = out[0]["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
+    let tools: Vec<&str> = out[0]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
     assert_eq!(
         tools,
         [
-            "run_python", "call_python_function", "search_tools", "get_tool_schema", "list_sessions", "reset_session",
-            "close_session", "save_session", "restore_session", "fork_session"
+            "run_python",
+            "call_python_function",
+            "search_tools",
+            "get_tool_schema",
+            "list_sessions",
+            "reset_session",
+            "close_session",
+            "save_session",
+            "restore_session",
+            "fork_session"
         ]
     );
-    let description = out[0]["tools"][0]["description"].as_str().expect("description");
-    assert!(description.contains("call_mcp_tool") && description.contains("everything (ready"), "{description}");
+    let description = out[0]["tools"][0]["description"]
+        .as_str()
+        .expect("description");
+    assert!(
+        description.contains("call_mcp_tool") && description.contains("everything (ready"),
+        "{description}"
+    );
 
     let ok = &out[1];
     assert_eq!(ok["isError"], false, "{ok}");
     assert_eq!(ok["structuredContent"]["status"], "ok");
-    assert_eq!(ok["structuredContent"]["return_value"], json!(["Echo: a", "The sum of 1 and 2 is 3."]));
-    assert!(ok["content"][0]["text"].as_str().expect("text").contains("printed"));
+    assert_eq!(
+        ok["structuredContent"]["return_value"],
+        json!(["Echo: a", "The sum of 1 and 2 is 3."])
+    );
+    assert!(ok["content"][0]["text"]
+        .as_str()
+        .expect("text")
+        .contains("printed"));
 
     let error = &out[2];
-    assert_eq!(error["isError"], true, "a Python error is a tool result, not a protocol error");
-    assert_eq!(error["structuredContent"]["error"]["type"], "ZeroDivisionError");
-    assert!(error["content"][0]["text"].as_str().expect("text").contains("line 2, in f"));
+    assert_eq!(
+        error["isError"], true,
+        "a Python error is a tool result, not a protocol error"
+    );
+    assert_eq!(
+        error["structuredContent"]["error"]["type"],
+        "ZeroDivisionError"
+    );
+    assert!(error["content"][0]["text"]
+        .as_str()
+        .expect("text")
+        .contains("line 2, in f"));
 
     assert_eq!(out[3]["structuredContent"]["status"], "timeout");
-    let refused = out[4]["structuredContent"]["error"]["message"].as_str().expect("message");
+    let refused = out[4]["structuredContent"]["error"]["message"]
+        .as_str()
+        .expect("message");
     assert!(refused.contains("allowed_tools"), "{refused}");
-    assert_eq!(out[5]["structuredContent"]["tools"][0]["name"], "mcp__everything__get-sum");
-    assert_eq!(out[6]["structuredContent"]["inputSchema"]["required"], json!(["message"]));
+    assert_eq!(
+        out[5]["structuredContent"]["tools"][0]["name"],
+        "mcp__everything__get-sum"
+    );
+    assert_eq!(
+        out[6]["structuredContent"]["inputSchema"]["required"],
+        json!(["message"])
+    );
     assert_eq!(out[7]["structuredContent"]["return_value"], true);
-    assert!(out[8]["error"].as_str().expect("protocol error for a missing argument").contains("code"), "{}", out[8]);
+    assert!(
+        out[8]["error"]
+            .as_str()
+            .expect("protocol error for a missing argument")
+            .contains("code"),
+        "{}",
+        out[8]
+    );
 
-    assert_eq!(out[10]["structuredContent"]["return_value"], 42, "a session keeps globals: {}", out[10]);
+    assert_eq!(
+        out[10]["structuredContent"]["return_value"], 42,
+        "a session keeps globals: {}",
+        out[10]
+    );
     assert_eq!(out[11]["structuredContent"]["sessions"][0]["id"], "s1");
     assert_eq!(out[12]["structuredContent"]["closed"], true);
     assert_eq!(out[13]["isError"], true, "no session left to reset");
-    assert_eq!(out[14]["structuredContent"]["return_value"], false, "a closed session starts afresh");
-    assert!(out[16]["structuredContent"]["bytes"].as_u64().expect("saved bytes") > 0, "{}", out[16]);
-    assert_eq!(out[17]["structuredContent"]["restored"], true, "{}", out[17]);
-    assert_eq!(out[18]["structuredContent"]["return_value"], "Echo: kept", "restored state: {}", out[18]);
-    assert_eq!(out[20]["structuredContent"]["return_value"], "Echo: kept", "forked state: {}", out[20]);
-    assert!(out[21]["error"].as_str().expect("a refused name").contains("`name` may use"), "{}", out[21]);
+    assert_eq!(
+        out[14]["structuredContent"]["return_value"], false,
+        "a closed session starts afresh"
+    );
+    assert!(
+        out[16]["structuredContent"]["bytes"]
+            .as_u64()
+            .expect("saved bytes")
+            > 0,
+        "{}",
+        out[16]
+    );
+    assert_eq!(
+        out[17]["structuredContent"]["restored"], true,
+        "{}",
+        out[17]
+    );
+    assert_eq!(
+        out[18]["structuredContent"]["return_value"], "Echo: kept",
+        "restored state: {}",
+        out[18]
+    );
+    assert_eq!(
+        out[20]["structuredContent"]["return_value"], "Echo: kept",
+        "forked state: {}",
+        out[20]
+    );
+    assert!(
+        out[21]["error"]
+            .as_str()
+            .expect("a refused name")
+            .contains("`name` may use"),
+        "{}",
+        out[21]
+    );
 
     let files = &out[22];
     assert_eq!(files["isError"], false, "{files}");
-    assert_eq!(files["content"][1]["type"], "image", "PNG output comes back as an image: {files}");
+    assert_eq!(
+        files["content"][1]["type"], "image",
+        "PNG output comes back as an image: {files}"
+    );
     assert_eq!(files["content"][1]["data"], "iVBORw0KGgo=");
-    assert_eq!(files["content"][2]["resource"]["text"], "A,B", "text output as an embedded resource: {files}");
-    assert_eq!(files["content"][2]["resource"]["uri"], "file:///output/report.txt");
-    assert!(files["content"][0]["text"].as_str().expect("summary").contains("/output/report.txt (text/plain, 3 bytes)"));
-    assert_eq!(out[23]["structuredContent"]["status"], "invalid_input", "{}", out[23]);
-    assert!(out[24]["error"].as_str().expect("protocol error").contains("exactly one of"), "{}", out[24]);
+    assert_eq!(
+        files["content"][2]["resource"]["text"], "A,B",
+        "text output as an embedded resource: {files}"
+    );
+    assert_eq!(
+        files["content"][2]["resource"]["uri"],
+        "file:///output/report.txt"
+    );
+    assert!(files["content"][0]["text"]
+        .as_str()
+        .expect("summary")
+        .contains("/output/report.txt (text/plain, 3 bytes)"));
+    assert_eq!(
+        out[23]["structuredContent"]["status"], "invalid_input",
+        "{}",
+        out[23]
+    );
+    assert!(
+        out[24]["error"]
+            .as_str()
+            .expect("protocol error")
+            .contains("exactly one of"),
+        "{}",
+        out[24]
+    );
 }
 
 fn processes_with_env(marker: &str) -> usize {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
     entries
         .filter_map(|e| e.ok())
-        .filter(|e| std::fs::read(e.path().join("environ")).is_ok_and(|env| env.windows(marker.len()).any(|w| w == marker.as_bytes())))
+        .filter(|e| {
+            std::fs::read(e.path().join("environ"))
+                .is_ok_and(|env| env.windows(marker.len()).any(|w| w == marker.as_bytes()))
+        })
         .count()
 }
 
@@ -116,13 +225,33 @@ fn stdio_serves_a_real_client_and_stops_its_upstreams() {
     let dir = tempfile::tempdir().expect("tempdir");
     let marker = format!("sandpy-stdio-{}", std::process::id());
     let config = config_file(dir.path(), &marker);
-    let (out, status) = mcp_client(&["stdio", env!("CARGO_BIN_EXE_sandpy"), "serve", "--config", &config], &requests());
+    let (out, status) = mcp_client(
+        &[
+            "stdio",
+            env!("CARGO_BIN_EXE_sandpy"),
+            "serve",
+            "--config",
+            &config,
+        ],
+        &requests(),
+    );
     assert_eq!(status, 0, "{out}");
     check_responses(&out);
     std::thread::sleep(std::time::Duration::from_millis(500));
-    assert_eq!(processes_with_env(&marker), 0, "upstream servers were left running");
+    assert_eq!(
+        processes_with_env(&marker),
+        0,
+        "upstream servers were left running"
+    );
     let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).expect("audit log");
-    assert!(audit.lines().filter(|l| l.contains("\"kind\":\"execution\"")).count() >= 5, "{audit}");
+    assert!(
+        audit
+            .lines()
+            .filter(|l| l.contains("\"kind\":\"execution\""))
+            .count()
+            >= 5,
+        "{audit}"
+    );
 }
 
 pub struct Server(pub std::process::Child);
@@ -146,7 +275,10 @@ pub fn http_server(extra: &[&str]) -> (Server, String) {
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
     let url = loop {
-        let line = lines.next().expect("sandpy serve exited early").expect("stderr line");
+        let line = lines
+            .next()
+            .expect("sandpy serve exited early")
+            .expect("stderr line");
         if let Some(url) = line.strip_prefix("sandpy: serving MCP at ") {
             break url.to_string();
         }
@@ -168,19 +300,37 @@ fn http_serves_a_real_client_with_a_bearer_token() {
     assert_eq!(status, 3, "a wrong token must not connect: {out}");
     let (out, status) = mcp_client(&["http", &url], &json!([{"method": "list_tools"}]));
     assert_eq!(status, 3, "no token must not connect: {out}");
-    for authorization in [None, Some("Bearer wrong"), Some("Bearer s3cret-but-longer"), Some("s3cret")] {
-        assert!(raw_post(&url, authorization).starts_with("HTTP/1.1 401"), "{authorization:?} got in");
+    for authorization in [
+        None,
+        Some("Bearer wrong"),
+        Some("Bearer s3cret-but-longer"),
+        Some("s3cret"),
+    ] {
+        assert!(
+            raw_post(&url, authorization).starts_with("HTTP/1.1 401"),
+            "{authorization:?} got in"
+        );
     }
     assert!(!raw_post(&url, Some("Bearer s3cret")).starts_with("HTTP/1.1 401"));
 
     // SIGTERM: a clean shutdown that stops the upstream servers too.
     assert!(processes_with_env(&marker) > 0);
-    let term = std::process::Command::new("kill").args(["-TERM", &server.0.id().to_string()]).status().expect("kill");
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &server.0.id().to_string()])
+        .status()
+        .expect("kill");
     assert!(term.success());
     let status = server.0.wait().expect("wait");
-    assert!(status.success(), "sandpy serve exits 0 on SIGTERM: {status}");
+    assert!(
+        status.success(),
+        "sandpy serve exits 0 on SIGTERM: {status}"
+    );
     std::thread::sleep(std::time::Duration::from_millis(500));
-    assert_eq!(processes_with_env(&marker), 0, "upstream servers were left running");
+    assert_eq!(
+        processes_with_env(&marker),
+        0,
+        "upstream servers were left running"
+    );
 }
 
 /// A bare `initialize` POST, to read the status line the server answers with.
@@ -188,13 +338,17 @@ fn raw_post(url: &str, authorization: Option<&str>) -> String {
     use std::io::{Read, Write};
     let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
-    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
     let request = format!(
         "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let mut stream = std::net::TcpStream::connect(address).expect("connect");
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).expect("timeout");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
     stream.write_all(request.as_bytes()).expect("send");
     let mut response = vec![0u8; 64];
     let n = stream.read(&mut response).expect("read");
@@ -203,8 +357,14 @@ fn raw_post(url: &str, authorization: Option<&str>) -> String {
 
 #[test]
 fn http_beyond_loopback_requires_a_token() {
-    let out = sandpy().args(["serve", "--http", "0.0.0.0:0"]).output().expect("sandpy");
+    let out = sandpy()
+        .args(["serve", "--http", "0.0.0.0:0"])
+        .output()
+        .expect("sandpy");
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("not a loopback address") && stderr.contains("token"), "{stderr}");
+    assert!(
+        stderr.contains("not a loopback address") && stderr.contains("token"),
+        "{stderr}"
+    );
 }

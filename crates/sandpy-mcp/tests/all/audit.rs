@@ -10,25 +10,43 @@ fn one_line_per_execution_and_per_tool_call_without_argument_values() {
     let path = dir.path().join("audit/log.jsonl");
     let audit = AuditLog::open(&path, false).expect("open");
     block_on(async {
-        let text = format!(r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{}"]}}}}}}"#, crate::upstream::EVERYTHING_PKG);
+        let text = format!(
+            r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{}"]}}}}}}"#,
+            crate::upstream::EVERYTHING_PKG
+        );
         let hub = Hub::start(&config(&text)).await;
         let code = "call_mcp_tool('mcp__everything__echo', {'message': 'secret-value'})\ntry:\n    call_mcp_tool('mcp__everything__get-sum', {'a': 'bad'})\nexcept ToolError:\n    pass\n\
                     try:\n    call_mcp_tool('mcp__everything__nope')\nexcept ToolError:\n    pass";
-        let options = RunOptions { tools: Some(hub.for_execution("x1".into(), Some(audit.clone()))), ..RunOptions::default() };
+        let options = RunOptions {
+            tools: Some(hub.for_execution("x1".into(), Some(audit.clone()))),
+            ..RunOptions::default()
+        };
         let execution = sandbox().run_with(code, &options).await;
         audit.execution("x1", code, &options.limits, &execution);
         hub.shutdown().await;
     });
     let text = std::fs::read_to_string(&path).expect("log");
-    assert!(!text.contains("secret-value"), "argument values are not recorded by default");
-    let records: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect("one JSON object per line")).collect();
+    assert!(
+        !text.contains("secret-value"),
+        "argument values are not recorded by default"
+    );
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
     assert_eq!(records.len(), 4, "{text}");
     assert_eq!(records[0]["kind"], "tool_call");
     assert_eq!(records[0]["tool"], "mcp__everything__echo");
     assert_eq!(records[0]["outcome"], "ok");
     assert_eq!(records[1]["outcome"], "error");
-    assert_eq!((records[2]["tool"].as_str(), records[2]["outcome"].as_str()), (Some("mcp__everything__nope"), Some("refused")));
-    assert!(records[2]["reason"].as_str().expect("reason").contains("unknown tool"));
+    assert_eq!(
+        (records[2]["tool"].as_str(), records[2]["outcome"].as_str()),
+        (Some("mcp__everything__nope"), Some("refused"))
+    );
+    assert!(records[2]["reason"]
+        .as_str()
+        .expect("reason")
+        .contains("unknown tool"));
     assert_eq!(records[3]["kind"], "execution");
     assert_eq!(records[3]["status"], "ok");
     assert_eq!(records[3]["tool_calls"], 3);

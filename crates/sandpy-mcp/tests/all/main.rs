@@ -12,13 +12,21 @@ pub fn sandbox() -> &'static Sandbox {
     static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
     // Tests about behaviour, not admission: let every test's runs in at once, so that a
     // timing assertion never measures time spent waiting for another test's run.
-    let config = sandpy::Config { max_concurrent_runs: Some(64), ..sandpy::Config::default() };
+    let config = sandpy::Config {
+        max_concurrent_runs: Some(64),
+        ..sandpy::Config::default()
+    };
     SANDBOX.get_or_init(|| Sandbox::new(config).expect("the runtime loads"))
 }
 
 /// A multi-threaded runtime per test: upstream clients run beside the sandbox.
 pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio").block_on(future)
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio")
+        .block_on(future)
 }
 
 /// Parse a config given as JSON text.

@@ -17,14 +17,20 @@ fn everything() -> String {
 
 /// The `everything` server with this `sandpy` section.
 fn everything_with(sandpy: &str) -> String {
-    format!(r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{EVERYTHING_PKG}"]}}}}, "sandpy": {sandpy}}}"#)
+    format!(
+        r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{EVERYTHING_PKG}"]}}}}, "sandpy": {sandpy}}}"#
+    )
 }
 
 #[test]
 fn tools_are_named_listed_and_called_sync_async_and_by_namespace() {
     block_on(async {
         let hub = Hub::start(&config(&everything())).await;
-        assert!(hub.servers()[0].status.starts_with("ready"), "{:?}", hub.servers());
+        assert!(
+            hub.servers()[0].status.starts_with("ready"),
+            "{:?}",
+            hub.servers()
+        );
         let e = run_with_hub(
             &hub,
             "names = [t['name'] for t in discover_mcp_tools()]\n\
@@ -40,7 +46,11 @@ fn tools_are_named_listed_and_called_sync_async_and_by_namespace() {
         assert_eq!(v[0], json!(true));
         assert_eq!(v[1], json!("Echo: sync"));
         assert_eq!(v[2], json!("The sum of 2 and 3 is 5."));
-        assert!(v[3].is_object(), "structuredContent is returned as is: {}", v[3]);
+        assert!(
+            v[3].is_object(),
+            "structuredContent is returned as is: {}",
+            v[3]
+        );
         assert_eq!(v[4], json!(["message"]));
         hub.shutdown().await;
     });
@@ -57,7 +67,10 @@ fn gather_runs_upstream_calls_concurrently() {
         let took = started.elapsed();
         assert_eq!(e.status, Status::Ok, "{e:#?}");
         assert_eq!(e.tool_calls, 8);
-        assert!(took < Duration::from_secs(4), "eight 1 s calls took {took:?}: not concurrent");
+        assert!(
+            took < Duration::from_secs(4),
+            "eight 1 s calls took {took:?}: not concurrent"
+        );
         hub.shutdown().await;
     });
 }
@@ -70,14 +83,35 @@ fn schema_violations_unknown_tools_and_allowlist_raise_tool_error() {
                     \x20   try:\n        call_mcp_tool(name, args)\n        out.append('called')\n\
                     \x20   except ToolError as e:\n        out.append(str(e))\n\
                     out + [[t['name'] for t in discover_mcp_tools()]]";
-        let options = RunOptions { allowed_tools: Some(vec!["mcp__everything__get-sum".into(), "mcp__everything__nope".into()]), ..RunOptions::default() };
+        let options = RunOptions {
+            allowed_tools: Some(vec![
+                "mcp__everything__get-sum".into(),
+                "mcp__everything__nope".into(),
+            ]),
+            ..RunOptions::default()
+        };
         let e = run_with_hub(&hub, code, options).await;
         let v = e.return_value.expect("value");
         let schema = v[0].as_str().unwrap();
-        assert!(schema.contains("do not match its inputSchema") && schema.contains("at /a") && schema.contains("\"b\" is a required property"), "{schema}");
+        assert!(
+            schema.contains("do not match its inputSchema")
+                && schema.contains("at /a")
+                && schema.contains("\"b\" is a required property"),
+            "{schema}"
+        );
         assert!(v[1].as_str().unwrap().contains("unknown tool"), "{}", v[1]);
-        assert!(v[2].as_str().unwrap().contains("matches none of the allowed_tools patterns"), "{}", v[2]);
-        assert_eq!(v[3], json!(["mcp__everything__get-sum"]), "discovery shows only allowed tools");
+        assert!(
+            v[2].as_str()
+                .unwrap()
+                .contains("matches none of the allowed_tools patterns"),
+            "{}",
+            v[2]
+        );
+        assert_eq!(
+            v[3],
+            json!(["mcp__everything__get-sum"]),
+            "discovery shows only allowed tools"
+        );
         hub.shutdown().await;
     });
 }
@@ -85,9 +119,17 @@ fn schema_violations_unknown_tools_and_allowlist_raise_tool_error() {
 #[test]
 fn config_allowlist_applies_to_every_run() {
     block_on(async {
-        let hub = Hub::start(&config(&everything_with(r#"{"allowed_tools": ["mcp__everything__echo"]}"#))).await;
+        let hub = Hub::start(&config(&everything_with(
+            r#"{"allowed_tools": ["mcp__everything__echo"]}"#,
+        )))
+        .await;
         let e = run_with_hub(&hub, "try:\n    call_mcp_tool('mcp__everything__get-env')\n    r = 'leaked'\nexcept ToolError as e:\n    r = str(e)\nr", RunOptions::default()).await;
-        assert!(e.return_value.unwrap().as_str().unwrap().contains("not allowed"));
+        assert!(e
+            .return_value
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .contains("not allowed"));
         hub.shutdown().await;
     });
 }
@@ -95,14 +137,20 @@ fn config_allowlist_applies_to_every_run() {
 #[test]
 fn a_hanging_tool_times_out_and_the_run_goes_on() {
     block_on(async {
-        let hub = Hub::start(&config(&everything_with(r#"{"limits": {"tool_timeout_ms": 500}}"#))).await;
+        let hub = Hub::start(&config(&everything_with(
+            r#"{"limits": {"tool_timeout_ms": 500}}"#,
+        )))
+        .await;
         let code = "try:\n    call_mcp_tool('mcp__everything__trigger-long-running-operation', {'duration': 30, 'steps': 1})\n    r = 'returned'\n\
                     except ToolError as e:\n    r = str(e)\n[r, call_mcp_tool('mcp__everything__echo', {'message': 'after'})]";
         let started = Instant::now();
         let e = run_with_hub(&hub, code, RunOptions::default()).await;
         assert!(started.elapsed() < Duration::from_secs(10));
         let v = e.return_value.expect("value");
-        assert!(v[0].as_str().unwrap().contains("timed out after 500 ms"), "{v}");
+        assert!(
+            v[0].as_str().unwrap().contains("timed out after 500 ms"),
+            "{v}"
+        );
         assert_eq!(v[1], json!("Echo: after"));
         hub.shutdown().await;
     });
@@ -112,7 +160,10 @@ fn a_hanging_tool_times_out_and_the_run_goes_on() {
 fn the_run_timeout_covers_slow_tools() {
     block_on(async {
         let hub = Hub::start(&config(&everything())).await;
-        let options = RunOptions::with_limits(Limits { timeout: Duration::from_millis(800), ..Limits::default() });
+        let options = RunOptions::with_limits(Limits {
+            timeout: Duration::from_millis(800),
+            ..Limits::default()
+        });
         let e = run_with_hub(&hub, "call_mcp_tool('mcp__everything__trigger-long-running-operation', {'duration': 20, 'steps': 1})", options).await;
         assert_eq!(e.status, Status::Timeout);
         hub.shutdown().await;
@@ -131,7 +182,10 @@ fn a_crashed_server_is_restarted_on_the_next_call() {
                     try:\n    call_mcp_tool('mcp__flaky__trigger-long-running-operation', {'duration': 30, 'steps': 1})\n    mid = 'returned'\n\
                     except ToolError as e:\n    mid = str(e)\n\
                     [first, mid, call_mcp_tool('mcp__flaky__echo', {'message': 'two'})]";
-        let options = RunOptions::with_limits(Limits { timeout: Duration::from_secs(90), ..Limits::default() });
+        let options = RunOptions::with_limits(Limits {
+            timeout: Duration::from_secs(90),
+            ..Limits::default()
+        });
         let e = run_with_hub(&hub, code, options).await;
         let v = e.return_value.clone().unwrap_or_else(|| panic!("{e:#?}"));
         assert_eq!(v[0], json!("Echo: one"));
@@ -155,15 +209,28 @@ fn tool_call_limit_with_a_real_server() {
 #[test]
 fn python_reads_from_one_tool_and_writes_to_another() {
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("people.csv"), "name,role\nAda,engineer\nGrace,admiral\n").expect("write");
-    let root = dir.path().canonicalize().expect("canonical").display().to_string();
+    std::fs::write(
+        dir.path().join("people.csv"),
+        "name,role\nAda,engineer\nGrace,admiral\n",
+    )
+    .expect("write");
+    let root = dir
+        .path()
+        .canonicalize()
+        .expect("canonical")
+        .display()
+        .to_string();
     block_on(async {
         let text = format!(
             r#"{{"mcpServers": {{"fs": {{"command": "npx", "args": ["-y", "{FILESYSTEM_PKG}", "{root}"]}},
                                  "memory": {{"command": "npx", "args": ["-y", "{MEMORY_PKG}"], "env": {{"MEMORY_FILE_PATH": "{root}/memory.jsonl"}}}}}}}}"#
         );
         let hub = Hub::start(&config(&text)).await;
-        assert!(hub.servers().iter().all(|s| s.status.starts_with("ready")), "{:?}", hub.servers());
+        assert!(
+            hub.servers().iter().all(|s| s.status.starts_with("ready")),
+            "{:?}",
+            hub.servers()
+        );
         let code = format!(
             "import csv, io\n\
              text = call_mcp_tool('mcp__fs__read_text_file', {{'path': '{root}/people.csv'}})['content']\n\
@@ -174,11 +241,20 @@ fn python_reads_from_one_tool_and_writes_to_another() {
         );
         let e = run_with_hub(&hub, &code, RunOptions::default()).await;
         assert_eq!(e.return_value, Some(json!(["Ada", "Grace"])), "{e:#?}");
-        let e = run_with_hub(&hub, &format!("call_mcp_tool('mcp__fs__read_text_file', {{'path': '{root}/missing.txt'}})"), RunOptions::default()).await;
+        let e = run_with_hub(
+            &hub,
+            &format!("call_mcp_tool('mcp__fs__read_text_file', {{'path': '{root}/missing.txt'}})"),
+            RunOptions::default(),
+        )
+        .await;
         assert_eq!(e.status, Status::Error);
         let error = e.error.expect("error");
         assert_eq!(error.kind, "ToolError");
-        assert!(error.message.contains("missing.txt") || error.message.contains("ENOENT"), "the tool's own message: {}", error.message);
+        assert!(
+            error.message.contains("missing.txt") || error.message.contains("ENOENT"),
+            "the tool's own message: {}",
+            error.message
+        );
         hub.shutdown().await;
     });
 }
@@ -195,23 +271,41 @@ fn shutdown_leaves_no_server_running() {
         hub.shutdown().await;
     });
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(processes_with_env(&marker), 0, "every process of the server is gone");
+    assert_eq!(
+        processes_with_env(&marker),
+        0,
+        "every process of the server is gone"
+    );
 }
 
 /// Processes whose environment holds `marker`.
 fn processes_with_env(marker: &str) -> usize {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
     entries
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
-        .filter(|e| std::fs::read(e.path().join("environ")).is_ok_and(|env| env.windows(marker.len()).any(|w| w == marker.as_bytes())))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .chars()
+                .all(|c| c.is_ascii_digit())
+        })
+        .filter(|e| {
+            std::fs::read(e.path().join("environ"))
+                .is_ok_and(|env| env.windows(marker.len()).any(|w| w == marker.as_bytes()))
+        })
         .count()
 }
 
 #[test]
 fn a_streamable_http_upstream_with_headers() {
     // The reference server over streamable HTTP, on a free loopback port.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("port")
+        .local_addr()
+        .expect("addr")
+        .port();
     let mut server = std::process::Command::new("npx")
         .args(["-y", EVERYTHING_PKG, "streamableHttp"])
         .env("PORT", port.to_string())
@@ -225,15 +319,28 @@ fn a_streamable_http_upstream_with_headers() {
         assert!(Instant::now() < deadline, "the HTTP server did not start");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let text = format!(r#"{{"mcpServers": {{"web": {{"type": "http", "url": "http://127.0.0.1:{port}/mcp", "headers": {{"X-Sandpy-Test": "1"}}}}}}}}"#);
+    let text = format!(
+        r#"{{"mcpServers": {{"web": {{"type": "http", "url": "http://127.0.0.1:{port}/mcp", "headers": {{"X-Sandpy-Test": "1"}}}}}}}}"#
+    );
     let value = block_on(async {
         let hub = Hub::start(&config(&text)).await;
-        assert!(hub.servers()[0].status.starts_with("ready"), "{:?}", hub.servers());
-        let e = run_with_hub(&hub, "tools.web.echo(message='over http')", RunOptions::default()).await;
+        assert!(
+            hub.servers()[0].status.starts_with("ready"),
+            "{:?}",
+            hub.servers()
+        );
+        let e = run_with_hub(
+            &hub,
+            "tools.web.echo(message='over http')",
+            RunOptions::default(),
+        )
+        .await;
         hub.shutdown().await;
         e.return_value
     });
-    let _ = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{}", server.id())]).status();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", server.id())])
+        .status();
     let _ = server.wait();
     assert_eq!(value, Some(json!("Echo: over http")));
 }

@@ -121,7 +121,10 @@ fn cpu_recursion_and_memory_bombs_leave_the_host_fine() {
     let e = run("def f(): return f()\nf()");
     assert_eq!(e.status, Status::Error);
     let e = run("x = [[]]\nfor _ in range(10**6):\n    x = [x]\nrepr(x)");
-    assert!(matches!(e.status, Status::Error | Status::StackOverflow | Status::Ok), "{e:?}");
+    assert!(
+        matches!(e.status, Status::Error | Status::StackOverflow | Status::Ok),
+        "{e:?}"
+    );
     assert_host_fine();
 }
 
@@ -137,7 +140,11 @@ fn memory_a_reused_pool_slot_starts_from_the_snapshot() {
     // hundreds of disjoint stretches of the snapshot's heap (an attribute on every loaded
     // module) plus a large new allocation, first within and then past the slot's
     // keep-resident budget; the next run must see none of it.
-    let config = sandpy::Config { pooled_instances: Some(1), max_concurrent_runs: Some(1), ..sandpy::Config::default() };
+    let config = sandpy::Config {
+        pooled_instances: Some(1),
+        max_concurrent_runs: Some(1),
+        ..sandpy::Config::default()
+    };
     let sandbox = sandpy::Sandbox::new(config).expect("the runtime loads");
     let dirty = |mib: usize| {
         format!(
@@ -148,8 +155,19 @@ fn memory_a_reused_pool_slot_starts_from_the_snapshot() {
     for mib in [1, 4, 32, 1] {
         let e = crate::block_on(sandbox.run(&dirty(mib), &sandpy::Limits::default()));
         assert_eq!(e.status, Status::Ok, "{e:#?}");
-        assert!(e.return_value.as_ref().and_then(|v| v.as_u64()).unwrap_or(0) > 300, "few modules marked: {e:#?}");
+        assert!(
+            e.return_value
+                .as_ref()
+                .and_then(|v| v.as_u64())
+                .unwrap_or(0)
+                > 300,
+            "few modules marked: {e:#?}"
+        );
         let e = crate::block_on(sandbox.run(check, &sandpy::Limits::default()));
-        assert_eq!(e.return_value, Some(json!([])), "state of the previous run ({mib} MiB) leaked: {e:#?}");
+        assert_eq!(
+            e.return_value,
+            Some(json!([])),
+            "state of the previous run ({mib} MiB) leaked: {e:#?}"
+        );
     }
 }

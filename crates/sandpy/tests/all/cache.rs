@@ -8,31 +8,74 @@ fn a_corrupt_cache_entry_is_rebuilt_and_old_entries_pruned() {
     let current = crate::sandbox().cache_file();
     let dir = tempfile::tempdir().expect("tempdir");
     let name = current.file_name().expect("a file name");
-    std::fs::write(dir.path().join(name), b"\x7fELF this is not a compiled component").expect("corrupt copy");
+    std::fs::write(
+        dir.path().join(name),
+        b"\x7fELF this is not a compiled component",
+    )
+    .expect("corrupt copy");
     // Entries of five other (older) runtimes: all but the newest three get pruned.
     for i in 0..5u64 {
-        let stale = dir.path().join(format!("python-{i:016x}-wasmtime48.0.8-0000000000000000.cwasm"));
+        let stale = dir.path().join(format!(
+            "python-{i:016x}-wasmtime48.0.8-0000000000000000.cwasm"
+        ));
         let file = std::fs::File::create(&stale).expect("stale entry");
         let age = std::time::Duration::from_secs(3600 * (i + 1));
-        file.set_modified(std::time::SystemTime::now() - age).expect("mtime");
+        file.set_modified(std::time::SystemTime::now() - age)
+            .expect("mtime");
     }
     let messages = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let seen = messages.clone();
     let config = Config {
         cache_dir: Some(dir.path().to_path_buf()),
-        progress: Some(std::sync::Arc::new(move |m: &str| seen.lock().expect("lock").push(m.to_string()))),
+        progress: Some(std::sync::Arc::new(move |m: &str| {
+            seen.lock().expect("lock").push(m.to_string())
+        })),
         ..Config::default()
     };
     let sandbox = Sandbox::new(config).expect("a corrupt entry is rebuilt, not fatal");
     let e = crate::block_on(sandbox.run("1 + 1", &Limits::default()));
-    assert_eq!((e.status, e.return_value), (Status::Ok, Some(serde_json::json!(2))));
-    assert!(messages.lock().expect("lock").iter().any(|m| m.contains("compiling")), "a progress message was shown");
-    let rebuilt: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").filter_map(|e| e.ok()).collect();
-    let size = std::fs::metadata(dir.path().join(name)).expect("the entry").len();
-    assert!(size > 1_000_000, "the corrupt entry was rewritten ({size} bytes)");
-    let mut names: Vec<String> = rebuilt.iter().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(
+        (e.status, e.return_value),
+        (Status::Ok, Some(serde_json::json!(2)))
+    );
+    assert!(
+        messages
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|m| m.contains("compiling")),
+        "a progress message was shown"
+    );
+    let rebuilt: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .filter_map(|e| e.ok())
+        .collect();
+    let size = std::fs::metadata(dir.path().join(name))
+        .expect("the entry")
+        .len();
+    assert!(
+        size > 1_000_000,
+        "the corrupt entry was rewritten ({size} bytes)"
+    );
+    let mut names: Vec<String> = rebuilt
+        .iter()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
     names.sort();
-    let stale: Vec<&String> = names.iter().filter(|n| n.contains("-0000000000000000.cwasm")).collect();
-    assert_eq!(stale.len(), 3, "the three newest other entries are kept: {names:?}");
-    assert!(stale.iter().all(|n| !n.starts_with("python-0000000000000003") && !n.starts_with("python-0000000000000004")), "{names:?}");
+    let stale: Vec<&String> = names
+        .iter()
+        .filter(|n| n.contains("-0000000000000000.cwasm"))
+        .collect();
+    assert_eq!(
+        stale.len(),
+        3,
+        "the three newest other entries are kept: {names:?}"
+    );
+    assert!(
+        stale
+            .iter()
+            .all(|n| !n.starts_with("python-0000000000000003")
+                && !n.starts_with("python-0000000000000004")),
+        "{names:?}"
+    );
 }

@@ -7,7 +7,10 @@ use serde_json::json;
 use std::path::Path;
 
 fn input(path: &str, content: &[u8]) -> InputFile {
-    InputFile { path: path.into(), content: content.to_vec() }
+    InputFile {
+        path: path.into(),
+        content: content.to_vec(),
+    }
 }
 
 fn with_limits(f: impl FnOnce(&mut Limits)) -> RunOptions {
@@ -23,7 +26,8 @@ fn host_folder() -> tempfile::TempDir {
     std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
     std::fs::write(dir.path().join("sub/notes.txt"), "notes").expect("write");
     std::os::unix::fs::symlink("/etc/passwd", dir.path().join("passwd")).expect("symlink");
-    std::os::unix::fs::symlink("../../../../../../etc/hostname", dir.path().join("sub/up")).expect("symlink");
+    std::os::unix::fs::symlink("../../../../../../etc/hostname", dir.path().join("sub/up"))
+        .expect("symlink");
     dir
 }
 
@@ -36,9 +40,15 @@ fn scratch_is_the_working_directory_private_to_each_run_and_removed_after() {
     for dir in [&stale, &live] {
         std::fs::create_dir_all(dir.join("tmp")).expect("mkdir");
     }
-    let config = sandpy::Config { scratch_dir: Some(base.path().to_path_buf()), ..sandpy::Config::default() };
+    let config = sandpy::Config {
+        scratch_dir: Some(base.path().to_path_buf()),
+        ..sandpy::Config::default()
+    };
     let own = sandpy::Sandbox::new(config).expect("sandbox");
-    assert!(!stale.exists() && live.exists(), "folders of dead processes are swept when a sandbox starts");
+    assert!(
+        !stale.exists() && live.exists(),
+        "folders of dead processes are swept when a sandbox starts"
+    );
     std::fs::remove_dir_all(&live).expect("cleanup");
     let code = "import os, tempfile\nseen = sorted(os.listdir('.'))\nopen('a.txt', 'w').write('x')\nos.makedirs('d/e')\n\
                 with tempfile.NamedTemporaryFile(delete=False) as f: f.write(b'y')\n\
@@ -48,7 +58,11 @@ fn scratch_is_the_working_directory_private_to_each_run_and_removed_after() {
         assert_eq!(e.status, Status::Ok, "{e:#?}");
         let value = e.return_value.expect("value");
         assert_eq!(value[0], json!("/tmp"));
-        assert_eq!(value[1], json!([]), "a run never sees an earlier run's files");
+        assert_eq!(
+            value[1],
+            json!([]),
+            "a run never sees an earlier run's files"
+        );
         assert_eq!(value[2], json!("/tmp"));
         assert_eq!(value[3].as_array().map(Vec::len), Some(3));
     }
@@ -60,7 +74,11 @@ fn scratch_is_the_working_directory_private_to_each_run_and_removed_after() {
 fn a_reused_scratch_folder_shows_nothing_of_the_run_before() {
     // One run at a time, so each run gets the folder the run before left (if empty).
     let base = tempfile::tempdir().expect("temp dir");
-    let config = sandpy::Config { scratch_dir: Some(base.path().to_path_buf()), max_concurrent_runs: Some(1), ..sandpy::Config::default() };
+    let config = sandpy::Config {
+        scratch_dir: Some(base.path().to_path_buf()),
+        max_concurrent_runs: Some(1),
+        ..sandpy::Config::default()
+    };
     let own = sandpy::Sandbox::new(config).expect("sandbox");
     let run = |code: &str| {
         let e = block_on(own.run(code, &Limits::default()));
@@ -85,7 +103,11 @@ fn a_reused_scratch_folder_shows_nothing_of_the_run_before() {
 #[test]
 fn input_files_arrive_by_content_and_bad_paths_are_refused() {
     let options = RunOptions {
-        files: vec![input("data.csv", b"a,b\n1,2\n"), input("/tmp/in/raw.bin", &[0, 159, 255]), input("./x//y.txt", b"y")],
+        files: vec![
+            input("data.csv", b"a,b\n1,2\n"),
+            input("/tmp/in/raw.bin", &[0, 159, 255]),
+            input("./x//y.txt", b"y"),
+        ],
         ..RunOptions::default()
     };
     let e = run_with(
@@ -93,14 +115,30 @@ fn input_files_arrive_by_content_and_bad_paths_are_refused() {
         &options,
     );
     assert_eq!(e.status, Status::Ok, "{e:#?}");
-    assert_eq!(e.return_value, Some(json!([[{"a": "1", "b": "2"}], [0, 159, 255], "y"])));
-    for (path, expected) in [("../escape", "`..`"), ("/etc/cron.d/x", "under /tmp"), ("/tmp/", "names no file")] {
-        let options = RunOptions { files: vec![input(path, b"x")], ..RunOptions::default() };
+    assert_eq!(
+        e.return_value,
+        Some(json!([[{"a": "1", "b": "2"}], [0, 159, 255], "y"]))
+    );
+    for (path, expected) in [
+        ("../escape", "`..`"),
+        ("/etc/cron.d/x", "under /tmp"),
+        ("/tmp/", "names no file"),
+    ] {
+        let options = RunOptions {
+            files: vec![input(path, b"x")],
+            ..RunOptions::default()
+        };
         let e = run_with("1", &options);
         assert_eq!(e.status, Status::InvalidInput, "{path}: {e:#?}");
-        assert!(e.error.as_ref().unwrap().message.contains(expected), "{path}: {e:#?}");
+        assert!(
+            e.error.as_ref().unwrap().message.contains(expected),
+            "{path}: {e:#?}"
+        );
     }
-    let too_big = RunOptions { files: vec![input("big", &vec![1; 2 << 20])], ..with_limits(|l| l.disk_bytes = 1 << 20) };
+    let too_big = RunOptions {
+        files: vec![input("big", &vec![1; 2 << 20])],
+        ..with_limits(|l| l.disk_bytes = 1 << 20)
+    };
     let e = run_with("1", &too_big);
     assert_eq!(e.status, Status::InvalidInput);
     assert!(e.error.unwrap().message.contains("over the disk quota"));
@@ -116,8 +154,19 @@ fn output_files_come_back_with_name_size_and_type_even_when_the_run_fails() {
         &RunOptions::default(),
     );
     assert_eq!(e.status, Status::Error, "{e:#?}");
-    let names: Vec<_> = e.files.iter().map(|f| (f.name.as_str(), f.size, f.mime_type.as_str())).collect();
-    assert_eq!(names, [("charts/plot.png", 264, "image/png"), ("report.csv", 8, "text/csv")], "links are never followed");
+    let names: Vec<_> = e
+        .files
+        .iter()
+        .map(|f| (f.name.as_str(), f.size, f.mime_type.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("charts/plot.png", 264, "image/png"),
+            ("report.csv", 8, "text/csv")
+        ],
+        "links are never followed"
+    );
     assert_eq!(e.files[1].text(), Some("a,b\n1,2\n"));
     assert_eq!(&e.files[0].content[..4], b"\x89PNG");
     let json = serde_json::to_value(&e).expect("serialises");
@@ -130,11 +179,22 @@ fn output_files_come_back_with_name_size_and_type_even_when_the_run_fails() {
 fn disk_quota_refuses_writes_past_it_and_ends_the_run_disk_limit() {
     let options = with_limits(|l| l.disk_bytes = 1 << 20);
     // An uncaught refusal ends the run with the typed status.
-    let e = run_with("with open('big', 'wb') as f:\n    for _ in range(100):\n        f.write(b'x' * 65536)", &options);
+    let e = run_with(
+        "with open('big', 'wb') as f:\n    for _ in range(100):\n        f.write(b'x' * 65536)",
+        &options,
+    );
     assert_eq!(e.status, Status::DiskLimit, "{e:#?}");
     let error = e.error.expect("error");
-    assert!(error.message.contains("disk quota of 1048576 bytes under /tmp"), "{error:?}");
-    assert!(error.traceback.unwrap().contains("f.write"), "the traceback shows where");
+    assert!(
+        error
+            .message
+            .contains("disk quota of 1048576 bytes under /tmp"),
+        "{error:?}"
+    );
+    assert!(
+        error.traceback.unwrap().contains("f.write"),
+        "the traceback shows where"
+    );
     // Positioned writes and truncation fail with ENOSPC, which the program can handle;
     // a sparse file counts at its full size; deleting gives room back.
     let e = run_with(
@@ -160,20 +220,36 @@ fn empty_files_and_folders_count_against_the_quota() {
     assert_eq!(e.status, Status::Ok, "{e:#?}");
     let value = e.return_value.expect("value");
     let (made, dirs) = (value[0].as_u64().unwrap(), value[1].as_u64().unwrap());
-    assert!((100..=128).contains(&made), "64 KiB / 512 bytes per entry: {made}");
+    assert!(
+        (100..=128).contains(&made),
+        "64 KiB / 512 bytes per entry: {made}"
+    );
     assert_eq!(dirs, 0, "the quota is full");
-    let e = run_with("import itertools\nfor i in itertools.count():\n    open(f'f{i}', 'w').close()", &options);
+    let e = run_with(
+        "import itertools\nfor i in itertools.count():\n    open(f'f{i}', 'w').close()",
+        &options,
+    );
     assert_eq!(e.status, Status::DiskLimit, "{e:#?}");
-    assert!(e.error.unwrap().message.contains("disk quota of 65536 bytes under /tmp"));
+    assert!(e
+        .error
+        .unwrap()
+        .message
+        .contains("disk quota of 65536 bytes under /tmp"));
 }
 
 #[test]
 fn output_quota_caps_what_a_run_returns_and_files_cannot_move_between_quotas() {
     let options = with_limits(|l| l.output_files_bytes = 100_000);
-    let e = run_with("open('/output/a.bin', 'wb').write(b'x' * 200_000)", &options);
+    let e = run_with(
+        "open('/output/a.bin', 'wb').write(b'x' * 200_000)",
+        &options,
+    );
     assert_eq!(e.status, Status::DiskLimit, "{e:#?}");
     assert!(e.error.unwrap().message.contains("under /output"));
-    assert!(e.files.iter().map(|f| f.size).sum::<u64>() <= 100_000, "what came back fits the cap");
+    assert!(
+        e.files.iter().map(|f| f.size).sum::<u64>() <= 100_000,
+        "what came back fits the cap"
+    );
     let e = run_with(
         "import os, errno, shutil\nopen('big', 'wb').write(b'x' * 200_000)\nopen('small', 'wb').write(b'x' * 1000)\n\
          try:\n    os.rename('big', '/output/big'); moved = 'moved'\nexcept OSError as e:\n    moved = errno.errorcode[e.errno]\n\
@@ -182,8 +258,15 @@ fn output_quota_caps_what_a_run_returns_and_files_cannot_move_between_quotas() {
         &options,
     );
     assert_eq!(e.status, Status::Ok, "{e:#?}");
-    assert_eq!(e.return_value, Some(json!(["EXDEV", "EXDEV", false])), "shutil.move copies across");
-    assert_eq!(e.files.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["small"]);
+    assert_eq!(
+        e.return_value,
+        Some(json!(["EXDEV", "EXDEV", false])),
+        "shutil.move copies across"
+    );
+    assert_eq!(
+        e.files.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
+        ["small"]
+    );
 }
 
 #[test]
@@ -198,10 +281,17 @@ fn open_files_are_capped_so_the_host_keeps_its_descriptors() {
     assert!(value[0].as_u64().unwrap() < 256, "{value}");
     assert_eq!(value[1], json!("ENOMEM"));
     // Not caught, the refusal ends the run with the typed status naming the cap.
-    let e = run_with("open('f', 'w').close()
-files = [open('f') for _ in range(5000)]", &RunOptions::default());
+    let e = run_with(
+        "open('f', 'w').close()
+files = [open('f') for _ in range(5000)]",
+        &RunOptions::default(),
+    );
     assert_eq!(e.status, Status::DiskLimit, "{e:#?}");
-    assert!(e.error.unwrap().message.contains("more than 256 files open at once"));
+    assert!(e
+        .error
+        .unwrap()
+        .message
+        .contains("more than 256 files open at once"));
 }
 
 #[test]
@@ -209,7 +299,13 @@ fn mounts_are_read_only_and_cannot_be_escaped() {
     let dir = host_folder();
     let meta = |name: &str| std::fs::metadata(dir.path().join(name)).expect("metadata");
     let before = meta("data.csv");
-    let options = RunOptions { mounts: vec![Mount { host: dir.path().into(), guest: "/data".into() }], ..RunOptions::default() };
+    let options = RunOptions {
+        mounts: vec![Mount {
+            host: dir.path().into(),
+            guest: "/data".into(),
+        }],
+        ..RunOptions::default()
+    };
     let e = run_with(
         "import os\nos.chmod('/data/data.csv', 0o777)  # WASI has no modes: a no-op\ndef refused(f):\n    try:\n        f()\n    except OSError:\n        return True\n    return False\n\
          readable = [open('/data/data.csv').read(), open('/data/sub/notes.txt').read(), sorted(os.listdir('/data'))]\n\
@@ -223,12 +319,28 @@ fn mounts_are_read_only_and_cannot_be_escaped() {
     );
     assert_eq!(e.status, Status::Ok, "{e:#?}");
     let value = e.return_value.expect("value");
-    assert_eq!(value[0], json!(["a,b\n1,2\n", "notes", ["data.csv", "passwd", "sub"]]));
-    assert!(value[1].as_array().unwrap().iter().all(|v| v == &json!(true)), "an attempt crossed: {value}");
-    assert_eq!(std::fs::read_to_string(dir.path().join("data.csv")).unwrap(), "a,b\n1,2\n");
+    assert_eq!(
+        value[0],
+        json!(["a,b\n1,2\n", "notes", ["data.csv", "passwd", "sub"]])
+    );
+    assert!(
+        value[1]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v == &json!(true)),
+        "an attempt crossed: {value}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("data.csv")).unwrap(),
+        "a,b\n1,2\n"
+    );
     assert!(!dir.path().join("new").exists() && !dir.path().join("d").exists());
     let after = meta("data.csv");
-    assert_eq!((after.permissions(), after.modified().ok()), (before.permissions(), before.modified().ok()));
+    assert_eq!(
+        (after.permissions(), after.modified().ok()),
+        (before.permissions(), before.modified().ok())
+    );
 }
 
 #[test]
@@ -242,10 +354,19 @@ fn bad_mounts_are_refused_before_running() {
         ("/d", Path::new("/nonexistent/folder"), "cannot open"),
         ("/d", &dir.path().join("data.csv"), "not a folder"),
     ] {
-        let options = RunOptions { mounts: vec![Mount { host: host.into(), guest: guest.into() }], ..RunOptions::default() };
+        let options = RunOptions {
+            mounts: vec![Mount {
+                host: host.into(),
+                guest: guest.into(),
+            }],
+            ..RunOptions::default()
+        };
         let e = run_with("1", &options);
         assert_eq!(e.status, Status::InvalidInput, "{guest}: {e:#?}");
-        assert!(e.error.as_ref().unwrap().message.contains(expected), "{guest}: {e:#?}");
+        assert!(
+            e.error.as_ref().unwrap().message.contains(expected),
+            "{guest}: {e:#?}"
+        );
     }
 }
 
@@ -253,21 +374,57 @@ fn bad_mounts_are_refused_before_running() {
 fn session_files_persist_outputs_come_per_run_and_restore_recreates_inputs() {
     let sessions = Sessions::new(sandbox(), SessionLimits::default());
     block_on(async {
-        let first = RunOptions { files: vec![input("in.txt", b"hello")], ..RunOptions::default() };
+        let first = RunOptions {
+            files: vec![input("in.txt", b"hello")],
+            ..RunOptions::default()
+        };
         let e = sessions.run("f", "open('notes.txt', 'w').write(open('in.txt').read().upper())\nopen('/output/1.txt', 'w').write('one')", &first).await;
         assert_eq!(e.status, Status::Ok, "{e:#?}");
         assert_eq!(e.files.len(), 1);
-        let e = sessions.run("f", "open('/output/2.txt', 'w').write('two')\nopen('notes.txt').read()", &RunOptions::default()).await;
-        assert_eq!(e.return_value, Some(json!("HELLO")), "scratch files stay between runs");
-        assert_eq!(e.files.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["2.txt"], "each run returns its own outputs");
+        let e = sessions
+            .run(
+                "f",
+                "open('/output/2.txt', 'w').write('two')\nopen('notes.txt').read()",
+                &RunOptions::default(),
+            )
+            .await;
+        assert_eq!(
+            e.return_value,
+            Some(json!("HELLO")),
+            "scratch files stay between runs"
+        );
+        assert_eq!(
+            e.files.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
+            ["2.txt"],
+            "each run returns its own outputs"
+        );
         let dir = host_folder();
-        let mounted = RunOptions { mounts: vec![Mount { host: dir.path().into(), guest: "/data".into() }], ..RunOptions::default() };
+        let mounted = RunOptions {
+            mounts: vec![Mount {
+                host: dir.path().into(),
+                guest: "/data".into(),
+            }],
+            ..RunOptions::default()
+        };
         let e = sessions.run("f", "1", &mounted).await;
-        assert_eq!(e.status, Status::InvalidInput, "mounts are fixed by the first run");
+        assert_eq!(
+            e.status,
+            Status::InvalidInput,
+            "mounts are fixed by the first run"
+        );
         let snapshot = sessions.snapshot("f").await.expect("snapshot");
-        sessions.restore("g", &snapshot, &RunOptions::default()).await.expect("restore");
-        let e = sessions.run("g", "open('notes.txt').read()", &RunOptions::default()).await;
-        assert_eq!(e.return_value, Some(json!("HELLO")), "replay wrote the input again");
+        sessions
+            .restore("g", &snapshot, &RunOptions::default())
+            .await
+            .expect("restore");
+        let e = sessions
+            .run("g", "open('notes.txt').read()", &RunOptions::default())
+            .await;
+        assert_eq!(
+            e.return_value,
+            Some(json!("HELLO")),
+            "replay wrote the input again"
+        );
     });
 }
 

@@ -118,9 +118,14 @@ fn awaiting_what_can_never_complete_is_an_error_not_a_hang() {
 
 #[test]
 fn each_run_is_fresh() {
-    run_ok("import json\njson.secret = 42\nglobal_marker = 1\nimport builtins\nbuiltins.leak = 'x'");
+    run_ok(
+        "import json\njson.secret = 42\nglobal_marker = 1\nimport builtins\nbuiltins.leak = 'x'",
+    );
     let e = run_ok("import json, builtins\n[hasattr(json, 'secret'), 'global_marker' in globals(), hasattr(builtins, 'leak')]");
-    assert_eq!(e.return_value, Some(serde_json::json!([false, false, false])));
+    assert_eq!(
+        e.return_value,
+        Some(serde_json::json!([false, false, false]))
+    );
 }
 
 #[test]
@@ -135,20 +140,37 @@ fn random_and_urandom_differ_between_runs() {
 fn module_report_lists_available_and_absent_modules() {
     let e = crate::block_on(crate::sandbox().module_report());
     let report = e.return_value.expect("a report");
-    let available: Vec<&str> = report["available"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    let available: Vec<&str> = report["available"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
     for module in ["json", "re", "asyncio", "sqlite3", "decimal", "zlib"] {
-        assert!(available.contains(&module), "{module} missing from {available:?}");
+        assert!(
+            available.contains(&module),
+            "{module} missing from {available:?}"
+        );
     }
-    assert!(report["absent"]["tkinter"].as_str().unwrap().contains("GUI"));
+    assert!(report["absent"]["tkinter"]
+        .as_str()
+        .unwrap()
+        .contains("GUI"));
 }
 
 #[test]
 fn stdin_is_empty_unless_given() {
     let e = run_ok("import sys\nsys.stdin.read()");
     assert_eq!(e.return_value, Some(serde_json::json!("")));
-    let options = sandpy::RunOptions { stdin: Some(b"line one\nline two\n".to_vec()), ..Default::default() };
+    let options = sandpy::RunOptions {
+        stdin: Some(b"line one\nline two\n".to_vec()),
+        ..Default::default()
+    };
     let e = crate::run_with("import sys\n[l.strip() for l in sys.stdin]", &options);
-    assert_eq!(e.return_value, Some(serde_json::json!(["line one", "line two"])));
+    assert_eq!(
+        e.return_value,
+        Some(serde_json::json!(["line one", "line two"]))
+    );
 }
 
 #[test]
@@ -162,6 +184,8 @@ fn the_curated_packages_are_built_in_and_work() {
     );
     assert_eq!(
         e.return_value,
-        Some(json!([{"a": [1, 2]}, "X", "1", "2026-11-23T10:00:00+00:00", "xn--bcher-kva.de", "&lt;a&gt;", "P(x=1)", true, false]))
+        Some(
+            json!([{"a": [1, 2]}, "X", "1", "2026-11-23T10:00:00+00:00", "xn--bcher-kva.de", "&lt;a&gt;", "P(x=1)", true, false])
+        )
     );
 }

@@ -9,7 +9,10 @@ fn with(limits: Limits) -> RunOptions {
 }
 
 fn short(ms: u64) -> RunOptions {
-    with(Limits { timeout: Duration::from_millis(ms), ..Limits::default() })
+    with(Limits {
+        timeout: Duration::from_millis(ms),
+        ..Limits::default()
+    })
 }
 
 #[test]
@@ -25,7 +28,10 @@ fn timeout_stops_busy_loops_sleeps_and_regexes() {
         let took = started.elapsed();
         assert_eq!(e.status, Status::Timeout, "{code}: {e:?}");
         assert_eq!(e.error.as_ref().unwrap().kind, "Timeout");
-        assert!(took < Duration::from_secs(3), "{code} stopped after {took:?}");
+        assert!(
+            took < Duration::from_secs(3),
+            "{code} stopped after {took:?}"
+        );
     }
     assert_host_fine();
 }
@@ -42,9 +48,15 @@ fn memory_cap_is_memory_limit() {
     let e = run_with("x = bytearray(512 * 1024 * 1024)", &RunOptions::default());
     assert_eq!(e.status, Status::MemoryLimit, "{e:?}");
     assert!(e.memory_peak_bytes <= 256 << 20);
-    let e = run_with("xs = []\nwhile True:\n    xs.append('x' * 1_000_000)", &RunOptions::default());
+    let e = run_with(
+        "xs = []\nwhile True:\n    xs.append('x' * 1_000_000)",
+        &RunOptions::default(),
+    );
     assert_eq!(e.status, Status::MemoryLimit, "{e:?}");
-    let small = with(Limits { memory_bytes: 64 << 20, ..Limits::default() });
+    let small = with(Limits {
+        memory_bytes: 64 << 20,
+        ..Limits::default()
+    });
     let e = run_with("x = bytearray(100 * 1024 * 1024)", &small);
     assert_eq!(e.status, Status::MemoryLimit);
     assert_host_fine();
@@ -52,34 +64,65 @@ fn memory_cap_is_memory_limit() {
 
 #[test]
 fn caught_memory_error_is_the_programs_business() {
-    let e = run_with("try:\n    x = bytearray(10**9)\nexcept MemoryError:\n    print('recovered')", &RunOptions::default());
+    let e = run_with(
+        "try:\n    x = bytearray(10**9)\nexcept MemoryError:\n    print('recovered')",
+        &RunOptions::default(),
+    );
     assert_eq!(e.status, Status::Ok);
     assert_eq!(e.stdout, "recovered\n");
 }
 
 #[test]
 fn output_cap_truncates_with_a_marker() {
-    let limits = Limits { output_bytes: 1000, ..Limits::default() };
-    let e = run_with("while True:\n    print('flood' * 10)", &with(limits.clone()));
+    let limits = Limits {
+        output_bytes: 1000,
+        ..Limits::default()
+    };
+    let e = run_with(
+        "while True:\n    print('flood' * 10)",
+        &with(limits.clone()),
+    );
     assert_eq!(e.status, Status::OutputLimit);
     assert!(e.output_truncated);
-    assert!(e.stdout.ends_with("[sandpy: output truncated: limit reached]\n"));
+    assert!(e
+        .stdout
+        .ends_with("[sandpy: output truncated: limit reached]\n"));
     assert!(e.stdout.len() < 1100, "{} bytes kept", e.stdout.len());
-    let e = run_with("import os\nwhile True:\n    os.write(2, b'x' * 4096)", &with(limits.clone()));
+    let e = run_with(
+        "import os\nwhile True:\n    os.write(2, b'x' * 4096)",
+        &with(limits.clone()),
+    );
     assert_eq!(e.status, Status::OutputLimit);
     let e = run_with("'y' * 5000", &with(limits.clone()));
     assert_eq!(e.status, Status::OutputLimit, "a return value counts too");
-    let e = run_with("raise ValueError('z' * 200_000)", &with(Limits { output_bytes: 100_000, ..limits }));
-    assert_eq!(e.status, Status::OutputLimit, "a huge exception message meets the cap as its traceback is printed");
+    let e = run_with(
+        "raise ValueError('z' * 200_000)",
+        &with(Limits {
+            output_bytes: 100_000,
+            ..limits
+        }),
+    );
+    assert_eq!(
+        e.status,
+        Status::OutputLimit,
+        "a huge exception message meets the cap as its traceback is printed"
+    );
     assert_host_fine();
 }
 
 #[test]
 fn code_size_cap_is_invalid_input() {
-    let limits = Limits { code_bytes: 100, ..Limits::default() };
+    let limits = Limits {
+        code_bytes: 100,
+        ..Limits::default()
+    };
     let e = run_with(&"x = 1\n".repeat(50), &with(limits));
     assert_eq!(e.status, Status::InvalidInput);
-    assert!(e.error.unwrap().message.contains("over the limit of 100 bytes"));
+    assert!(e
+        .error
+        .unwrap()
+        .message
+        .contains("over the limit of 100 bytes"));
 }
 
 #[test]
@@ -87,10 +130,16 @@ fn deep_recursion_is_recursion_error_or_stack_overflow_never_a_crash() {
     let e = run_with("def f(n): return f(n + 1)\nf(0)", &RunOptions::default());
     assert_eq!(e.status, Status::Error);
     assert_eq!(e.error.unwrap().kind, "RecursionError");
-    let e = run_with("import sys\nsys.setrecursionlimit(10**7)\ndef f(n): return f(n + 1)\nf(0)", &RunOptions::default());
+    let e = run_with(
+        "import sys\nsys.setrecursionlimit(10**7)\ndef f(n): return f(n + 1)\nf(0)",
+        &RunOptions::default(),
+    );
     assert_eq!(e.status, Status::StackOverflow, "{e:?}");
     assert_eq!(e.error.unwrap().kind, "StackOverflow");
-    let e = run_with("import json\njson.loads('[' * 200000 + ']' * 200000)", &RunOptions::default());
+    let e = run_with(
+        "import json\njson.loads('[' * 200000 + ']' * 200000)",
+        &RunOptions::default(),
+    );
     assert_eq!(e.status, Status::StackOverflow, "{e:?}");
     assert_host_fine();
 }
@@ -119,7 +168,11 @@ fn many_runs_at_once_are_independent() {
 
 #[test]
 fn a_full_queue_answers_busy_at_once() {
-    let config = sandpy::Config { max_concurrent_runs: Some(1), max_queued_runs: 1, ..sandpy::Config::default() };
+    let config = sandpy::Config {
+        max_concurrent_runs: Some(1),
+        max_queued_runs: 1,
+        ..sandpy::Config::default()
+    };
     let sandbox = sandpy::Sandbox::new(config).expect("sandbox");
     let statuses = block_on(async {
         let mut tasks = Vec::new();
@@ -128,7 +181,9 @@ fn a_full_queue_answers_busy_at_once() {
             tasks.push(tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(20 * i)).await; // arrive in order
                 let started = Instant::now();
-                let e = sandbox.run("import time\ntime.sleep(0.4)", &Limits::default()).await;
+                let e = sandbox
+                    .run("import time\ntime.sleep(0.4)", &Limits::default())
+                    .await;
                 (e.status, started.elapsed())
             }));
         }
@@ -140,9 +195,21 @@ fn a_full_queue_answers_busy_at_once() {
     });
     assert_eq!(statuses[0].0, Status::Ok);
     assert_eq!(statuses[1].0, Status::Ok, "the second waited in line");
-    assert!(statuses[1].1 >= Duration::from_millis(300), "and ran after the first: {:?}", statuses[1].1);
-    assert_eq!(statuses[2].0, Status::Busy, "the third found the queue full");
-    assert!(statuses[2].1 < Duration::from_millis(100), "and was told at once: {:?}", statuses[2].1);
+    assert!(
+        statuses[1].1 >= Duration::from_millis(300),
+        "and ran after the first: {:?}",
+        statuses[1].1
+    );
+    assert_eq!(
+        statuses[2].0,
+        Status::Busy,
+        "the third found the queue full"
+    );
+    assert!(
+        statuses[2].1 < Duration::from_millis(100),
+        "and was told at once: {:?}",
+        statuses[2].1
+    );
     let e = block_on(sandbox.run("1", &Limits::default()));
     assert_eq!(e.status, Status::Ok, "and the sandbox is fine afterwards");
 }

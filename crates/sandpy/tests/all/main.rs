@@ -20,13 +20,20 @@ pub fn sandbox() -> &'static Sandbox {
     static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
     // Tests about behaviour, not admission: let every test's runs in at once, so that a
     // timing assertion never measures time spent waiting for another test's run.
-    let config = sandpy::Config { max_concurrent_runs: Some(64), ..sandpy::Config::default() };
+    let config = sandpy::Config {
+        max_concurrent_runs: Some(64),
+        ..sandpy::Config::default()
+    };
     SANDBOX.get_or_init(|| Sandbox::new(config).expect("the runtime loads"))
 }
 
 /// Block on a future on a fresh current-thread runtime (epoch yields need no more).
 pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime").block_on(future)
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(future)
 }
 
 /// Run `code` with default limits.

@@ -6,11 +6,18 @@ use sandpy::{Policy, RunOptions, Status};
 use serde_json::json;
 
 fn strict() -> RunOptions {
-    RunOptions { policy: Some(Policy::strict()), ..RunOptions::default() }
+    RunOptions {
+        policy: Some(Policy::strict()),
+        ..RunOptions::default()
+    }
 }
 
 fn rules(code: &str, policy: &Policy) -> Vec<(u32, u32, String)> {
-    block_on(sandbox().validate(code, policy)).expect("the check runs").into_iter().map(|v| (v.line, v.column, v.rule)).collect()
+    block_on(sandbox().validate(code, policy))
+        .expect("the check runs")
+        .into_iter()
+        .map(|v| (v.line, v.column, v.rule))
+        .collect()
 }
 
 #[test]
@@ -63,7 +70,10 @@ fn a_run_that_fails_the_check_does_not_start() {
     assert_eq!(e.status, Status::PolicyViolation);
     assert_eq!(e.stdout, "", "nothing ran");
     assert_eq!(e.violations.len(), 1);
-    assert_eq!((e.violations[0].line, e.violations[0].rule.as_str()), (2, "import"));
+    assert_eq!(
+        (e.violations[0].line, e.violations[0].rule.as_str()),
+        (2, "import")
+    );
     assert!(e.error.unwrap().message.contains("'os'"));
 }
 
@@ -71,21 +81,47 @@ fn a_run_that_fails_the_check_does_not_start() {
 fn permissive_but_no_os() -> RunOptions {
     let policy = Policy {
         name: "no-os".into(),
-        allowed_modules: Some(["importlib", "sys", "json", "builtins", "collections", "typing"].map(String::from).to_vec()),
+        allowed_modules: Some(
+            [
+                "importlib",
+                "sys",
+                "json",
+                "builtins",
+                "collections",
+                "typing",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ),
         denied_builtins: vec!["eval".into()],
         denied_attributes: vec!["__subclasses__".into(), "__globals__".into()],
         ..Policy::standard()
     };
-    RunOptions { policy: Some(policy), ..RunOptions::default() }
+    RunOptions {
+        policy: Some(policy),
+        ..RunOptions::default()
+    }
 }
 
 #[test]
 fn dynamic_tricks_are_refused_at_run_time() {
     for (trick, rule_word) in [
-        ("import importlib\nimportlib.import_module('o' + 's')", "'os'"),
-        ("import sys\nsys.modules['o' + 's'].system('id')", "KeyError"),
-        ("import builtins\ngetattr(builtins, 'ev' + 'al')('1')", "'eval'"),
-        ("getattr(object, '__subcl' + 'asses__')()", "'__subclasses__'"),
+        (
+            "import importlib\nimportlib.import_module('o' + 's')",
+            "'os'",
+        ),
+        (
+            "import sys\nsys.modules['o' + 's'].system('id')",
+            "KeyError",
+        ),
+        (
+            "import builtins\ngetattr(builtins, 'ev' + 'al')('1')",
+            "'eval'",
+        ),
+        (
+            "getattr(object, '__subcl' + 'asses__')()",
+            "'__subclasses__'",
+        ),
         ("import collections\ncollections._sys.modules['os']", "_sys"),
         ("import typing\ntyping.sys.modules['os']", "'os'"),
         ("import json\njson.decoder.re.sys", "'re'"),
@@ -106,7 +142,11 @@ fn caught_violations_are_still_reported() {
     assert_eq!(e.status, Status::PolicyViolation, "{e:#?}");
     assert_eq!(e.violations[0].rule, "import");
     let e = run_with("import importlib\ntry:\n    importlib.import_module('o' + 's')\nexcept Exception:\n    pass", &permissive_but_no_os());
-    assert_eq!(e.status, Status::PolicyViolation, "`except Exception` does not catch a violation");
+    assert_eq!(
+        e.status,
+        Status::PolicyViolation,
+        "`except Exception` does not catch a violation"
+    );
 }
 
 #[test]
@@ -114,15 +154,30 @@ fn strict_policy_has_no_tools() {
     struct One;
     impl sandpy::ToolHost for One {
         fn list_tools(&self) -> Vec<sandpy::ToolInfo> {
-            vec![sandpy::ToolInfo { name: "t".into(), description: String::new(), input_schema: json!({}) }]
+            vec![sandpy::ToolInfo {
+                name: "t".into(),
+                description: String::new(),
+                input_schema: json!({}),
+            }]
         }
         fn call_tool(&self, _: &str, _: serde_json::Value) -> sandpy::ToolFuture {
             Box::pin(async { Ok(json!(1)) })
         }
     }
-    let options = RunOptions { tools: Some(std::sync::Arc::new(One)), ..strict() };
-    let e = run_with("try:\n    r = call_mcp_tool('t')\nexcept ToolError as e:\n    r = str(e)\nr", &options);
-    assert!(e.return_value.unwrap().as_str().unwrap().contains("not allowed"));
+    let options = RunOptions {
+        tools: Some(std::sync::Arc::new(One)),
+        ..strict()
+    };
+    let e = run_with(
+        "try:\n    r = call_mcp_tool('t')\nexcept ToolError as e:\n    r = str(e)\nr",
+        &options,
+    );
+    assert!(e
+        .return_value
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .contains("not allowed"));
 }
 
 #[test]
@@ -130,6 +185,9 @@ fn policy_limit_defaults() {
     let limits = Policy::strict().limits(&sandpy::Limits::default());
     assert_eq!(limits.timeout, std::time::Duration::from_secs(5));
     assert_eq!(limits.memory_bytes, 64 << 20);
-    let e = run_with("x = bytearray(100 * 2**20)", &RunOptions { limits, ..strict() });
+    let e = run_with(
+        "x = bytearray(100 * 2**20)",
+        &RunOptions { limits, ..strict() },
+    );
     assert_eq!(e.status, Status::MemoryLimit);
 }

@@ -7,7 +7,10 @@ use serde_json::json;
 #[test]
 fn final_expression_is_the_return_value() {
     assert_eq!(run_ok("x = 20\nx + 22").return_value, Some(json!(42)));
-    assert_eq!(run_ok("{'a': [1, 'b', None, True]}").return_value, Some(json!({"a": [1, "b", null, true]})));
+    assert_eq!(
+        run_ok("{'a': [1, 'b', None, True]}").return_value,
+        Some(json!({"a": [1, "b", null, true]}))
+    );
     assert_eq!(run_ok("print('no value')").return_value, None);
     assert_eq!(run_ok("x = 1").return_value, None);
     let e = run_ok("{1, 2}");
@@ -20,7 +23,9 @@ fn final_expression_is_the_return_value() {
 
 #[test]
 fn stdout_and_stderr_are_kept_apart() {
-    let e = run_ok("import sys, os\nprint('out')\nprint('err', file=sys.stderr)\nos.write(1, b'raw\\n')");
+    let e = run_ok(
+        "import sys, os\nprint('out')\nprint('err', file=sys.stderr)\nos.write(1, b'raw\\n')",
+    );
     assert_eq!(e.stdout, "out\nraw\n");
     assert_eq!(e.stderr, "err\n");
 }
@@ -28,7 +33,11 @@ fn stdout_and_stderr_are_kept_apart() {
 #[test]
 fn large_writes_arrive_whole() {
     let e = run_ok("import sys, os\nprint('a' * 300_000)\nsys.stderr.write('b' * 200_000)\nos.write(1, b'c' * 100_000)");
-    assert_eq!(e.stdout.len(), 400_001, "a write over 64 KiB is not cut short");
+    assert_eq!(
+        e.stdout.len(),
+        400_001,
+        "a write over 64 KiB is not cut short"
+    );
     assert_eq!(e.stderr.len(), 200_000);
     assert!(!e.output_truncated);
 }
@@ -41,10 +50,23 @@ fn python_error_has_type_message_and_user_traceback() {
     assert_eq!(error.kind, "ZeroDivisionError");
     assert_eq!(error.message, "division by zero");
     let tb = error.traceback.expect("a traceback");
-    assert!(tb.contains("File \"<sandbox>\", line 4, in <module>"), "{tb}");
-    assert!(tb.contains("File \"<sandbox>\", line 2, in f\n    return 1 / x"), "source lines shown: {tb}");
-    assert!(!tb.contains("sandpy_guest") && !tb.contains("app.py"), "guest frames leaked: {tb}");
-    assert!(e.stderr.contains("ZeroDivisionError: division by zero"), "stderr: {}", e.stderr);
+    assert!(
+        tb.contains("File \"<sandbox>\", line 4, in <module>"),
+        "{tb}"
+    );
+    assert!(
+        tb.contains("File \"<sandbox>\", line 2, in f\n    return 1 / x"),
+        "source lines shown: {tb}"
+    );
+    assert!(
+        !tb.contains("sandpy_guest") && !tb.contains("app.py"),
+        "guest frames leaked: {tb}"
+    );
+    assert!(
+        e.stderr.contains("ZeroDivisionError: division by zero"),
+        "stderr: {}",
+        e.stderr
+    );
 }
 
 #[test]
@@ -60,7 +82,10 @@ fn qualified_exception_names_and_syntax_errors() {
 
 #[test]
 fn sys_exit_codes() {
-    assert_eq!(run("import sys\nprint('bye')\nsys.exit(0)").status, Status::Ok);
+    assert_eq!(
+        run("import sys\nprint('bye')\nsys.exit(0)").status,
+        Status::Ok
+    );
     let e = run("import sys\nsys.exit(3)");
     assert_eq!(e.status, Status::Error);
     assert_eq!(e.error.unwrap().kind, "SystemExit");
@@ -70,9 +95,13 @@ fn sys_exit_codes() {
 
 #[test]
 fn exception_groups_and_chains_keep_user_frames_only() {
-    let e = run("try:\n    {}['k']\nexcept KeyError as e:\n    raise ValueError('wrapped') from e\n");
+    let e =
+        run("try:\n    {}['k']\nexcept KeyError as e:\n    raise ValueError('wrapped') from e\n");
     let tb = e.error.unwrap().traceback.unwrap();
-    assert!(tb.contains("KeyError") && tb.contains("ValueError: wrapped"), "{tb}");
+    assert!(
+        tb.contains("KeyError") && tb.contains("ValueError: wrapped"),
+        "{tb}"
+    );
     assert!(tb.contains("direct cause"), "{tb}");
 }
 
@@ -80,27 +109,57 @@ fn exception_groups_and_chains_keep_user_frames_only() {
 fn duration_and_memory_are_reported() {
     let e = run_ok("x = bytearray(50 * 1024 * 1024)");
     assert!(e.duration_ms > 0.0);
-    assert!(e.memory_peak_bytes >= 50 << 20, "peak {}", e.memory_peak_bytes);
+    assert!(
+        e.memory_peak_bytes >= 50 << 20,
+        "peak {}",
+        e.memory_peak_bytes
+    );
     let json = serde_json::to_value(&e).unwrap();
-    for field in ["status", "stdout", "stderr", "return_value", "error", "duration_ms", "memory_peak_bytes"] {
+    for field in [
+        "status",
+        "stdout",
+        "stderr",
+        "return_value",
+        "error",
+        "duration_ms",
+        "memory_peak_bytes",
+    ] {
         assert!(json.get(field).is_some(), "{field} missing in {json}");
     }
 }
 
 #[test]
 fn call_function_with_positional_and_keyword_arguments() {
-    let code = "def score(pred, gold, weight=1.0):\n    return {'match': pred == gold, 'w': weight}\n";
+    let code =
+        "def score(pred, gold, weight=1.0):\n    return {'match': pred == gold, 'w': weight}\n";
     let options = sandpy::RunOptions::default();
-    let e = crate::block_on(crate::sandbox().call_function(code, "score", &json!(["a", "a"]), &options));
+    let e = crate::block_on(crate::sandbox().call_function(
+        code,
+        "score",
+        &json!(["a", "a"]),
+        &options,
+    ));
     assert_eq!(e.return_value, Some(json!({"match": true, "w": 1.0})));
-    let e = crate::block_on(crate::sandbox().call_function(code, "score", &json!({"pred": 1, "gold": 2, "weight": 3}), &options));
+    let e = crate::block_on(crate::sandbox().call_function(
+        code,
+        "score",
+        &json!({"pred": 1, "gold": 2, "weight": 3}),
+        &options,
+    ));
     assert_eq!(e.return_value, Some(json!({"match": false, "w": 3})));
-    let e = crate::block_on(crate::sandbox().call_function("def f(): return {1}", "f", &json!([]), &options));
+    let e = crate::block_on(crate::sandbox().call_function(
+        "def f(): return {1}",
+        "f",
+        &json!([]),
+        &options,
+    ));
     assert_eq!(e.status, Status::Error);
     assert!(e.error.unwrap().message.contains("not JSON-serialisable"));
-    let e = crate::block_on(crate::sandbox().call_function("x = 1", "missing", &json!([]), &options));
+    let e =
+        crate::block_on(crate::sandbox().call_function("x = 1", "missing", &json!([]), &options));
     assert_eq!(e.error.unwrap().kind, "NameError");
-    let e = crate::block_on(crate::sandbox().call_function("def f(): pass", "f", &json!(3), &options));
+    let e =
+        crate::block_on(crate::sandbox().call_function("def f(): pass", "f", &json!(3), &options));
     assert_eq!(e.status, Status::InvalidInput);
 }
 
@@ -112,21 +171,36 @@ fn call_function_with_every_kind_of_argument_and_result() {
                 def nan():\n    return float('nan')\n\
                 async def coro(x):\n    import asyncio\n    await asyncio.sleep(0)\n    return x * 2\n";
     let call = |function: &str, arguments: serde_json::Value| {
-        crate::block_on(crate::sandbox().call_function(code, function, &arguments, &sandpy::RunOptions::default()))
+        crate::block_on(crate::sandbox().call_function(
+            code,
+            function,
+            &arguments,
+            &sandpy::RunOptions::default(),
+        ))
     };
     let nested = json!([{"a": [1, 2, {"b": null}]}, "ünïcødé ✓", -7, 2.5, true, null, [], {}]);
     let e = call("echo", nested.clone());
     assert_eq!(e.return_value, Some(json!({"args": nested, "kwargs": {}})));
     let e = call("echo", json!({"k": [1], "big": 12345678901234567890u64}));
-    assert_eq!(e.return_value, Some(json!({"args": [], "kwargs": {"k": [1], "big": 12345678901234567890u64}})));
+    assert_eq!(
+        e.return_value,
+        Some(json!({"args": [], "kwargs": {"k": [1], "big": 12345678901234567890u64}}))
+    );
     assert_eq!(call("none", json!([])).return_value, Some(json!(null)));
-    assert_eq!(call("tuple_", json!([])).return_value, Some(json!([1, "two", [3.5, null, true]])));
+    assert_eq!(
+        call("tuple_", json!([])).return_value,
+        Some(json!([1, "two", [3.5, null, true]]))
+    );
     assert_eq!(call("coro", json!([21])).return_value, Some(json!(42)));
     let e = call("nan", json!([]));
     assert_eq!(e.status, Status::Error);
     assert!(e.error.unwrap().message.contains("not JSON-serialisable"));
     let e = call("echo", json!({"not an identifier": 1}));
-    assert_eq!(e.status, Status::Ok, "any string key is a valid keyword for **kwargs");
+    assert_eq!(
+        e.status,
+        Status::Ok,
+        "any string key is a valid keyword for **kwargs"
+    );
     let e = call("none", json!([1]));
     assert_eq!(e.error.unwrap().kind, "TypeError");
 }

@@ -15,17 +15,55 @@ fn runs_in_a_session_share_globals_imports_and_functions() {
     block_on(async {
         let e = sessions.run("a", "import json\ncount = 1\ndef bump():\n    global count\n    count += 1\n    return count", &opts()).await;
         assert_eq!(e.status, Status::Ok, "{e:#?}");
-        assert_eq!(sessions.run("a", "bump()", &opts()).await.return_value, Some(json!(2)));
-        assert_eq!(sessions.run("a", "json.dumps({'c': bump()})", &opts()).await.return_value, Some(json!("{\"c\": 3}")));
+        assert_eq!(
+            sessions.run("a", "bump()", &opts()).await.return_value,
+            Some(json!(2))
+        );
+        assert_eq!(
+            sessions
+                .run("a", "json.dumps({'c': bump()})", &opts())
+                .await
+                .return_value,
+            Some(json!("{\"c\": 3}"))
+        );
         let other = sessions.run("b", "'count' in globals()", &opts()).await;
-        assert_eq!(other.return_value, Some(json!(false)), "sessions do not see each other");
-        let fresh = sandbox().run("'count' in globals()", &Limits::default()).await;
-        assert_eq!(fresh.return_value, Some(json!(false)), "runs without a session stay fresh");
-        let e = sessions.run("a", "print('only this run')\nbump()", &opts()).await;
-        assert_eq!((e.stdout.as_str(), e.return_value), ("only this run\n", Some(json!(4))), "output is per run");
-        let e = sessions.run("a", "def broken():\n    raise ValueError('x')\nbroken()", &opts()).await;
-        assert!(e.error.unwrap().traceback.unwrap().contains("<cell 5>"), "tracebacks name the cell");
-        assert_eq!(sessions.run("a", "bump()", &opts()).await.return_value, Some(json!(5)), "an exception does not poison");
+        assert_eq!(
+            other.return_value,
+            Some(json!(false)),
+            "sessions do not see each other"
+        );
+        let fresh = sandbox()
+            .run("'count' in globals()", &Limits::default())
+            .await;
+        assert_eq!(
+            fresh.return_value,
+            Some(json!(false)),
+            "runs without a session stay fresh"
+        );
+        let e = sessions
+            .run("a", "print('only this run')\nbump()", &opts())
+            .await;
+        assert_eq!(
+            (e.stdout.as_str(), e.return_value),
+            ("only this run\n", Some(json!(4))),
+            "output is per run"
+        );
+        let e = sessions
+            .run(
+                "a",
+                "def broken():\n    raise ValueError('x')\nbroken()",
+                &opts(),
+            )
+            .await;
+        assert!(
+            e.error.unwrap().traceback.unwrap().contains("<cell 5>"),
+            "tracebacks name the cell"
+        );
+        assert_eq!(
+            sessions.run("a", "bump()", &opts()).await.return_value,
+            Some(json!(5)),
+            "an exception does not poison"
+        );
     });
 }
 
@@ -39,7 +77,13 @@ fn runs_of_one_session_go_one_at_a_time_in_call_order() {
             let sessions = sessions.clone();
             tasks.push(tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(15 * i)).await;
-                sessions.run("s", &format!("import time\ntime.sleep(0.05)\nlog.append({i})"), &opts()).await
+                sessions
+                    .run(
+                        "s",
+                        &format!("import time\ntime.sleep(0.05)\nlog.append({i})"),
+                        &opts(),
+                    )
+                    .await
             }));
         }
         for task in tasks {
@@ -52,29 +96,62 @@ fn runs_of_one_session_go_one_at_a_time_in_call_order() {
 
 #[test]
 fn a_limit_poisons_the_session_until_reset() {
-    let sessions = Sessions::new(sandbox(), SessionLimits { memory_bytes: 96 << 20, ..SessionLimits::default() });
+    let sessions = Sessions::new(
+        sandbox(),
+        SessionLimits {
+            memory_bytes: 96 << 20,
+            ..SessionLimits::default()
+        },
+    );
     block_on(async {
         sessions.run("t", "x = 1", &opts()).await;
-        let short = RunOptions::with_limits(Limits { timeout: Duration::from_millis(200), ..Limits::default() });
-        assert_eq!(sessions.run("t", "while True: pass", &short).await.status, Status::Timeout);
+        let short = RunOptions::with_limits(Limits {
+            timeout: Duration::from_millis(200),
+            ..Limits::default()
+        });
+        assert_eq!(
+            sessions.run("t", "while True: pass", &short).await.status,
+            Status::Timeout
+        );
         let e = sessions.run("t", "x", &opts()).await;
         assert_eq!(e.status, Status::SessionPoisoned);
         assert!(e.error.unwrap().message.contains("reset or close it"));
-        assert!(sessions.list().await.iter().any(|s| s.id == "t" && s.poisoned));
+        assert!(sessions
+            .list()
+            .await
+            .iter()
+            .any(|s| s.id == "t" && s.poisoned));
         assert!(sessions.reset("t").await);
         let e = sessions.run("t", "'x' in globals()", &opts()).await;
-        assert_eq!(e.return_value, Some(json!(false)), "a reset session starts fresh");
+        assert_eq!(
+            e.return_value,
+            Some(json!(false)),
+            "a reset session starts fresh"
+        );
 
-        let e = sessions.run("m", "b = bytearray(200 * 2**20)", &opts()).await;
-        assert_eq!(e.status, Status::MemoryLimit, "the session's own memory cap holds");
-        assert_eq!(sessions.run("m", "1", &opts()).await.status, Status::SessionPoisoned);
+        let e = sessions
+            .run("m", "b = bytearray(200 * 2**20)", &opts())
+            .await;
+        assert_eq!(
+            e.status,
+            Status::MemoryLimit,
+            "the session's own memory cap holds"
+        );
+        assert_eq!(
+            sessions.run("m", "1", &opts()).await.status,
+            Status::SessionPoisoned
+        );
         assert!(!sessions.reset("nope").await);
     });
 }
 
 #[test]
 fn close_ttl_and_the_session_limit() {
-    let limits = SessionLimits { idle_ttl: Duration::from_millis(300), max_sessions: 2, ..SessionLimits::default() };
+    let limits = SessionLimits {
+        idle_ttl: Duration::from_millis(300),
+        max_sessions: 2,
+        ..SessionLimits::default()
+    };
     let sessions = Sessions::new(sandbox(), limits);
     block_on(async {
         sessions.run("one", "v = 1", &opts()).await;
@@ -84,13 +161,23 @@ fn close_ttl_and_the_session_limit() {
         assert!(e.error.unwrap().message.contains("session limit (2)"));
         assert!(sessions.close("two"));
         assert!(!sessions.close("two"));
-        assert_eq!(sessions.run("three", "v = 3\nv", &opts()).await.return_value, Some(json!(3)));
+        assert_eq!(
+            sessions
+                .run("three", "v = 3\nv", &opts())
+                .await
+                .return_value,
+            Some(json!(3))
+        );
         let ids: Vec<String> = sessions.list().await.into_iter().map(|s| s.id).collect();
         assert_eq!(ids, ["one", "three"]);
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert!(sessions.list().await.is_empty(), "idle sessions expire");
         let e = sessions.run("one", "'v' in globals()", &opts()).await;
-        assert_eq!(e.return_value, Some(json!(false)), "an expired id starts fresh");
+        assert_eq!(
+            e.return_value,
+            Some(json!(false)),
+            "an expired id starts fresh"
+        );
     });
 }
 
@@ -101,19 +188,32 @@ impl sandpy::ToolHost for Counter {
     fn list_tools(&self) -> Vec<sandpy::ToolInfo> {
         ["next", "broken"]
             .iter()
-            .map(|n| sandpy::ToolInfo { name: format!("mcp__t__{n}"), description: String::new(), input_schema: json!({}) })
+            .map(|n| sandpy::ToolInfo {
+                name: format!("mcp__t__{n}"),
+                description: String::new(),
+                input_schema: json!({}),
+            })
             .collect()
     }
 
     fn call_tool(&self, name: &str, _: serde_json::Value) -> sandpy::ToolFuture {
         let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let broken = name.ends_with("broken");
-        Box::pin(async move { if broken { Err("down".to_string()) } else { Ok(json!(n * 100)) } })
+        Box::pin(async move {
+            if broken {
+                Err("down".to_string())
+            } else {
+                Ok(json!(n * 100))
+            }
+        })
     }
 }
 
 fn with_counter(start: u64) -> RunOptions {
-    RunOptions { tools: Some(std::sync::Arc::new(Counter(start.into()))), ..RunOptions::default() }
+    RunOptions {
+        tools: Some(std::sync::Arc::new(Counter(start.into()))),
+        ..RunOptions::default()
+    }
 }
 
 #[test]
@@ -121,8 +221,16 @@ fn save_restore_and_fork_by_journal_without_calling_tools_again() {
     let sessions = Sessions::new(sandbox(), SessionLimits::default());
     block_on(async {
         let options = with_counter(7);
-        sessions.run("orig", "items = [call_mcp_tool('mcp__t__next')]", &options).await;
-        sessions.run("orig", "items.append(call_mcp_tool('mcp__t__next'))\ndef total():\n    return sum(items)", &options).await;
+        sessions
+            .run("orig", "items = [call_mcp_tool('mcp__t__next')]", &options)
+            .await;
+        sessions
+            .run(
+                "orig",
+                "items.append(call_mcp_tool('mcp__t__next'))\ndef total():\n    return sum(items)",
+                &options,
+            )
+            .await;
         let e = sessions.run("orig", "try:\n    call_mcp_tool('mcp__t__broken')\nexcept ToolError as e:\n    err = str(e)\nraise KeyError('kept as an error cell')", &options).await;
         assert_eq!(e.status, Status::Error);
         let snapshot = sessions.snapshot("orig").await.expect("snapshot");
@@ -131,23 +239,60 @@ fn save_restore_and_fork_by_journal_without_calling_tools_again() {
         let snapshot: sandpy::SessionSnapshot = serde_json::from_str(&text).expect("round trip");
 
         // Restored with tools that would answer differently: the journal answers instead.
-        sessions.restore("copy", &snapshot, &with_counter(1000)).await.expect("restore");
-        let e = sessions.run("copy", "[items, total(), err]", &options).await;
-        assert_eq!(e.return_value, Some(json!([[700, 800], 1500, "down"])), "{e:#?}");
+        sessions
+            .restore("copy", &snapshot, &with_counter(1000))
+            .await
+            .expect("restore");
+        let e = sessions
+            .run("copy", "[items, total(), err]", &options)
+            .await;
+        assert_eq!(
+            e.return_value,
+            Some(json!([[700, 800], 1500, "down"])),
+            "{e:#?}"
+        );
 
-        sessions.fork("orig", "fork", &with_counter(1000)).await.expect("fork");
+        sessions
+            .fork("orig", "fork", &with_counter(1000))
+            .await
+            .expect("fork");
         sessions.run("fork", "items.append(1)", &options).await;
-        assert_eq!(sessions.run("fork", "total()", &options).await.return_value, Some(json!(1501)));
-        assert_eq!(sessions.run("orig", "total()", &options).await.return_value, Some(json!(1500)), "the original goes its own way");
-        assert!(sessions.fork("orig", "fork", &options).await.unwrap_err().contains("already exists"));
-        assert!(sessions.fork("nope", "x", &options).await.unwrap_err().contains("no session"));
+        assert_eq!(
+            sessions.run("fork", "total()", &options).await.return_value,
+            Some(json!(1501))
+        );
+        assert_eq!(
+            sessions.run("orig", "total()", &options).await.return_value,
+            Some(json!(1500)),
+            "the original goes its own way"
+        );
+        assert!(sessions
+            .fork("orig", "fork", &options)
+            .await
+            .unwrap_err()
+            .contains("already exists"));
+        assert!(sessions
+            .fork("nope", "x", &options)
+            .await
+            .unwrap_err()
+            .contains("no session"));
 
         let mut diverged = snapshot.clone();
         diverged.cells[1].status = Status::Error;
-        let error = sessions.restore("bad", &diverged, &options).await.unwrap_err();
-        assert!(error.contains("replaying cell 2 ended ok where the journal has error"), "{error}");
+        let error = sessions
+            .restore("bad", &diverged, &options)
+            .await
+            .unwrap_err();
+        assert!(
+            error.contains("replaying cell 2 ended ok where the journal has error"),
+            "{error}"
+        );
         let mut other = snapshot.clone();
         other.format = "v0".into();
-        assert!(sessions.restore("bad2", &other, &options).await.unwrap_err().contains("unknown session format"));
+        assert!(sessions
+            .restore("bad2", &other, &options)
+            .await
+            .unwrap_err()
+            .contains("unknown session format"));
     });
 }

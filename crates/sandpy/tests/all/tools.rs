@@ -38,7 +38,10 @@ impl ToolHost for LocalTools {
 }
 
 fn options() -> RunOptions {
-    RunOptions { tools: Some(Arc::new(LocalTools)), ..RunOptions::default() }
+    RunOptions {
+        tools: Some(Arc::new(LocalTools)),
+        ..RunOptions::default()
+    }
 }
 
 #[test]
@@ -49,9 +52,16 @@ fn sync_and_async_calls_and_namespace() {
          pending = call_mcp_tool('mcp__local__echo', {})\n[a, b, c, type(pending).__name__, await pending]",
         &options(),
     );
-    assert_eq!(e.return_value, Some(json!([{"x": 1}, {"y": 2}, {"z": 3}, "Future", {}])), "{e:?}");
+    assert_eq!(
+        e.return_value,
+        Some(json!([{"x": 1}, {"y": 2}, {"z": 3}, "Future", {}])),
+        "{e:?}"
+    );
     assert_eq!(e.tool_calls, 4);
-    let e = run_with("[call_mcp_tool('mcp__local__echo', {'x': 1}), tools.local.echo({'y': 2})]", &options());
+    let e = run_with(
+        "[call_mcp_tool('mcp__local__echo', {'x': 1}), tools.local.echo({'y': 2})]",
+        &options(),
+    );
     assert_eq!(e.return_value, Some(json!([{"x": 1}, {"y": 2}])), "{e:?}");
 }
 
@@ -59,29 +69,49 @@ fn sync_and_async_calls_and_namespace() {
 fn gather_runs_a_batch_concurrently() {
     let started = Instant::now();
     let e = run_with("import asyncio\nawait asyncio.gather(*(call_mcp_tool('mcp__local__slow') for _ in range(10)))", &options());
-    assert_eq!(e.return_value, Some(Value::Array(vec![json!("slept"); 10])), "{e:?}");
-    assert!(started.elapsed() < Duration::from_millis(800), "took {:?}", started.elapsed());
+    assert_eq!(
+        e.return_value,
+        Some(Value::Array(vec![json!("slept"); 10])),
+        "{e:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(800),
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
 fn failing_tool_raises_tool_error_with_its_message() {
     let e = run_with("try:\n    call_mcp_tool('mcp__local__fail')\nexcept ToolError as e:\n    err = [e.tool, str(e)]\nerr", &options());
-    assert_eq!(e.return_value, Some(json!(["mcp__local__fail", "the tool failed on purpose"])));
+    assert_eq!(
+        e.return_value,
+        Some(json!(["mcp__local__fail", "the tool failed on purpose"]))
+    );
     let e = run_with("call_mcp_tool('mcp__local__fail')", &options());
     let error = e.error.expect("an error");
-    assert_eq!((error.kind.as_str(), error.message.as_str()), ("ToolError", "the tool failed on purpose"));
+    assert_eq!(
+        (error.kind.as_str(), error.message.as_str()),
+        ("ToolError", "the tool failed on purpose")
+    );
 }
 
 #[test]
 fn allowlist_hides_and_refuses() {
-    let options = RunOptions { allowed_tools: Some(vec!["mcp__local__e*".into()]), ..options() };
+    let options = RunOptions {
+        allowed_tools: Some(vec!["mcp__local__e*".into()]),
+        ..options()
+    };
     let e = run_with(
         "names = [t['name'] for t in discover_mcp_tools()]\ntry:\n    call_mcp_tool('mcp__local__slow')\nexcept ToolError as e:\n    err = str(e)\n[names, err]",
         &options,
     );
     let value = e.return_value.expect("value");
     assert_eq!(value[0], json!(["mcp__local__echo"]));
-    assert!(value[1].as_str().unwrap().contains("mcp__local__e*"), "{value}");
+    assert!(
+        value[1].as_str().unwrap().contains("mcp__local__e*"),
+        "{value}"
+    );
 }
 
 #[test]
@@ -98,33 +128,73 @@ fn unknown_tools_and_search() {
 
 #[test]
 fn tool_call_limit_ends_the_run() {
-    let options = RunOptions { limits: Limits { tool_calls: 5, ..Limits::default() }, ..options() };
-    let e = run_with("for i in range(6):\n    call_mcp_tool('mcp__local__echo', {'i': i})", &options);
+    let options = RunOptions {
+        limits: Limits {
+            tool_calls: 5,
+            ..Limits::default()
+        },
+        ..options()
+    };
+    let e = run_with(
+        "for i in range(6):\n    call_mcp_tool('mcp__local__echo', {'i': i})",
+        &options,
+    );
     assert_eq!(e.status, Status::ToolCallLimit, "{e:?}");
     assert_eq!(e.tool_calls, 5);
 }
 
 #[test]
 fn timeout_covers_tool_time() {
-    let options = RunOptions { limits: Limits { timeout: Duration::from_millis(250), ..Limits::default() }, ..options() };
-    let e = run_with("for _ in range(10):\n    call_mcp_tool('mcp__local__slow')", &options);
+    let options = RunOptions {
+        limits: Limits {
+            timeout: Duration::from_millis(250),
+            ..Limits::default()
+        },
+        ..options()
+    };
+    let e = run_with(
+        "for _ in range(10):\n    call_mcp_tool('mcp__local__slow')",
+        &options,
+    );
     assert_eq!(e.status, Status::Timeout);
 }
 
 #[test]
 fn no_tools_configured() {
-    let e = run_with("try:\n    call_mcp_tool('mcp__x__y')\nexcept ToolError as e:\n    err = str(e)\nerr", &RunOptions::default());
-    assert!(e.return_value.unwrap().as_str().unwrap().contains("no tools"));
+    let e = run_with(
+        "try:\n    call_mcp_tool('mcp__x__y')\nexcept ToolError as e:\n    err = str(e)\nerr",
+        &RunOptions::default(),
+    );
+    assert!(e
+        .return_value
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .contains("no tools"));
 }
 
 #[test]
 fn tool_results_and_arguments_have_a_size_cap() {
-    let options = RunOptions { limits: Limits { tool_result_bytes: 1000, ..Limits::default() }, ..options() };
+    let options = RunOptions {
+        limits: Limits {
+            tool_result_bytes: 1000,
+            ..Limits::default()
+        },
+        ..options()
+    };
     let code = "out = []\nfor name, args in [('mcp__local__big', {}), ('mcp__local__echo', {'a': 'y' * 2000}), ('mcp__local__echo', {'a': 'ok'})]:\n\
                 \x20   try:\n        out.append(call_mcp_tool(name, args))\n    except ToolError as e:\n        out.append(str(e))\nout";
     let e = run_with(code, &options);
     let v = e.return_value.expect("value");
-    assert_eq!(v[0], json!("result of mcp__local__big is 5002 bytes, over the limit of 1000 bytes"));
-    assert!(v[1].as_str().unwrap().starts_with("arguments of mcp__local__echo are 2009 bytes, over the limit of 1000 bytes"), "{v}");
+    assert_eq!(
+        v[0],
+        json!("result of mcp__local__big is 5002 bytes, over the limit of 1000 bytes")
+    );
+    assert!(
+        v[1].as_str().unwrap().starts_with(
+            "arguments of mcp__local__echo are 2009 bytes, over the limit of 1000 bytes"
+        ),
+        "{v}"
+    );
     assert_eq!(v[2], json!({"a": "ok"}));
 }
