@@ -104,7 +104,7 @@ impl AuditLog {
         tool: &str,
         arguments: &Value,
         duration_ms: f64,
-        outcome: &Result<Value, String>,
+        outcome: &Result<Value, sandpy::ToolError>,
     ) {
         let mut record = json!({
             "kind": "tool_call",
@@ -113,7 +113,7 @@ impl AuditLog {
             "duration_ms": duration_ms,
             "outcome": if outcome.is_ok() { "ok" } else { "error" },
             "arguments_bytes": arguments.to_string().len(),
-            "result_bytes": match outcome { Ok(v) => v.to_string().len(), Err(e) => e.len() },
+            "result_bytes": match outcome { Ok(v) => v.to_string().len(), Err(e) => e.message.len() },
         });
         if self.record_arguments {
             record["arguments"] = arguments.clone();

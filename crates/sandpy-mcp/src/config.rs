@@ -1,5 +1,6 @@
-//! The configuration file: the `mcpServers` object agents already keep, plus sandpy's own
-//! settings beside it under `"sandpy"`.
+//! The configuration file as the MCP front end reads it: the `mcpServers` object agents
+//! already keep, and sandpy's own settings beside it under `"sandpy"` (read by the
+//! library, see [`sandpy::ConfigFile`]).
 //!
 //! ```json
 //! {
@@ -7,44 +8,14 @@
 //!     "everything": { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"] },
 //!     "remote": { "url": "http://127.0.0.1:3001/mcp", "headers": { "Authorization": "Bearer x" } }
 //!   },
-//!   "sandpy": {
-//!     "limits": { "timeout_ms": 30000, "memory_mb": 256, "max_output_bytes": 1048576,
-//!                 "max_tool_calls": 1000, "tool_timeout_ms": 60000 },
-//!     "allowed_tools": ["mcp__everything__*"],
-//!     "audit_log": "sandpy-audit.jsonl",
-//!     "audit_arguments": false
-//!   }
+//!   "sandpy": { "limits": { "timeout_ms": 30000 }, "allowed_tools": ["mcp__everything__*"] }
 //! }
 //! ```
 
+use sandpy::{ConfigError, ConfigFile, Settings};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-/// The configuration could not be used; says which file, which key, and what is wrong.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read config `{path}`: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The file is not valid JSON, or a key has the wrong type.
-    #[error("config `{path}`: at `{key}`: {message}")]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// Dotted path of the offending key (`.` for the whole file).
-        key: String,
-        /// What is wrong.
-        message: String,
-    },
-}
 
 /// How to reach one upstream MCP server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,67 +40,13 @@ pub enum ServerSpec {
     },
 }
 
-/// sandpy's default limits for runs started through MCP or with a config.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LimitDefaults {
-    /// Per-run limits.
-    pub limits: sandpy::Limits,
-    /// Per tool call timeout.
-    pub tool_timeout: Duration,
-}
-
-impl Default for LimitDefaults {
-    fn default() -> Self {
-        LimitDefaults {
-            limits: sandpy::Limits::default(),
-            tool_timeout: Duration::from_secs(60),
-        }
-    }
-}
-
-/// Everything read from a config file. Defaults: no servers, default limits, every tool
-/// allowed, no audit log.
+/// Everything read from a config file. Defaults: no servers, default settings.
 #[derive(Debug, Clone, Default)]
 pub struct Config {
     /// Upstream servers by name (the `<server>` of `mcp__<server>__<tool>`).
     pub servers: BTreeMap<String, ServerSpec>,
-    /// Default limits.
-    pub defaults: LimitDefaults,
-    /// Tools runs may use (names or globs); `None` allows all. Per-run lists only narrow it.
-    pub allowed_tools: Option<Vec<String>>,
-    /// Where to append the JSON Lines audit log.
-    pub audit_log: Option<PathBuf>,
-    /// Whether the audit log records tool-call argument values.
-    pub audit_arguments: bool,
-    /// Policies defined in the config, by name (beside the built-in `strict` and `default`).
-    pub policies: BTreeMap<String, sandpy::Policy>,
-    /// The policy runs use unless they name one.
-    pub default_policy: Option<String>,
-    /// Idle TTL, count and memory of `run_python` sessions.
-    pub sessions: sandpy::SessionLimits,
-    /// Folder where `save_session` writes and `restore_session` reads; none disables both.
-    pub session_dir: Option<PathBuf>,
-    /// Runs executing at once (default: the number of cores).
-    pub max_concurrent_runs: Option<usize>,
-    /// Runs waiting for a slot before new ones are answered `busy` (default 256).
-    pub max_queued_runs: Option<usize>,
-    /// Host folders every run may read, at their guest paths.
-    pub mounts: Vec<sandpy::Mount>,
-    /// Runtime component from `sandpy build` to use instead of the built-in one.
-    pub runtime: Option<PathBuf>,
-    /// Extra packages (pip requirements) that `sandpy build` puts into `runtime`.
-    pub packages: Vec<String>,
-    /// The file this came from, if any.
-    pub source: Option<PathBuf>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawFile {
-    #[serde(default)]
-    mcp_servers: BTreeMap<String, RawServer>,
-    #[serde(default)]
-    sandpy: RawSandpy,
+    /// sandpy's settings (the `sandpy` section).
+    pub settings: Settings,
 }
 
 #[derive(Deserialize)]
@@ -147,53 +64,6 @@ struct RawServer {
     headers: BTreeMap<String, String>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawSandpy {
-    #[serde(default)]
-    limits: RawLimits,
-    allowed_tools: Option<Vec<String>>,
-    audit_log: Option<PathBuf>,
-    #[serde(default)]
-    audit_arguments: bool,
-    #[serde(default)]
-    policies: BTreeMap<String, sandpy::Policy>,
-    default_policy: Option<String>,
-    #[serde(default)]
-    sessions: RawSessions,
-    max_concurrent_runs: Option<usize>,
-    max_queued_runs: Option<usize>,
-    /// Guest path -> host folder (relative to the config file), read-only.
-    #[serde(default)]
-    mounts: BTreeMap<String, PathBuf>,
-    runtime: Option<PathBuf>,
-    #[serde(default)]
-    packages: Vec<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawSessions {
-    idle_ttl_ms: Option<u64>,
-    max_sessions: Option<usize>,
-    memory_mb: Option<u64>,
-    save_dir: Option<PathBuf>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawLimits {
-    timeout_ms: Option<u64>,
-    memory_mb: Option<u64>,
-    max_output_bytes: Option<usize>,
-    max_code_bytes: Option<usize>,
-    max_tool_calls: Option<usize>,
-    max_tool_result_bytes: Option<usize>,
-    tool_timeout_ms: Option<u64>,
-    disk_mb: Option<u64>,
-    output_files_mb: Option<u64>,
-}
-
 /// Server names become part of tool names and Python identifiers.
 fn valid_server_name(name: &str) -> bool {
     !name.is_empty()
@@ -206,47 +76,41 @@ fn valid_server_name(name: &str) -> bool {
 impl Config {
     /// Find the config: `explicit`, else `$SANDPY_CONFIG`, else `./.mcp.json`, else none.
     pub fn discover(explicit: Option<&Path>) -> Result<Config, ConfigError> {
-        if let Some(path) = explicit {
-            return Config::load(path);
-        }
-        if let Some(path) = std::env::var_os("SANDPY_CONFIG") {
-            return Config::load(Path::new(&path));
-        }
-        let local = Path::new(".mcp.json");
-        if local.is_file() {
-            return Config::load(local);
-        }
-        Ok(Config::default())
+        let file = ConfigFile::discover(explicit)?;
+        Config::from_file(file)
     }
 
     /// Read and check one config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.into(),
-            source,
-        })?;
-        Config::parse(&text, path)
+        Config::from_file(ConfigFile::load(path)?)
     }
 
     /// Check config text; `path` is only used in messages and to resolve relative paths.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        Config::from_file(ConfigFile::parse(text, path)?)
+    }
+
+    /// Read the server entries of a config file.
+    fn from_file(file: ConfigFile) -> Result<Config, ConfigError> {
+        let path = file.settings.source.clone().unwrap_or_default();
         let invalid = |key: &str, message: String| ConfigError::Invalid {
-            path: path.into(),
+            path: path.clone(),
             key: key.into(),
             message,
         };
-        let mut deserializer = serde_json::Deserializer::from_str(text);
-        let raw: RawFile = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-            let key = match e.path().to_string() {
-                path if path == "?" || path.is_empty() => ".".to_string(),
-                path => path,
-            };
-            invalid(&key, e.into_inner().to_string())
-        })?;
         let base = path.parent().unwrap_or(Path::new("."));
         let mut servers = BTreeMap::new();
-        for (name, server) in raw.mcp_servers {
+        for (name, entry) in file.servers {
             let key = format!("mcpServers.{name}");
+            let server: RawServer = serde_path_to_error::deserialize(entry).map_err(|e| {
+                let at = e.path().to_string();
+                let key = if at == "?" || at.is_empty() || at == "." {
+                    key.clone()
+                } else {
+                    format!("{key}.{at}")
+                };
+                invalid(&key, e.into_inner().to_string())
+            })?;
             if !valid_server_name(&name) {
                 return Err(invalid(
                     &key,
@@ -307,150 +171,17 @@ impl Config {
             };
             servers.insert(name, spec);
         }
-        let l = raw.sandpy.limits;
-        let mut defaults = LimitDefaults::default();
-        let limits = &mut defaults.limits;
-        if let Some(ms) = l.timeout_ms {
-            if ms == 0 {
-                return Err(invalid(
-                    "sandpy.limits.timeout_ms",
-                    "must be at least 1".into(),
-                ));
-            }
-            limits.timeout = Duration::from_millis(ms);
-        }
-        if let Some(mb) = l.memory_mb {
-            if !(1..=4096).contains(&mb) {
-                return Err(invalid(
-                    "sandpy.limits.memory_mb",
-                    "must be between 1 and 4096".into(),
-                ));
-            }
-            limits.memory_bytes = (mb as usize) << 20;
-        }
-        limits.output_bytes = l.max_output_bytes.unwrap_or(limits.output_bytes);
-        limits.code_bytes = l.max_code_bytes.unwrap_or(limits.code_bytes);
-        limits.tool_calls = l.max_tool_calls.unwrap_or(limits.tool_calls);
-        limits.tool_result_bytes = l.max_tool_result_bytes.unwrap_or(limits.tool_result_bytes);
-        if let Some(mb) = l.disk_mb {
-            limits.disk_bytes = mb << 20;
-        }
-        if let Some(mb) = l.output_files_mb {
-            limits.output_files_bytes = mb << 20;
-        }
-        if let Some(ms) = l.tool_timeout_ms {
-            defaults.tool_timeout = Duration::from_millis(ms.max(1));
-        }
-        if let Some(patterns) = &raw.sandpy.allowed_tools {
-            for (i, pattern) in patterns.iter().enumerate() {
-                if let Err(e) = sandpy::validate_tool_pattern(pattern) {
-                    return Err(invalid(&format!("sandpy.allowed_tools[{i}]"), e));
-                }
-            }
-        }
-        let mut policies = BTreeMap::new();
-        for (name, mut policy) in raw.sandpy.policies {
-            if sandpy::Policy::builtin(&name).is_some() {
-                return Err(invalid(
-                    &format!("sandpy.policies.{name}"),
-                    format!("`{name}` is a built-in policy; choose another name"),
-                ));
-            }
-            policy.name = name.clone();
-            policies.insert(name, policy);
-        }
-        let mut sessions = sandpy::SessionLimits::default();
-        let raw_sessions = raw.sandpy.sessions;
-        if let Some(ms) = raw_sessions.idle_ttl_ms {
-            sessions.idle_ttl = Duration::from_millis(ms);
-        }
-        sessions.max_sessions = raw_sessions.max_sessions.unwrap_or(sessions.max_sessions);
-        if let Some(mb) = raw_sessions.memory_mb {
-            if !(1..=4096).contains(&mb) {
-                return Err(invalid(
-                    "sandpy.sessions.memory_mb",
-                    "must be between 1 and 4096".into(),
-                ));
-            }
-            sessions.memory_bytes = (mb as usize) << 20;
-        }
-        let session_dir = raw_sessions.save_dir.map(|dir| base.join(dir));
-        let mounts: Vec<sandpy::Mount> = raw
-            .sandpy
-            .mounts
-            .into_iter()
-            .map(|(guest, host)| sandpy::Mount {
-                host: base.join(host),
-                guest,
-            })
-            .collect();
-        sandpy::Mount::validate(&mounts).map_err(|message| invalid("sandpy.mounts", message))?;
-        let config = Config {
+        Ok(Config {
             servers,
-            defaults,
-            allowed_tools: raw.sandpy.allowed_tools,
-            audit_log: raw.sandpy.audit_log.map(|p| base.join(p)),
-            audit_arguments: raw.sandpy.audit_arguments,
-            policies,
-            default_policy: raw.sandpy.default_policy,
-            sessions,
-            session_dir,
-            max_concurrent_runs: raw.sandpy.max_concurrent_runs,
-            max_queued_runs: raw.sandpy.max_queued_runs,
-            mounts,
-            runtime: raw.sandpy.runtime.map(|p| base.join(p)),
-            packages: raw.sandpy.packages,
-            source: Some(path.to_path_buf()),
-        };
-        if let Err(message) = config.policy(None) {
-            return Err(invalid("sandpy.default_policy", message));
-        }
-        Ok(config)
-    }
-
-    /// The sandbox settings this config asks for, over `base`.
-    pub fn sandbox_config(&self, base: sandpy::Config) -> sandpy::Config {
-        sandpy::Config {
-            max_concurrent_runs: self.max_concurrent_runs.or(base.max_concurrent_runs),
-            max_queued_runs: self.max_queued_runs.unwrap_or(base.max_queued_runs),
-            runtime: self.runtime.clone().or(base.runtime),
-            ..base
-        }
-    }
-
-    /// The config's default limits with `policy`'s limit defaults applied.
-    pub fn limits_for(&self, policy: Option<&sandpy::Policy>) -> sandpy::Limits {
-        match policy {
-            Some(policy) => policy.limits(&self.defaults.limits),
-            None => self.defaults.limits.clone(),
-        }
-    }
-
-    /// The policy named `name`, else the config's default policy, else none.
-    pub fn policy(&self, name: Option<&str>) -> Result<Option<sandpy::Policy>, String> {
-        let Some(name) = name.or(self.default_policy.as_deref()) else {
-            return Ok(None);
-        };
-        if let Some(policy) = self
-            .policies
-            .get(name)
-            .cloned()
-            .or_else(|| sandpy::Policy::builtin(name))
-        {
-            return Ok(Some(policy));
-        }
-        let mut known = vec!["default".to_string(), "strict".to_string()];
-        known.extend(self.policies.keys().cloned());
-        Err(format!(
-            "unknown policy {name:?}; known policies: {}",
-            known.join(", ")
-        ))
+            settings: file.settings,
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn error(text: &str) -> String {
         Config::parse(text, Path::new("/x/.mcp.json"))
@@ -472,10 +203,10 @@ mod tests {
         assert!(
             matches!(&c.servers["web"], ServerSpec::Http { headers, .. } if headers["Authorization"] == "Bearer t")
         );
-        assert_eq!(c.defaults.limits.timeout, Duration::from_secs(5));
-        assert_eq!(c.defaults.limits.tool_calls, 10);
+        assert_eq!(c.settings.limits.timeout, Duration::from_secs(5));
+        assert_eq!(c.settings.limits.tool_calls, 10);
         assert_eq!(
-            c.audit_log.as_deref(),
+            c.settings.audit_log.as_deref(),
             Some(Path::new("/etc/sandpy/audit.jsonl"))
         );
     }
@@ -536,11 +267,14 @@ mod tests {
             Path::new("c.json"),
         )
         .unwrap();
-        let policy = c.policy(None).unwrap().unwrap();
+        let policy = c.settings.policy(None).unwrap().unwrap();
         assert_eq!(
-            (policy.name.as_str(), policy.timeout_ms),
+            (policy.name.as_str(), policy.limits.timeout_ms),
             ("evals", Some(100))
         );
-        assert_eq!(c.policy(Some("strict")).unwrap().unwrap().name, "strict");
+        assert_eq!(
+            c.settings.policy(Some("strict")).unwrap().unwrap().name,
+            "strict"
+        );
     }
 }

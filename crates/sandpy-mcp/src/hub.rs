@@ -17,7 +17,7 @@ use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{Peer, RoleClient, ServiceError, ServiceExt};
-use sandpy::{Allowlist, ToolFuture, ToolHost, ToolInfo};
+use sandpy::{Allowlist, ToolError, ToolFuture, ToolHost, ToolInfo};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -213,10 +213,11 @@ impl Hub {
     /// Start (or connect to) every configured server at once and list their tools. A
     /// server that fails is reported in [`Hub::servers`] and retried on its next call.
     pub async fn start(config: &Config) -> Hub {
-        let allowlist = Allowlist::new(config.allowed_tools.as_deref()).unwrap_or_else(|e| {
-            tracing::error!("{e}; allowing no tools");
-            Allowlist::new(Some(&[])).expect("an empty allowlist is valid")
-        });
+        let allowlist =
+            Allowlist::new(config.settings.allowed_tools.as_deref()).unwrap_or_else(|e| {
+                tracing::error!("{e}; allowing no tools");
+                Allowlist::new(Some(&[])).unwrap_or_default()
+            });
         let upstreams: Vec<Arc<Upstream>> = config
             .servers
             .iter()
@@ -233,7 +234,7 @@ impl Hub {
             upstreams,
             catalog: RwLock::new(Catalog::default()),
             allowlist,
-            tool_timeout: config.defaults.tool_timeout,
+            tool_timeout: config.settings.tool_timeout,
         }));
         let starts = hub
             .0
@@ -382,7 +383,7 @@ impl ToolHost for Hub {
     fn call_tool(&self, name: &str, arguments: Value) -> ToolFuture {
         let hub = self.clone();
         let name = name.to_string();
-        Box::pin(async move { hub.call(name, arguments).await })
+        Box::pin(async move { hub.call(name, arguments).await.map_err(ToolError::from) })
     }
 
     fn explain_missing(&self, name: &str) -> String {
@@ -430,7 +431,10 @@ impl ToolHost for AuditedTools {
         );
         Box::pin(async move {
             let started = Instant::now();
-            let outcome = hub.call(name.clone(), arguments.clone()).await;
+            let outcome = hub
+                .call(name.clone(), arguments.clone())
+                .await
+                .map_err(ToolError::from);
             audit.tool_call(
                 &id,
                 &name,

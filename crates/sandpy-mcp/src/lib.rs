@@ -16,9 +16,10 @@ mod server;
 mod summary;
 
 pub use audit::AuditLog;
-pub use config::{Config, ConfigError, LimitDefaults, ServerSpec};
+pub use config::{Config, ServerSpec};
 pub use http::{HttpError, HttpListener};
 pub use hub::{Hub, ServerStatus};
+pub use sandpy::{ConfigError, UnknownPolicy};
 pub use server::SandpyServer;
 pub use summary::summarize;
 

@@ -7,31 +7,25 @@
 use crate::audit::AuditLog;
 use crate::hub::Hub;
 use crate::summary::summarize;
-use crate::Config;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use sandpy::{Execution, Policy, RunOptions, Sandbox, Sessions, ToolHost};
+use sandpy::{Execution, LimitOverrides, Resolved, RunOptions, Sandbox, Sessions, ToolHost};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// What the server shares across sessions.
 pub struct ServerState {
     sandbox: Sandbox,
     hub: Hub,
-    /// The config's default policy, applied to every run.
-    policy: Option<Policy>,
-    /// Config defaults with the policy's limit defaults applied.
-    limits: sandpy::Limits,
+    /// What every run starts from: the config's limits and mounts, the policy in force.
+    run: RunOptions,
     sessions: Sessions,
     session_dir: Option<std::path::PathBuf>,
-    /// The config's read-only mounts, given to every run.
-    mounts: Vec<sandpy::Mount>,
     audit: Option<AuditLog>,
     executions: AtomicU64,
 }
@@ -170,27 +164,21 @@ Results are the tool's structured content, else its text (JSON-decoded when it i
 Pass `session_id` to keep globals and imports between runs (like notebook cells).";
 
 impl SandpyServer {
-    /// A server over `sandbox` and the hub started from `config`; every run uses the
-    /// config's default policy. Fails when the audit log cannot be opened or the default
-    /// policy is unknown.
-    pub fn new(sandbox: Sandbox, hub: Hub, config: Config) -> std::io::Result<SandpyServer> {
-        let audit = match &config.audit_log {
-            Some(path) => Some(AuditLog::open(path, config.audit_arguments)?),
+    /// A server over `sandbox` and `hub` with the settings and policy of `resolved`.
+    /// Fails when the audit log cannot be opened.
+    pub fn new(sandbox: Sandbox, hub: Hub, resolved: &Resolved) -> std::io::Result<SandpyServer> {
+        let settings = &resolved.settings;
+        let audit = match &settings.audit_log {
+            Some(path) => Some(AuditLog::open(path, settings.audit_arguments)?),
             None => None,
         };
-        let policy = config.policy(None).map_err(std::io::Error::other)?;
-        let limits = config.limits_for(policy.as_ref());
-        let sessions = Sessions::new(&sandbox, config.sessions.clone());
-        let session_dir = config.session_dir.clone();
-        let mounts = config.mounts.clone();
+        let sessions = Sessions::new(&sandbox, settings.sessions.clone());
         let state = ServerState {
             sandbox,
             hub,
-            policy,
-            limits,
+            run: resolved.run_options(),
             sessions,
-            session_dir,
-            mounts,
+            session_dir: settings.session_dir.clone(),
             audit,
             executions: AtomicU64::new(0),
         };
@@ -299,22 +287,22 @@ impl SandpyServer {
     }
 
     fn options(&self, args: &JsonObject, execution_id: String) -> Result<RunOptions, ErrorData> {
-        let mut limits = self.0.limits.clone();
+        let mut limit_overrides = LimitOverrides::default();
         if let Some(ms) = args.get("timeout_ms").filter(|v| !v.is_null()) {
             let ms = ms
                 .as_u64()
                 .filter(|ms| *ms >= 1)
                 .ok_or_else(|| invalid("`timeout_ms` must be a positive integer"))?;
-            limits.timeout = limits.timeout.min(Duration::from_millis(ms));
+            let server_limit = self.0.run.effective_limits().timeout.as_millis();
+            limit_overrides.timeout_ms =
+                Some(ms.min(u64::try_from(server_limit).unwrap_or(u64::MAX)));
         }
         Ok(RunOptions {
-            limits,
+            limit_overrides,
             tools: Some(self.0.hub.for_execution(execution_id, self.0.audit.clone())),
             allowed_tools: strings_arg(args, "allowed_tools")?,
-            policy: self.0.policy.clone(),
             files: input_files(args)?,
-            mounts: self.0.mounts.clone(),
-            ..RunOptions::default()
+            ..self.0.run.clone()
         })
     }
 
@@ -326,7 +314,7 @@ impl SandpyServer {
         execution: Execution,
     ) -> CallToolResult {
         if let Some(audit) = &self.0.audit {
-            audit.execution(id, code, &options.limits, &execution);
+            audit.execution(id, code, &options.effective_limits(), &execution);
         }
         let text = summarize(&execution);
         let ok = execution.is_ok();
@@ -389,7 +377,12 @@ impl SandpyServer {
                 let session = string_arg(&args, "session_id")?;
                 let path = self.snapshot_path(string_arg(&args, "name")?)?;
                 let saved = async {
-                    let snapshot = self.0.sessions.snapshot(session).await?;
+                    let snapshot = self
+                        .0
+                        .sessions
+                        .snapshot(session)
+                        .await
+                        .map_err(|e| e.to_string())?;
                     let text = serde_json::to_string(&snapshot).map_err(|e| e.to_string())?;
                     std::fs::write(&path, &text)
                         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -411,7 +404,8 @@ impl SandpyServer {
                     self.0
                         .sessions
                         .restore(session, &snapshot, &options)
-                        .await?;
+                        .await
+                        .map_err(|e| e.to_string())?;
                     Ok::<_, String>(
                         json!({"session_id": session, "restored": true, "cells": snapshot.cells.len()}),
                     )
@@ -427,7 +421,8 @@ impl SandpyServer {
                     .sessions
                     .fork(from, to, &options)
                     .await
-                    .map(|()| json!({"session_id": to, "forked_from": from}));
+                    .map(|()| json!({"session_id": to, "forked_from": from}))
+                    .map_err(|e| e.to_string());
                 Ok(outcome(forked))
             }
             "call_python_function" => {

@@ -3,6 +3,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// Called with a human-readable message before slow steps.
+pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// How to set up the runtime. Defaults: the compiled-code cache lives in
 /// `$SANDPY_CACHE_DIR`, else the user's cache folder (`~/.cache/sandpy` on Linux); no
 /// progress messages; a pool of 256 reusable instance slots; as many runs at once as the
@@ -12,7 +15,7 @@ pub struct Config {
     /// Where the compiled runtime (`.cwasm`) is cached.
     pub cache_dir: Option<PathBuf>,
     /// Called with a human-readable message before slow steps (compiling the runtime).
-    pub progress: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    pub progress: Option<Progress>,
     /// Instance slots of wasmtime's pooling allocator for fresh runs (also the most runs
     /// executing at once). Sessions never use it. `None` allocates each instance afresh
     /// (about half the runs per second on a single core, far fewer on several).

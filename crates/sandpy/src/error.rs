@@ -2,36 +2,48 @@
 
 use std::path::PathBuf;
 
+/// What went wrong underneath: kept whole so that callers can print the chain.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// The sandbox could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The wasmtime engine rejected its configuration.
-    #[error("cannot configure the WebAssembly engine: {0}")]
-    Engine(String),
-    /// The embedded guest component did not compile to native code.
-    #[error("cannot compile the Python runtime: {0}")]
-    Compile(String),
+    #[error("cannot configure the WebAssembly engine")]
+    Engine(#[source] Cause),
+    /// The guest component did not compile to native code.
+    #[error("cannot compile the Python runtime")]
+    Compile(#[source] Cause),
     /// The compiled runtime could not be linked with the host functions.
-    #[error("cannot link the Python runtime: {0}")]
-    Link(String),
+    #[error("cannot link the Python runtime")]
+    Link(#[source] Cause),
     /// The compiled-code cache folder could not be used.
-    #[error("cannot use the cache at `{path}`: {source}")]
+    #[error("cannot use the cache at `{path}`")]
     Cache {
         /// The cache file or folder.
         path: PathBuf,
         /// What failed.
+        #[source]
         source: std::io::Error,
     },
     /// A runtime file given in [`Config::runtime`](crate::Config::runtime) is unusable.
-    #[error("cannot load the runtime `{path}`: {message}")]
+    #[error("cannot load the runtime `{path}`")]
     Runtime {
         /// The component file.
         path: PathBuf,
         /// What failed.
-        message: String,
+        #[source]
+        source: std::io::Error,
     },
     /// Installing packages or building a runtime with them failed.
-    #[error("{0}")]
-    Packages(String),
+    #[error(transparent)]
+    Packages(#[from] crate::packages::PackageError),
+}
+
+impl Error {
+    /// A wasmtime failure as a [`Cause`], its context chain kept.
+    pub(crate) fn cause(error: wasmtime::Error) -> Cause {
+        error.into_boxed_dyn_error()
+    }
 }

@@ -61,6 +61,28 @@ impl Status {
     }
 }
 
+impl Status {
+    /// The error type of a run the host ended or refused with this status: the status
+    /// in CamelCase.
+    pub(crate) fn error_type(self) -> &'static str {
+        match self {
+            Status::Ok => "Ok",
+            Status::Error => "Error",
+            Status::Timeout => "Timeout",
+            Status::MemoryLimit => "MemoryLimit",
+            Status::OutputLimit => "OutputLimit",
+            Status::ToolCallLimit => "ToolCallLimit",
+            Status::DiskLimit => "DiskLimit",
+            Status::StackOverflow => "StackOverflow",
+            Status::PolicyViolation => "PolicyViolation",
+            Status::InvalidInput => "InvalidInput",
+            Status::SessionPoisoned => "SessionPoisoned",
+            Status::Busy => "Busy",
+            Status::InternalError => "InternalError",
+        }
+    }
+}
+
 impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -121,7 +143,9 @@ impl Execution {
         self.status == Status::Ok
     }
 
-    pub(crate) fn refused(status: Status, kind: &str, message: String) -> Self {
+    /// A run refused by the host before or instead of running: `status` with `message`
+    /// under the error type named after it (`InvalidInput`, `Busy`, ...).
+    pub(crate) fn refused(status: Status, message: String) -> Self {
         Execution {
             status,
             stdout: String::new(),
@@ -129,7 +153,7 @@ impl Execution {
             return_value: None,
             return_value_is_repr: false,
             error: Some(ErrorInfo {
-                kind: kind.into(),
+                kind: status.error_type().into(),
                 message,
                 traceback: None,
             }),

@@ -53,10 +53,54 @@ pub struct OutputFile {
     pub content: Vec<u8>,
 }
 
+/// Why a set of mounts is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MountError {
+    /// The guest path is not absolute, is `/`, or contains `..`.
+    #[error("mount guest path `{path}` {problem}")]
+    GuestPath {
+        /// The guest path as given.
+        path: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// The host folder cannot be opened.
+    #[error("mount `{}`: cannot open the host folder: {reason}", .host.display())]
+    HostUnreadable {
+        /// The host path as given.
+        host: PathBuf,
+        /// The system's reason.
+        reason: String,
+    },
+    /// The host path is not a folder.
+    #[error("mount `{}`: the host path is not a folder", .host.display())]
+    NotAFolder {
+        /// The host path as given.
+        host: PathBuf,
+    },
+    /// The guest path is at, under or above `/tmp` or `/output`.
+    #[error("mount at `{guest}` overlaps {provided}, which sandpy provides")]
+    Provided {
+        /// The normalised guest path.
+        guest: String,
+        /// `/tmp` or `/output`.
+        provided: &'static str,
+    },
+    /// Two mounts' guest paths overlap.
+    #[error("mounts at `{guest}` and `{other}` overlap")]
+    Overlap {
+        /// The later mount's guest path.
+        guest: String,
+        /// The earlier one's.
+        other: String,
+    },
+}
+
 impl Mount {
     /// Check a set of mounts as a run would: absolute, non-overlapping guest paths away
     /// from `/tmp` and `/output`, existing host folders.
-    pub fn validate(mounts: &[Mount]) -> Result<(), String> {
+    pub fn validate(mounts: &[Mount]) -> Result<(), MountError> {
         check_mounts(mounts).map(drop)
     }
 }
@@ -458,21 +502,18 @@ fn scratch_relative(path: &str) -> Result<PathBuf, String> {
 }
 
 /// Mounts with canonical host folders and normalised guest paths, or why one is refused.
-pub(crate) fn check_mounts(mounts: &[Mount]) -> Result<CheckedMounts, String> {
+pub(crate) fn check_mounts(mounts: &[Mount]) -> Result<CheckedMounts, MountError> {
     let mut checked: Vec<(PathBuf, String)> = Vec::with_capacity(mounts.len());
     for mount in mounts {
         let guest = normal_guest_path(&mount.guest)?;
-        let host = std::fs::canonicalize(&mount.host).map_err(|e| {
-            format!(
-                "mount `{}`: cannot open the host folder: {e}",
-                mount.host.display()
-            )
+        let host = std::fs::canonicalize(&mount.host).map_err(|e| MountError::HostUnreadable {
+            host: mount.host.clone(),
+            reason: e.to_string(),
         })?;
         if !host.is_dir() {
-            return Err(format!(
-                "mount `{}`: the host path is not a folder",
-                mount.host.display()
-            ));
+            return Err(MountError::NotAFolder {
+                host: mount.host.clone(),
+            });
         }
         let overlaps = |other: &str| {
             let (a, b) = (format!("{guest}/"), format!("{other}/"));
@@ -482,20 +523,29 @@ pub(crate) fn check_mounts(mounts: &[Mount]) -> Result<CheckedMounts, String> {
             .into_iter()
             .find(|dir| overlaps(dir))
         {
-            return Err(format!(
-                "mount at `{guest}` overlaps {taken}, which sandpy provides"
-            ));
+            return Err(MountError::Provided {
+                guest,
+                provided: taken,
+            });
         }
         if let Some((_, other)) = checked.iter().find(|(_, other)| overlaps(other)) {
-            return Err(format!("mounts at `{guest}` and `{other}` overlap"));
+            return Err(MountError::Overlap {
+                guest,
+                other: other.clone(),
+            });
         }
         checked.push((host, guest));
     }
     Ok(CheckedMounts(checked))
 }
 
-fn normal_guest_path(path: &str) -> Result<String, String> {
-    let refuse = |why: &str| Err(format!("mount guest path `{path}` {why}"));
+fn normal_guest_path(path: &str) -> Result<String, MountError> {
+    let refuse = |problem| {
+        Err(MountError::GuestPath {
+            path: path.to_string(),
+            problem,
+        })
+    };
     if !path.starts_with('/') {
         return refuse("must be absolute");
     }
@@ -555,6 +605,7 @@ mod tests {
         }
         assert!(check_mounts(&[mount("/a"), mount("/a/b")])
             .unwrap_err()
+            .to_string()
             .contains("overlap"));
         let missing = Mount {
             host: host.join("missing"),
@@ -562,6 +613,7 @@ mod tests {
         };
         assert!(check_mounts(&[missing])
             .unwrap_err()
+            .to_string()
             .contains("cannot open"));
     }
 }

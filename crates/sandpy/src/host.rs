@@ -1,7 +1,7 @@
 //! The per-execution host state: WASI context, memory limiter, and the tool imports.
 
 use crate::bindings::{ToolCall, ToolsHost, TypesHost};
-use crate::tools::{self, Allowlist, ToolHost, ToolInfo};
+use crate::tools::{self, Allowlist, ToolError, ToolHost, ToolInfo};
 use std::sync::Arc;
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
@@ -49,7 +49,7 @@ pub struct RecordedCall {
     /// The tool called.
     pub name: String,
     /// What the guest got: the result as JSON, or the error message.
-    pub result: Result<String, String>,
+    pub result: Result<String, ToolError>,
 }
 
 /// What one run may do with tools, and what it did.
@@ -140,7 +140,9 @@ impl ToolsHost for HostState {
             let mut answers = Vec::with_capacity(calls.len());
             for call in &calls {
                 match replay.pop_front() {
-                    Some(recorded) if recorded.name == call.name => answers.push(recorded.result),
+                    Some(recorded) if recorded.name == call.name => {
+                        answers.push(recorded.result.map_err(|e| e.message))
+                    }
                     other => wasmtime::bail!(
                         "session replay diverged: the code called {:?} where the journal has {:?}",
                         call.name,
@@ -152,7 +154,7 @@ impl ToolsHost for HostState {
                 let calls = calls.iter().zip(&answers);
                 recorded.extend(calls.map(|(call, result)| RecordedCall {
                     name: call.name.clone(),
-                    result: result.clone(),
+                    result: result.clone().map_err(ToolError::from),
                 }));
             }
             return Ok(answers);
@@ -172,7 +174,9 @@ impl ToolsHost for HostState {
                     let Some(host) = host else {
                         return Err("no tools are configured".to_string());
                     };
-                    host.call_tool(&name, arguments).await
+                    host.call_tool(&name, arguments)
+                        .await
+                        .map_err(|e| e.message)
                 }
             })
             .collect();
@@ -198,7 +202,7 @@ impl ToolsHost for HostState {
             let calls = calls.iter().zip(&answers);
             recorded.extend(calls.map(|(call, result)| RecordedCall {
                 name: call.name.clone(),
-                result: result.clone(),
+                result: result.clone().map_err(ToolError::from),
             }));
         }
         Ok(answers)

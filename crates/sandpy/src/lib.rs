@@ -7,8 +7,14 @@
 //! - [`Execution`]: what the run printed and returned, and its [`Status`].
 //!
 //! A [`Policy`] (least privilege, checked before and enforced during a run) can narrow
-//! what code may import and use; `Sandbox::validate` runs only the check. A [`Session`]
-//! keeps one interpreter's state across runs; [`Sessions`] keeps them by id.
+//! what code may import and use, and bring its own limits; `Sandbox::validate` runs only
+//! the check. A [`Session`] keeps one interpreter's state across runs (it is a run that
+//! keeps its instance); [`Sessions`] keeps them by id.
+//!
+//! Limits given by people (a config file, a policy, CLI flags, a request) take one shape,
+//! [`LimitOverrides`], put over [`Limits`] in that order ([`RunOptions::effective_limits`]).
+//! [`ConfigFile`] reads the `sandpy` section of a config file into [`Settings`], which a
+//! front end resolves once ([`Settings::resolve`]) and passes on.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), sandpy::Error> {
@@ -41,23 +47,32 @@ mod execution;
 mod files;
 mod host;
 mod limits;
+mod options;
 mod output;
 pub mod packages;
 mod policy;
+mod run;
 mod runtime;
 mod sandbox;
 mod session;
+mod sessions;
+mod settings;
 mod tools;
+mod verdict;
 
-pub use config::Config;
-pub use error::Error;
+pub use config::{Config, Progress};
+pub use error::{Cause, Error};
 pub use execution::{ErrorInfo, Execution, Status};
-pub use files::{InputFile, Mount, OutputFile, OUTPUT_DIR, SCRATCH_DIR};
+pub use files::{InputFile, Mount, MountError, OutputFile, OUTPUT_DIR, SCRATCH_DIR};
 pub use host::RecordedCall;
-pub use limits::Limits;
+pub use limits::{LimitError, LimitOverrides, Limits};
+pub use options::RunOptions;
 pub use policy::{Policy, Violation};
-pub use sandbox::{RunOptions, Sandbox};
-pub use session::{Cell, Session, SessionInfo, SessionLimits, SessionSnapshot, Sessions};
+pub use sandbox::{GuestFailure, ModuleReport, Sandbox};
+pub use session::{Cell, Session, SessionError, SessionSnapshot};
+pub use sessions::{SessionInfo, SessionLimits, Sessions};
+pub use settings::{ConfigError, ConfigFile, Resolved, Settings, UnknownPolicy};
 pub use tools::{
-    search as search_tools, validate_tool_pattern, Allowlist, ToolFuture, ToolHost, ToolInfo,
+    search as search_tools, validate_tool_pattern, Allowlist, ToolError, ToolFuture, ToolHost,
+    ToolInfo, ToolPatternError,
 };

@@ -7,6 +7,61 @@ use crate::{Config, Error};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Installing packages or building a runtime with them failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PackageError {
+    /// The package list was empty.
+    #[error("no packages given")]
+    NoPackages,
+    /// A build tool (python, pip, componentize-py) could not be started.
+    #[error("{tool}: cannot start it")]
+    Start {
+        /// The tool and what it was for.
+        tool: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A build tool ran and failed; `output` is what it said.
+    #[error("{tool} failed:\n{output}")]
+    Failed {
+        /// The tool and what it was for.
+        tool: String,
+        /// Its error output, with a hint where one is known.
+        output: String,
+    },
+    /// Some packages need compiled code, which cannot run in the sandbox.
+    #[error(
+        "compiled extension modules cannot run in the sandbox; only pure-Python packages \
+         can be added. Refused: {}", .refused.join("; ")
+    )]
+    Compiled {
+        /// Each refused distribution with its version and extension files.
+        refused: Vec<String>,
+    },
+    /// A file or folder of the build could not be made, written or read.
+    #[error("`{path}`")]
+    File {
+        /// The file or folder.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The [`PackageError::File`] error for `path`.
+fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| {
+        PackageError::File {
+            path: path.to_path_buf(),
+            source,
+        }
+        .into()
+    }
+}
+
 // Keep in step with `COMPONENTIZE_PY` in build.rs.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 
@@ -36,7 +91,7 @@ pub struct PackageSet {
 /// for the guest's Python; fails naming every package that needs compiled code.
 pub fn install(packages: &[String], target: &Path, config: &Config) -> Result<PackageSet, Error> {
     if packages.is_empty() {
-        return Err(Error::Packages("no packages given".into()));
+        return Err(PackageError::NoPackages.into());
     }
     let venv = toolchain(config)?;
     config.report_progress(&format!(
@@ -76,9 +131,10 @@ pub fn install(packages: &[String], target: &Path, config: &Config) -> Result<Pa
     ])
     .arg(target)
     .args(packages);
-    let output = pip
-        .output()
-        .map_err(|e| Error::Packages(format!("cannot start pip: {e}")))?;
+    let output = pip.output().map_err(|source| PackageError::Start {
+        tool: "pip".into(),
+        source,
+    })?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let hint = if stderr.contains("No matching distribution") {
@@ -86,11 +142,11 @@ pub fn install(packages: &[String], target: &Path, config: &Config) -> Result<Pa
         } else {
             ""
         };
-        return Err(Error::Packages(format!(
-            "pip could not install {}:\n{}{hint}",
-            packages.join(" "),
-            stderr.trim()
-        )));
+        return Err(PackageError::Failed {
+            tool: format!("pip install {}", packages.join(" ")),
+            output: format!("{}{hint}", stderr.trim()),
+        }
+        .into());
     }
     inspect(target)
 }
@@ -102,24 +158,21 @@ pub fn build_runtime(
     output: &Path,
     config: &Config,
 ) -> Result<PackageSet, Error> {
-    let work = tempfile::tempdir()
-        .map_err(|e| Error::Packages(format!("cannot make a build folder: {e}")))?;
+    let temp = std::env::temp_dir();
+    let work = tempfile::tempdir().map_err(file_error(&temp))?;
     let (guest, site) = (work.path().join("guest"), work.path().join("site"));
     let set = install(packages, &site, config)?;
     for (relative, bytes) in GUEST_FILES {
         let path = guest.join(relative);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| Error::Packages(format!("{}: {e}", parent.display())))?;
+            std::fs::create_dir_all(parent).map_err(file_error(parent))?;
         }
-        std::fs::write(&path, bytes)
-            .map_err(|e| Error::Packages(format!("{}: {e}", path.display())))?;
+        std::fs::write(&path, bytes).map_err(file_error(&path))?;
     }
     let listing = format!("PACKAGES = {:?}\n", set.import_names);
-    std::fs::write(guest.join("sandpy_packages.py"), listing)
-        .map_err(|e| Error::Packages(e.to_string()))?;
-    let output = std::path::absolute(output)
-        .map_err(|e| Error::Packages(format!("{}: {e}", output.display())))?;
+    let listing_file = guest.join("sandpy_packages.py");
+    std::fs::write(&listing_file, listing).map_err(file_error(&listing_file))?;
+    let output = std::path::absolute(output).map_err(file_error(output))?;
     config.report_progress(
         "sandpy: building the runtime (pre-initialising CPython with the packages, ~1 minute)...",
     );
@@ -133,22 +186,39 @@ pub fn build_runtime(
         .args(["app", "-o"])
         .arg(&output)
         .output()
-        .map_err(|e| Error::Packages(format!("cannot start componentize-py: {e}")))?;
+        .map_err(|source| PackageError::Start {
+            tool: "componentize-py".into(),
+            source,
+        })?;
     if !built.status.success() {
-        return Err(Error::Packages(format!(
-            "componentize-py failed (a package may fail to import at build time):\n{}{}",
-            String::from_utf8_lossy(&built.stdout),
-            String::from_utf8_lossy(&built.stderr)
-        )));
+        return Err(PackageError::Failed {
+            tool: "componentize-py (a package may fail to import at build time)".into(),
+            output: format!(
+                "{}{}",
+                String::from_utf8_lossy(&built.stdout),
+                String::from_utf8_lossy(&built.stderr)
+            ),
+        }
+        .into());
     }
     Ok(set)
 }
 
-/// The venv with pip and componentize-py, made once in the cache folder.
+/// The venv with pip and componentize-py, made once in the cache folder. Processes that
+/// need it at once take turns (a file lock): one makes it, the others then find it made.
 fn toolchain(config: &Config) -> Result<PathBuf, Error> {
-    let venv = config.resolved_cache_dir().join("toolchain");
+    let cache = config.resolved_cache_dir();
+    let venv = cache.join("toolchain");
     let marker = venv.join(".sandpy-componentize-py");
-    if std::fs::read_to_string(&marker).ok().as_deref() == Some(COMPONENTIZE_PY) {
+    let ready = || std::fs::read_to_string(&marker).ok().as_deref() == Some(COMPONENTIZE_PY);
+    if ready() {
+        return Ok(venv);
+    }
+    std::fs::create_dir_all(&cache).map_err(file_error(&cache))?;
+    let lock_path = cache.join("toolchain.lock");
+    let lock = std::fs::File::create(&lock_path).map_err(file_error(&lock_path))?;
+    lock.lock().map_err(file_error(&lock_path))?; // released when `lock` is dropped
+    if ready() {
         return Ok(venv);
     }
     config.report_progress(&format!(
@@ -157,16 +227,18 @@ fn toolchain(config: &Config) -> Result<PathBuf, Error> {
     ));
     let python = std::env::var("SANDPY_PYTHON").unwrap_or_else(|_| "python3".into());
     let step = |command: &mut Command, what: &str| -> Result<(), Error> {
-        let output = command
-            .output()
-            .map_err(|e| Error::Packages(format!("{what}: cannot start: {e}")))?;
+        let output = command.output().map_err(|source| PackageError::Start {
+            tool: what.to_string(),
+            source,
+        })?;
         if output.status.success() {
             return Ok(());
         }
-        Err(Error::Packages(format!(
-            "{what} failed:\n{}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        )))
+        Err(PackageError::Failed {
+            tool: what.to_string(),
+            output: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        }
+        .into())
     };
     step(
         Command::new(&python).args(["-m", "venv"]).arg(&venv),
@@ -181,8 +253,7 @@ fn toolchain(config: &Config) -> Result<PathBuf, Error> {
         ]),
         &format!("`pip install {COMPONENTIZE_PY}` (needs PyPI)"),
     )?;
-    std::fs::write(&marker, COMPONENTIZE_PY)
-        .map_err(|e| Error::Packages(format!("{}: {e}", marker.display())))?;
+    std::fs::write(&marker, COMPONENTIZE_PY).map_err(file_error(&marker))?;
     Ok(venv)
 }
 
@@ -196,7 +267,7 @@ fn inspect(site: &Path) -> Result<PackageSet, Error> {
     };
     let mut compiled = Vec::new();
     let mut dist_infos: Vec<PathBuf> = std::fs::read_dir(site)
-        .map_err(|e| Error::Packages(format!("{}: {e}", site.display())))?
+        .map_err(file_error(site))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "dist-info"))
         .collect();
@@ -250,10 +321,7 @@ fn inspect(site: &Path) -> Result<PackageSet, Error> {
         set.distributions.push((name, version));
     }
     if !compiled.is_empty() {
-        return Err(Error::Packages(format!(
-            "compiled extension modules cannot run in the sandbox; only pure-Python packages can be added. Refused: {}",
-            compiled.join("; ")
-        )));
+        return Err(PackageError::Compiled { refused: compiled }.into());
     }
     set.import_names.sort();
     Ok(set)

@@ -5,7 +5,7 @@
 //! line and column before it runs, and dynamic tricks (`importlib.import_module`,
 //! `getattr(__builtins__, ...)`, `__subclasses__` walks) are refused at run time.
 
-use crate::Limits;
+use crate::{LimitOverrides, Limits};
 use serde::{Deserialize, Serialize};
 
 /// A named set of rules for a run. Built-ins: [`Policy::strict`] and [`Policy::standard`]
@@ -29,12 +29,10 @@ pub struct Policy {
     /// Attributes code may not use (`__subclasses__`, `__globals__`, ...).
     #[serde(default)]
     pub denied_attributes: Vec<String>,
-    /// Default wall-clock limit of runs under this policy, in milliseconds.
-    #[serde(default)]
-    pub timeout_ms: Option<u64>,
-    /// Default memory limit of runs under this policy, in MiB.
-    #[serde(default)]
-    pub memory_mb: Option<u64>,
+    /// Limits of runs under this policy, over the configured ones (a run's own limits,
+    /// such as CLI flags, go over these). Written beside the rules: `"timeout_ms": 5000`.
+    #[serde(flatten)]
+    pub limits: LimitOverrides,
     /// Tools runs may call (names or globs); `Some([])` means none, `None` leaves the
     /// allowlist as configured.
     #[serde(default)]
@@ -121,8 +119,11 @@ impl Policy {
                 "locals",
             ]),
             denied_attributes: strings(INTROSPECTION),
-            timeout_ms: Some(5_000),
-            memory_mb: Some(64),
+            limits: LimitOverrides {
+                timeout_ms: Some(5_000),
+                memory_mb: Some(64),
+                ..LimitOverrides::default()
+            },
             allowed_tools: Some(Vec::new()),
         }
     }
@@ -135,8 +136,7 @@ impl Policy {
             denied_modules: Vec::new(),
             denied_builtins: Vec::new(),
             denied_attributes: Vec::new(),
-            timeout_ms: None,
-            memory_mb: None,
+            limits: LimitOverrides::default(),
             allowed_tools: None,
         }
     }
@@ -150,9 +150,9 @@ impl Policy {
         }
     }
 
-    /// `limits` with this policy's defaults applied.
+    /// `limits` with this policy's limits put over them.
     pub fn limits(&self, limits: &Limits) -> Limits {
-        limits.with_time_and_memory(self.timeout_ms, self.memory_mb)
+        self.limits.apply(limits)
     }
 
     /// Whether the guest has anything to check or enforce.

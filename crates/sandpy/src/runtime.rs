@@ -30,7 +30,7 @@ pub(crate) struct Runtime {
 }
 
 /// Largest linear memory a run may be given (the `Limits::memory_bytes` ceiling).
-pub(crate) const MAX_MEMORY_BYTES: usize = 4 << 30;
+const MAX_MEMORY_BYTES: usize = (crate::Limits::MAX_MEMORY_MB as usize) << 20;
 
 fn engine_config(config: &Config) -> wasmtime::Config {
     let mut engine = wasmtime::Config::new();
@@ -73,7 +73,7 @@ const TABLE_ELEMENTS: usize = 64 * 1024;
 impl Runtime {
     pub fn load(config: &Config) -> Result<Runtime, Error> {
         let engine =
-            Engine::new(&engine_config(config)).map_err(|e| Error::Engine(format!("{e:#}")))?;
+            Engine::new(&engine_config(config)).map_err(|e| Error::Engine(Error::cause(e)))?;
         let source = config.resolved_runtime();
         let id = match &source {
             None => COMPONENT_SHA256.to_string(),
@@ -83,17 +83,17 @@ impl Runtime {
         let component = load_component(&engine, config, &cache_file, source.as_deref())?;
         let mut linker: Linker<HostState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
-            .map_err(|e| Error::Link(format!("{e:#}")))?;
-        crate::disk::add_to_linker(&mut linker).map_err(|e| Error::Link(format!("{e:#}")))?;
+            .map_err(|e| Error::Link(Error::cause(e)))?;
+        crate::disk::add_to_linker(&mut linker).map_err(|e| Error::Link(Error::cause(e)))?;
         crate::bindings::Sandbox::add_to_linker::<HostState, HasSelf<HostState>>(
             &mut linker,
             |s| s,
         )
-        .map_err(|e| Error::Link(format!("{e:#}")))?;
+        .map_err(|e| Error::Link(Error::cause(e)))?;
         let pre = linker
             .instantiate_pre(&component)
-            .map_err(|e| Error::Link(format!("{e:#}")))?;
-        let pre = SandboxPre::new(pre).map_err(|e| Error::Link(format!("{e:#}")))?;
+            .map_err(|e| Error::Link(Error::cause(e)))?;
+        let pre = SandboxPre::new(pre).map_err(|e| Error::Link(Error::cause(e)))?;
         start_epoch_ticker(&engine);
         Ok(Runtime {
             id,
@@ -141,14 +141,15 @@ fn cache_file(engine: &Engine, dir: &Path, id: &str) -> PathBuf {
 /// A runtime file's identity for the cache: its path, size and modification time (cheap,
 /// unlike hashing ~40 MB on every start; rebuilding the file in place changes it).
 fn file_identity(path: &Path) -> Result<String, Error> {
-    let runtime_error = |message: String| Error::Runtime {
+    let runtime_error = |source| Error::Runtime {
         path: path.to_path_buf(),
-        message,
+        source,
     };
-    let canonical = std::fs::canonicalize(path).map_err(|e| runtime_error(e.to_string()))?;
-    let meta = std::fs::metadata(&canonical).map_err(|e| runtime_error(e.to_string()))?;
+    let canonical = std::fs::canonicalize(path).map_err(runtime_error)?;
+    let meta = std::fs::metadata(&canonical).map_err(runtime_error)?;
     if !meta.is_file() {
-        return Err(runtime_error("not a file".into()));
+        let not_a_file = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file");
+        return Err(runtime_error(not_a_file));
     }
     let mut hasher = Sha256::new();
     hasher.update(canonical.as_os_str().as_encoded_bytes());
@@ -186,14 +187,16 @@ fn load_component(
     );
     let bytes = match source {
         None => std::borrow::Cow::Borrowed(COMPONENT),
-        Some(file) => std::borrow::Cow::Owned(std::fs::read(file).map_err(|e| Error::Runtime {
-            path: file.to_path_buf(),
-            message: e.to_string(),
-        })?),
+        Some(file) => {
+            std::borrow::Cow::Owned(std::fs::read(file).map_err(|source| Error::Runtime {
+                path: file.to_path_buf(),
+                source,
+            })?)
+        }
     };
     let compiled = engine
         .precompile_component(&bytes)
-        .map_err(|e| Error::Compile(format!("{e:#}")))?;
+        .map_err(|e| Error::Compile(Error::cause(e)))?;
     match write_atomically(dir, path, &compiled) {
         Ok(()) => {
             prune_cache(dir, path);
@@ -211,7 +214,7 @@ fn load_component(
     }
     // SAFETY: `compiled` comes from `precompile_component` of this very engine.
     unsafe { Component::deserialize(engine, &compiled) }
-        .map_err(|e| Error::Compile(format!("{e:#}")))
+        .map_err(|e| Error::Compile(Error::cause(e)))
 }
 
 /// Other runtimes' entries kept beside the current one (other sandpy builds on the

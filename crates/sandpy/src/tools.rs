@@ -23,7 +23,28 @@ pub struct ToolInfo {
 }
 
 /// The future a [`ToolHost`] returns for one call.
-pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, String>> + Send + 'static>>;
+pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send + 'static>>;
+
+/// A tool's own failure: the guest sees it raised as `ToolError` with this message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[error("{message}")]
+#[serde(transparent)]
+pub struct ToolError {
+    /// What the tool (or the host on its behalf) said went wrong.
+    pub message: String,
+}
+
+impl From<String> for ToolError {
+    fn from(message: String) -> Self {
+        ToolError { message }
+    }
+}
+
+impl From<&str> for ToolError {
+    fn from(message: &str) -> Self {
+        message.to_string().into()
+    }
+}
 
 /// Where the guest's tool calls go (the MCP hub in `sandpy-mcp`, or your own functions).
 ///
@@ -53,24 +74,23 @@ pub struct Allowlist {
 
 impl Allowlist {
     /// `None` allows every tool; otherwise a tool must match one of `patterns`.
-    pub fn new(patterns: Option<&[String]>) -> Result<Self, String> {
+    pub fn new(patterns: Option<&[String]>) -> Result<Self, ToolPatternError> {
         Allowlist::default().narrow(patterns)
     }
 
     /// This allowlist, further limited to `patterns` (no change for `None`).
-    pub fn narrow(mut self, patterns: Option<&[String]>) -> Result<Self, String> {
+    pub fn narrow(mut self, patterns: Option<&[String]>) -> Result<Self, ToolPatternError> {
         let Some(patterns) = patterns else {
             return Ok(self);
         };
         let mut builder = GlobSetBuilder::new();
         for pattern in patterns {
-            let glob = Glob::new(pattern)
-                .map_err(|e| format!("invalid allowed_tools pattern {pattern:?}: {e}"))?;
-            builder.add(glob);
+            builder.add(glob(pattern)?);
         }
-        let set = builder
-            .build()
-            .map_err(|e| format!("invalid allowed_tools: {e}"))?;
+        let set = builder.build().map_err(|e| ToolPatternError {
+            pattern: patterns.join(", "),
+            reason: e.to_string(),
+        })?;
         self.layers.push((patterns.to_vec(), set));
         Ok(self)
     }
@@ -91,11 +111,26 @@ impl Allowlist {
     }
 }
 
+/// A tool pattern (an exact name or a glob) that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid tool pattern {pattern:?}: {reason}")]
+pub struct ToolPatternError {
+    /// The pattern as given.
+    pub pattern: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+fn glob(pattern: &str) -> Result<Glob, ToolPatternError> {
+    Glob::new(pattern).map_err(|e| ToolPatternError {
+        pattern: pattern.to_string(),
+        reason: e.kind().to_string(),
+    })
+}
+
 /// Check one allowlist pattern (an exact name or a glob), as used in configs.
-pub fn validate_tool_pattern(pattern: &str) -> Result<(), String> {
-    Glob::new(pattern)
-        .map(drop)
-        .map_err(|e| format!("invalid tool pattern {pattern:?}: {e}"))
+pub fn validate_tool_pattern(pattern: &str) -> Result<(), ToolPatternError> {
+    glob(pattern).map(drop)
 }
 
 fn words(text: &str) -> Vec<String> {

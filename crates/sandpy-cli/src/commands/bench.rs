@@ -91,93 +91,132 @@ fn private_bytes() -> anyhow::Result<u64> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let sandbox = super::sandbox()?;
-    let rt = super::tokio_runtime()?;
-    if args.packages {
-        return packages_startup(&rt, &sandbox, args.runs.clamp(1, 100));
+    let bench = Bench {
+        sandbox: super::sandbox()?,
+        rt: super::tokio_runtime()?,
+        cores: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2),
+        exe: std::env::current_exe()?,
+        args,
+    };
+    if bench.args.packages {
+        let runs = bench.args.runs.clamp(1, 100);
+        return packages_startup(&bench.rt, &bench.sandbox, runs);
     }
-    let limits = Limits::default();
-    let want = |part: &str| args.only.as_deref().is_none_or(|only| only == part);
+    let want = |part: &str| bench.args.only.as_deref().is_none_or(|only| only == part);
     println!("sandpy bench (medians; the machine is shared, compare ratios)\n");
-
-    // 1-2. In-process fresh-instance latency and throughput, with wasmtime's pooling
-    // allocator (the default) and with on-demand allocation.
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2);
-    let on_demand = sandpy::Sandbox::new(sandpy::Config {
-        pooled_instances: None,
-        ..sandpy::Config::default()
-    })?;
-    let configurations = [
-        ("pooling allocator", &sandbox),
-        ("on-demand allocator", &on_demand),
+    let parts: [(&str, Part); 8] = [
+        ("hello", Bench::hello),
+        ("files", Bench::files),
+        ("session", Bench::session),
+        ("process", Bench::process),
+        ("cpu", Bench::cpu),
+        ("tools", Bench::tools),
+        ("eval", Bench::eval),
+        ("memory", Bench::memory),
     ];
-    // Latencies interleaved (one run of each in turn), so that drift in the machine's
-    // load falls on both alike.
-    let mut latencies = [(); 2].map(|_| Vec::new());
-    for _ in 0..args.runs.max(1) * usize::from(want("hello")) {
-        for (i, (_, sandbox)) in configurations.iter().enumerate() {
-            latencies[i].push(timed_run(
-                &rt,
+    for (name, part) in parts {
+        if want(name) {
+            part(&bench)?;
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+/// One part of the bench.
+type Part = fn(&Bench) -> anyhow::Result<()>;
+
+/// What every part of the bench shares.
+struct Bench {
+    args: Args,
+    sandbox: sandpy::Sandbox,
+    rt: tokio::runtime::Runtime,
+    cores: usize,
+    /// This binary, for the parts that run it as a process.
+    exe: std::path::PathBuf,
+}
+
+impl Bench {
+    /// In-process fresh-instance latency and throughput, with wasmtime's pooling
+    /// allocator (the default) and with on-demand allocation.
+    fn hello(&self) -> anyhow::Result<()> {
+        let (rt, args, cores) = (&self.rt, &self.args, self.cores);
+        let on_demand = sandpy::Sandbox::new(sandpy::Config {
+            pooled_instances: None,
+            ..sandpy::Config::default()
+        })?;
+        let configurations = [
+            ("pooling allocator", &self.sandbox),
+            ("on-demand allocator", &on_demand),
+        ];
+        // Latencies interleaved (one run of each in turn), so that drift in the machine's
+        // load falls on both alike.
+        let mut latencies = [(); 2].map(|_| Vec::new());
+        for _ in 0..args.runs.max(1) {
+            for (i, (_, sandbox)) in configurations.iter().enumerate() {
+                latencies[i].push(timed_run(
+                    rt,
+                    sandbox,
+                    "print('hello')",
+                    &sandpy::RunOptions::default(),
+                )?);
+            }
+        }
+        for ((name, sandbox), mut latencies) in configurations.into_iter().zip(latencies) {
+            latencies.sort_by(f64::total_cmp);
+            let per_sec = hello_throughput(rt, sandbox, cores, 2000);
+            println!(
+                "{name:<20} in-process print('hello'), fresh instance: p50 {:.3} ms  p99 {:.3} ms (n={});  \
+                 {per_sec:.0} runs/s with {cores} cores busy (n=2000)",
+                percentile(&latencies, 0.5),
+                percentile(&latencies, 0.99),
+                latencies.len()
+            );
+        }
+        Ok(())
+    }
+
+    /// The same run with an input file in and an output file out.
+    fn files(&self) -> anyhow::Result<()> {
+        let (rt, args, sandbox) = (&self.rt, &self.args, &self.sandbox);
+        let with_files = sandpy::RunOptions {
+            files: vec![sandpy::InputFile {
+                path: "in.txt".into(),
+                content: vec![b'x'; 1024],
+            }],
+            ..sandpy::RunOptions::default()
+        };
+        let (mut plain, mut filed) = (Vec::new(), Vec::new());
+        for _ in 0..args.runs.max(1) {
+            plain.push(timed_run(
+                rt,
                 sandbox,
                 "print('hello')",
                 &sandpy::RunOptions::default(),
             )?);
+            filed.push(timed_run(
+                rt,
+                sandbox,
+                "open('/output/out.txt', 'w').write(open('in.txt').read())",
+                &with_files,
+            )?);
         }
-    }
-    for ((name, sandbox), mut latencies) in configurations
-        .into_iter()
-        .zip(latencies)
-        .filter(|_| want("hello"))
-    {
-        latencies.sort_by(f64::total_cmp);
-        let per_sec = hello_throughput(&rt, sandbox, cores, 2000);
-        println!(
-            "{name:<20} in-process print('hello'), fresh instance: p50 {:.3} ms  p99 {:.3} ms (n={});  \
-             {per_sec:.0} runs/s with {cores} cores busy (n=2000)",
-            percentile(&latencies, 0.5),
-            percentile(&latencies, 0.99),
-            latencies.len()
-        );
-    }
-
-    // Files: the same run with an input file in and an output file out.
-    let with_files = sandpy::RunOptions {
-        files: vec![sandpy::InputFile {
-            path: "in.txt".into(),
-            content: vec![b'x'; 1024],
-        }],
-        ..sandpy::RunOptions::default()
-    };
-    let (mut plain, mut filed) = (Vec::new(), Vec::new());
-    for _ in 0..args.runs.max(1) * usize::from(want("files")) {
-        plain.push(timed_run(
-            &rt,
-            &sandbox,
-            "print('hello')",
-            &sandpy::RunOptions::default(),
-        )?);
-        filed.push(timed_run(
-            &rt,
-            &sandbox,
-            "open('/output/out.txt', 'w').write(open('in.txt').read())",
-            &with_files,
-        )?);
-    }
-    if want("files") {
         let (p, f) = (median(&mut plain), median(&mut filed));
         println!("files: one 1 KiB input copied to /output and returned: p50 {f:.3} ms (print('hello') {p:.3} ms, ratio {:.2}x)", f / p);
+        Ok(())
     }
 
-    // Sessions: ten small cells in one session, end to end, against ten fresh runs.
-    if want("session") {
+    /// Ten small cells in one session, end to end, against ten fresh runs; and saving
+    /// and restoring a session.
+    fn session(&self) -> anyhow::Result<()> {
+        let (rt, sandbox) = (&self.rt, &self.sandbox);
         let (session_ms, fresh_ms) = rt.block_on(async {
             let cells: Vec<String> = (0..10).map(|i| format!("v{i} = {i} * 2\ntotal = sum(v for k, v in globals().items() if k.startswith('v'))")).collect();
             let mut session_ms = Vec::new();
             let mut fresh_ms = Vec::new();
             for round in 0..20 {
-                let sessions = sandpy::Sessions::new(&sandbox, sandpy::SessionLimits::default());
+                let sessions = sandpy::Sessions::new(sandbox, sandpy::SessionLimits::default());
                 let t = Instant::now();
                 for cell in &cells {
                     sessions.run(&format!("bench-{round}"), cell, &sandpy::RunOptions::default()).await;
@@ -193,7 +232,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         });
         println!("10-cell session end to end: {session_ms:.2} ms (the same 10 cells as fresh runs: {fresh_ms:.2} ms, ratio {:.2}x)", session_ms / fresh_ms);
         let (save_ms, bytes, restore_ms) = rt.block_on(async {
-            let sessions = sandpy::Sessions::new(&sandbox, sandpy::SessionLimits::default());
+            let sessions = sandpy::Sessions::new(sandbox, sandpy::SessionLimits::default());
             for i in 0..10 {
                 sessions
                     .run(
@@ -206,9 +245,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             let (mut save, mut restore, mut bytes) = (Vec::new(), Vec::new(), 0);
             for round in 0..10 {
                 let t = Instant::now();
-                let text = serde_json::to_string(
-                    &sessions.snapshot("s").await.map_err(anyhow::Error::msg)?,
-                )?;
+                let text = serde_json::to_string(&sessions.snapshot("s").await?)?;
                 save.push(t.elapsed().as_secs_f64() * 1e3);
                 bytes = text.len();
                 let t = Instant::now();
@@ -219,24 +256,24 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
                         &snapshot,
                         &sandpy::RunOptions::default(),
                     )
-                    .await
-                    .map_err(anyhow::Error::msg)?;
+                    .await?;
                 restore.push(t.elapsed().as_secs_f64() * 1e3);
                 sessions.close(&format!("r{round}"));
             }
             Ok::<_, anyhow::Error>((median(&mut save), bytes, median(&mut restore)))
         })?;
         println!("  save it (journal to JSON): {save_ms:.3} ms, {bytes} bytes; restore it (replay): {restore_ms:.2} ms");
+        Ok(())
     }
 
-    // 3. Whole-process latency, warm cache, against native python3 start-up.
-    let exe = std::env::current_exe()?;
-    if want("process") {
+    /// Whole-process latency, warm cache, against native python3 start-up.
+    fn process(&self) -> anyhow::Result<()> {
+        let (args, exe) = (&self.args, &self.exe);
         let mut sandpy_ms = Vec::new();
         let mut python_ms = Vec::new();
         for _ in 0..args.process_runs.max(1) {
             let t = Instant::now();
-            let out = Command::new(&exe)
+            let out = Command::new(exe)
                 .args(["run", "-c", "print('hello')"])
                 .output()?;
             sandpy_ms.push(t.elapsed().as_secs_f64() * 1e3);
@@ -255,10 +292,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
         let (s, p) = (median(&mut sandpy_ms), median(&mut python_ms));
         println!("whole process `sandpy run -c \"print('hello')\"`: {s:.1} ms  (native `{} -c`: {p:.1} ms, ratio {:.2}x)", args.python, s / p);
+        Ok(())
     }
 
-    // 4. CPU-bound set against native python3.
-    if want("cpu") {
+    /// The CPU-bound set against native python3.
+    fn cpu(&self) -> anyhow::Result<()> {
+        let (rt, args, sandbox) = (&self.rt, &self.args, &self.sandbox);
+        let limits = Limits::default();
         println!("\nCPU-bound set (seconds inside the program, median of 3):");
         let mut ratios = Vec::new();
         for (name, body) in CPU_SET {
@@ -304,10 +344,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             "  geometric mean ratio: {:.2}x (sandbox CPython 3.14 vs native {native_version})",
             geo.exp()
         );
+        Ok(())
     }
 
-    // 5. Tool-call round trips.
-    if want("tools") {
+    /// Tool-call round trips: a no-op tool, a batch, a real upstream, and `run_python`
+    /// over stdio end to end.
+    fn tools(&self) -> anyhow::Result<()> {
+        let (rt, args, sandbox, exe) = (&self.rt, &self.args, &self.sandbox, &self.exe);
         println!("\ntool calls (per call, timed inside the program):");
         let noop = sandpy::RunOptions {
             tools: Some(std::sync::Arc::new(NoopTools)),
@@ -338,21 +381,22 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             e.return_value.and_then(|v| v.as_f64()).unwrap_or(f64::NAN)
         );
         if !args.no_upstream {
-            rt.block_on(upstream_overhead(&sandbox))?;
-            rt.block_on(stdio_end_to_end(&exe))?;
+            rt.block_on(upstream_overhead(sandbox))?;
+            rt.block_on(stdio_end_to_end(exe))?;
         }
+        Ok(())
     }
 
-    // 6. Eval batch: the real `sandpy call --args-file` over 10,000 inputs.
-    if want("eval") {
-        eval_batch(&exe, cores)?;
+    /// Eval batch: the real `sandpy call --args-file` over 10,000 inputs.
+    fn eval(&self) -> anyhow::Result<()> {
+        eval_batch(&self.exe, self.cores)
     }
 
-    // 7. Private memory per live instance (on-demand allocator: the pool keeps idle
-    // slots' pages warm, which would blur the figure).
-    if want("memory") {
+    /// Private memory per live instance (on-demand allocator: the pool keeps idle
+    /// slots' pages warm, which would blur the figure).
+    fn memory(&self) -> anyhow::Result<()> {
+        let rt = &self.rt;
         let live = 40;
-        drop(on_demand);
         let config = sandpy::Config {
             pooled_instances: None,
             max_concurrent_runs: Some(live),
@@ -381,9 +425,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             before as f64 / (1 << 20) as f64,
             during as f64 / (1 << 20) as f64
         );
+        Ok(())
     }
-
-    Ok(Outcome::Success)
 }
 
 /// Milliseconds of one run, which must end `ok`.
@@ -535,8 +578,7 @@ async fn upstream_overhead(sandbox: &sandpy::Sandbox) -> anyhow::Result<()> {
         let t = Instant::now();
         for _ in 0..calls {
             hub.call_tool("mcp__everything__echo", serde_json::json!({"message": "x"}))
-                .await
-                .map_err(anyhow::Error::msg)?;
+                .await?;
         }
         direct.push(t.elapsed().as_secs_f64() * 1e3 / calls as f64);
         let options = sandpy::RunOptions {

@@ -31,7 +31,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let settings = sandpy_mcp::Config::discover(args.config.as_deref())?;
+    let settings = sandpy::ConfigFile::discover(args.config.as_deref())?.settings;
     let mut wanted = if args.with.is_empty() {
         settings.packages.clone()
     } else {
@@ -74,20 +74,17 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             runtime: Some(output.clone()),
             ..sandpy::Config::default()
         })?;
-        let report = super::tokio_runtime()?.block_on(sandbox.module_report());
-        let value = report.return_value.unwrap_or_default();
+        let report = super::tokio_runtime()?.block_on(sandbox.module_report())?;
         eprintln!(
             "sandpy: wrote {} with packages {}",
             output.display(),
-            value["packages"]
+            serde_json::to_string(&report.packages)?
         );
-        if let Some(failures) = value["package_failures"]
-            .as_object()
-            .filter(|f| !f.is_empty())
-        {
+        if !report.package_failures.is_empty() {
+            let failed: Vec<&str> = report.package_failures.keys().map(String::as_str).collect();
             eprintln!(
                 "sandpy: these modules did not import at build time and are absent: {}",
-                failures.keys().cloned().collect::<Vec<_>>().join(", ")
+                failed.join(", ")
             );
         }
         eprintln!(

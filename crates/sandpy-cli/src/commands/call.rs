@@ -72,15 +72,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let (code, filename) = super::run::read_code(Some(&args.file), None)?;
     let resolved = args.settings.resolve()?;
     let options = RunOptions {
-        limits: args.limits.apply(&resolved.limits),
+        limit_overrides: args.limits.overrides(),
         filename: Some(filename),
-        policy: resolved.policy.clone(),
         allowed_tools: args.settings.allowed(),
         files: args.files.inputs()?,
-        mounts: args.files.mounts(&resolved.config.mounts)?,
-        ..RunOptions::default()
+        mounts: args.files.mounts(&resolved.settings.mounts)?,
+        ..resolved.run_options()
     };
-    let sandbox = resolved.sandbox()?;
+    let sandbox = super::resolved_sandbox(&resolved)?;
     let rt = super::tokio_runtime()?;
     let Some(path) = &args.args_file else {
         let arguments = parse_arguments(args.args.as_deref().unwrap_or("[]"))
@@ -121,17 +120,20 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
                 .unwrap_or(2)
         })
         .max(1);
-    let all_ok = if jobs == 1 {
-        rt.block_on(batch(
+    // Temporary, for measuring threads against worker processes (issue 11, point 7).
+    let all_ok = if jobs > 1 && std::env::var_os("SANDPY_CALL_WORKERS").is_some() {
+        drop(sandbox);
+        batch_in_workers(reader, jobs)?
+    } else {
+        let batch = batch(
             sandbox,
             Arc::new(code),
             Arc::from(args.function.as_str()),
-            options,
+            Arc::new(options),
             reader,
-        ))?
-    } else {
-        drop(sandbox);
-        batch_in_workers(reader, jobs)?
+            jobs,
+        );
+        rt.block_on(batch)?
     };
     Ok(if all_ok {
         Outcome::Success
@@ -165,6 +167,17 @@ impl InOrder {
             self.next += 1;
         }
         stdout.flush()
+    }
+
+    /// Report every line up to `total` that got no answer as `internal_error`.
+    fn finish(&mut self, total: usize, why: &str) -> std::io::Result<()> {
+        while self.next <= total {
+            let number = self.next;
+            let lost = json!({"line": number, "status": "internal_error",
+                "error": {"type": "InternalError", "message": why}});
+            self.add(number, lost)?;
+        }
+        Ok(())
     }
 }
 
@@ -266,39 +279,62 @@ fn batch_in_workers(reader: Box<dyn BufRead + Send>, workers: usize) -> anyhow::
     for mut child in children {
         let _ = child.wait();
     }
-    while in_order.next <= total {
-        let number = in_order.next;
-        let lost = json!({"line": number, "status": "internal_error",
-            "error": {"type": "InternalError", "message": "the worker process for this line exited before answering"}});
-        in_order.add(number, lost)?;
-    }
+    in_order.finish(
+        total,
+        "the worker process for this line exited before answering",
+    )?;
     Ok(in_order.all_ok)
 }
 
-/// Run every line in this process, one at a time, printing each result as it comes.
+/// Run every line in this process, `jobs` at a time (each a task on the runtime's
+/// threads), printing results in input order as they come.
 async fn batch(
     sandbox: sandpy::Sandbox,
     code: Arc<String>,
     function: Arc<str>,
-    options: RunOptions,
+    options: Arc<RunOptions>,
     reader: Box<dyn BufRead + Send>,
+    jobs: usize,
 ) -> anyhow::Result<bool> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(jobs));
+    let (sender, mut results) = tokio::sync::mpsc::unbounded_channel::<(usize, Value)>();
     let mut in_order = InOrder::new();
+    let mut total = 0;
     for (index, line) in reader.lines().enumerate() {
         let number = index + 1;
+        total = number;
         let line = line.with_context(|| format!("cannot read line {number}"))?;
-        let value = match parse_arguments(&line) {
-            Err(message) => {
-                json!({"line": number, "status": "invalid_input", "error": {"type": "InvalidInput", "message": message}})
-            }
-            Ok(arguments) => line_result(
-                number,
-                &sandbox
-                    .call_function(&code, &function, &arguments, &options)
-                    .await,
-            ),
-        };
+        let slot = slots.clone().acquire_owned().await?;
+        let (sandbox, code, function, options, sender) = (
+            sandbox.clone(),
+            code.clone(),
+            function.clone(),
+            options.clone(),
+            sender.clone(),
+        );
+        tokio::spawn(async move {
+            let value = match parse_arguments(&line) {
+                Err(message) => {
+                    json!({"line": number, "status": "invalid_input", "error": {"type": "InvalidInput", "message": message}})
+                }
+                Ok(arguments) => {
+                    let execution = sandbox
+                        .call_function(&code, &function, &arguments, &options)
+                        .await;
+                    line_result(number, &execution)
+                }
+            };
+            drop(slot);
+            let _ = sender.send((number, value));
+        });
+        while let Ok((number, value)) = results.try_recv() {
+            in_order.add(number, value)?;
+        }
+    }
+    drop(sender);
+    while let Some((number, value)) = results.recv().await {
         in_order.add(number, value)?;
     }
+    in_order.finish(total, "the run of this line ended without an answer")?;
     Ok(in_order.all_ok)
 }

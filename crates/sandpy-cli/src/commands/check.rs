@@ -22,10 +22,9 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         .policy
         .clone()
         .unwrap_or_else(sandpy::Policy::standard);
-    let sandbox = resolved.sandbox()?;
+    let sandbox = super::resolved_sandbox(&resolved)?;
     let violations = super::tokio_runtime()?
         .block_on(sandbox.validate(&code, &policy))
-        .map_err(|e| anyhow::anyhow!("{}: {}", e.kind, e.message))
         .context("the check could not run")?;
     if args.json {
         let report =

@@ -57,9 +57,7 @@ impl FileArgs {
                 guest: guest.into(),
             });
         }
-        Mount::validate(&mounts)
-            .map_err(anyhow::Error::msg)
-            .context("--mount")?;
+        Mount::validate(&mounts).context("--mount")?;
         Ok(mounts)
     }
 

@@ -93,41 +93,37 @@ pub struct ConfigArgs {
     pub runtime: Option<std::path::PathBuf>,
 }
 
-/// What a config and the flags resolve to.
-pub struct Resolved {
-    pub config: sandpy_mcp::Config,
-    pub policy: Option<sandpy::Policy>,
-    /// Config defaults with the policy's limit defaults applied (flags come on top).
-    pub limits: sandpy::Limits,
-}
-
-impl Resolved {
-    /// The sandbox these settings ask for.
-    pub fn sandbox(&self) -> anyhow::Result<sandpy::Sandbox> {
-        sandbox_with(self.config.sandbox_config(sandpy::Config::default()))
-    }
-}
-
 impl ConfigArgs {
-    pub fn resolve(&self) -> anyhow::Result<Resolved> {
-        let mut config = sandpy_mcp::Config::discover(self.config.as_deref())?;
+    /// The config's settings with the flags' policy and runtime, resolved once; for the
+    /// commands that call no upstream servers.
+    pub fn resolve(&self) -> anyhow::Result<sandpy::Resolved> {
+        let file = sandpy::ConfigFile::discover(self.config.as_deref())?;
+        self.choose(file.settings)
+    }
+
+    /// [`ConfigArgs::resolve`] with the config's upstream servers, for the commands whose
+    /// code may call their tools.
+    pub fn resolve_with_servers(&self) -> anyhow::Result<(sandpy_mcp::Config, sandpy::Resolved)> {
+        let config = sandpy_mcp::Config::discover(self.config.as_deref())?;
+        let resolved = self.choose(config.settings.clone())?;
+        Ok((config, resolved))
+    }
+
+    fn choose(&self, mut settings: sandpy::Settings) -> anyhow::Result<sandpy::Resolved> {
         if self.runtime.is_some() {
-            config.runtime = self.runtime.clone();
+            settings.runtime = self.runtime.clone();
         }
-        let policy = config
-            .policy(self.policy.as_deref())
-            .map_err(anyhow::Error::msg)?;
-        let limits = config.limits_for(policy.as_ref());
-        Ok(Resolved {
-            config,
-            policy,
-            limits,
-        })
+        Ok(settings.resolve(self.policy.as_deref())?)
     }
 
     pub fn allowed(&self) -> Option<Vec<String>> {
         (!self.allow_tool.is_empty()).then(|| self.allow_tool.clone())
     }
+}
+
+/// The sandbox `resolved` asks for.
+pub fn resolved_sandbox(resolved: &sandpy::Resolved) -> anyhow::Result<sandpy::Sandbox> {
+    sandbox_with(resolved.sandbox_config(sandpy::Config::default()))
 }
 
 /// Start the hub when the config names servers, reporting each that failed on stderr.

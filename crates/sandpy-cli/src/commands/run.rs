@@ -2,7 +2,7 @@
 
 use crate::exit::Outcome;
 use anyhow::{bail, Context};
-use sandpy::{Limits, RunOptions};
+use sandpy::{LimitOverrides, Limits, RunOptions};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
@@ -39,7 +39,7 @@ pub struct LimitArgs {
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout_ms: Option<u64>,
     /// Linear-memory limit in MiB [default: 256].
-    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=Limits::MAX_MEMORY_MB))]
     pub memory_mb: Option<u64>,
     /// Cap on stdout + stderr in bytes [default: 1048576].
     #[arg(long, value_name = "BYTES")]
@@ -53,19 +53,16 @@ pub struct LimitArgs {
 }
 
 impl LimitArgs {
-    /// `base` with the flags that were given applied.
-    pub fn apply(&self, base: &Limits) -> Limits {
-        let mut limits = base.with_time_and_memory(self.timeout_ms, self.memory_mb);
-        if let Some(bytes) = self.max_output_bytes {
-            limits.output_bytes = bytes;
+    /// The flags that were given, as limits to put over the config's and the policy's.
+    pub fn overrides(&self) -> LimitOverrides {
+        LimitOverrides {
+            timeout_ms: self.timeout_ms,
+            memory_mb: self.memory_mb,
+            max_output_bytes: self.max_output_bytes,
+            disk_mb: self.disk_mb,
+            output_files_mb: self.output_files_mb,
+            ..LimitOverrides::default()
         }
-        if let Some(mb) = self.disk_mb {
-            limits.disk_bytes = mb << 20;
-        }
-        if let Some(mb) = self.output_files_mb {
-            limits.output_files_bytes = mb << 20;
-        }
-        limits
     }
 }
 
@@ -117,35 +114,40 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         ),
         None => None,
     };
-    let resolved = args.settings.resolve()?;
+    let (config, resolved) = args.settings.resolve_with_servers()?;
     let files = args.files.inputs()?;
-    let mounts = args.files.mounts(&resolved.config.mounts)?;
-    let sandbox = resolved.sandbox()?;
-    let execution = super::tokio_runtime()?.block_on(async {
-        if args.list_modules {
-            return Ok::<_, anyhow::Error>(sandbox.module_report().await);
+    let mounts = args.files.mounts(&resolved.settings.mounts)?;
+    let sandbox = super::resolved_sandbox(&resolved)?;
+    let rt = super::tokio_runtime()?;
+    if args.list_modules {
+        let report = rt.block_on(sandbox.module_report())?;
+        if args.json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            print_module_report(&report);
         }
-        let hub = super::start_hub(&resolved.config).await;
+        return Ok(Outcome::Success);
+    }
+    let execution = rt.block_on(async {
+        let hub = super::start_hub(&config).await;
         let options = RunOptions {
-            limits: args.limits.apply(&resolved.limits),
+            limit_overrides: args.limits.overrides(),
             stdin,
             filename: Some(filename),
             tools: hub.as_ref().map(|h| h.for_execution("cli".into(), None)),
             allowed_tools: args.settings.allowed(),
-            policy: resolved.policy,
             files,
             mounts,
+            ..resolved.run_options()
         };
         let execution = sandbox.run_with(&code, &options).await;
         if let Some(hub) = hub {
             hub.shutdown().await;
         }
-        Ok(execution)
-    })?;
+        execution
+    });
     if args.json {
         println!("{}", serde_json::to_string(&execution)?);
-    } else if args.list_modules {
-        print_module_report(&execution)?;
     } else {
         print_human(&execution)?;
     }
@@ -167,28 +169,18 @@ pub fn print_human(execution: &sandpy::Execution) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_module_report(execution: &sandpy::Execution) -> anyhow::Result<()> {
-    let Some(report) = &execution.return_value else {
-        bail!("the runtime gave no module report: {execution:?}")
+fn print_module_report(report: &sandpy::ModuleReport) {
+    let packages = if report.packages.is_empty() {
+        "none".to_string()
+    } else {
+        report.packages.join(", ")
     };
-    let available = report["available"].as_array().map(Vec::len).unwrap_or(0);
-    let packages: Vec<&str> = report["packages"]
-        .as_array()
-        .map(|p| p.iter().filter_map(|n| n.as_str()).collect())
-        .unwrap_or_default();
+    println!("Third-party packages: {packages}");
     println!(
-        "Third-party packages: {}",
-        if packages.is_empty() {
-            "none".to_string()
-        } else {
-            packages.join(", ")
-        }
+        "{} stdlib modules available. Absent:",
+        report.available.len()
     );
-    println!("{available} stdlib modules available. Absent:");
-    if let Some(absent) = report["absent"].as_object() {
-        for (name, reason) in absent {
-            println!("  {name:<24} {}", reason.as_str().unwrap_or(""));
-        }
+    for (name, reason) in &report.absent {
+        println!("  {name:<24} {reason}");
     }
-    Ok(())
 }

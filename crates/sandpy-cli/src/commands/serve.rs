@@ -35,16 +35,14 @@ async fn shutdown_signal() {
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let resolved = args.settings.resolve()?;
-    let mut config = resolved.config;
-    config.default_policy = resolved.policy.map(|p| p.name);
-    let sandbox = super::sandbox_with(config.sandbox_config(sandpy::Config::default()))?;
+    let (config, resolved) = args.settings.resolve_with_servers()?;
+    let sandbox = super::resolved_sandbox(&resolved)?;
     super::tokio_runtime()?.block_on(async {
         let hub = match super::start_hub(&config).await {
             Some(hub) => hub,
             None => sandpy_mcp::Hub::start(&config).await,
         };
-        let server = sandpy_mcp::SandpyServer::new(sandbox, hub.clone(), config.clone())
+        let server = sandpy_mcp::SandpyServer::new(sandbox, hub.clone(), &resolved)
             .context("cannot start the MCP server")?;
         let served = match args.http {
             None => tokio::select! {

@@ -201,7 +201,7 @@ impl sandpy::ToolHost for Counter {
         let broken = name.ends_with("broken");
         Box::pin(async move {
             if broken {
-                Err("down".to_string())
+                Err("down".into())
             } else {
                 Ok(json!(n * 100))
             }
@@ -270,11 +270,13 @@ fn save_restore_and_fork_by_journal_without_calling_tools_again() {
             .fork("orig", "fork", &options)
             .await
             .unwrap_err()
+            .to_string()
             .contains("already exists"));
         assert!(sessions
             .fork("nope", "x", &options)
             .await
             .unwrap_err()
+            .to_string()
             .contains("no session"));
 
         let mut diverged = snapshot.clone();
@@ -282,7 +284,8 @@ fn save_restore_and_fork_by_journal_without_calling_tools_again() {
         let error = sessions
             .restore("bad", &diverged, &options)
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("replaying cell 2 ended ok where the journal has error"),
             "{error}"
@@ -293,6 +296,7 @@ fn save_restore_and_fork_by_journal_without_calling_tools_again() {
             .restore("bad2", &other, &options)
             .await
             .unwrap_err()
+            .to_string()
             .contains("unknown session format"));
     });
 }

@@ -1,0 +1,73 @@
+//! [`RunOptions`]: everything about one run besides the code.
+
+use crate::tools::ToolHost;
+use crate::{InputFile, LimitOverrides, Limits, Mount, Policy};
+use std::sync::Arc;
+
+/// Everything about one run besides the code. Defaults: [`Limits::default`], no limit
+/// overrides, empty stdin, no tools, every tool of the tool host allowed, no policy,
+/// tracebacks naming `<sandbox>`, no input files, no mounts.
+///
+/// The run's limits are `limits`, then the policy's own limits over them, then
+/// `limit_overrides` over those ([`RunOptions::effective_limits`]).
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    /// The base limits (e.g. a config file's).
+    pub limits: Limits,
+    /// This run's own limits (e.g. CLI flags), put over the policy's.
+    pub limit_overrides: LimitOverrides,
+    /// Bytes the program reads from stdin; empty when `None`.
+    pub stdin: Option<Vec<u8>>,
+    /// Where tool calls go; `None` means the program has no tools.
+    pub tools: Option<Arc<dyn ToolHost>>,
+    /// Exact tool names or globs the program may use; `None` allows every tool.
+    pub allowed_tools: Option<Vec<String>>,
+    /// File name shown in tracebacks.
+    pub filename: Option<String>,
+    /// Checked before the code runs and enforced while it runs; its limits apply (see
+    /// above) and its `allowed_tools` narrow `allowed_tools`.
+    pub policy: Option<Policy>,
+    /// Files written into the scratch folder (`/tmp`) before the code runs.
+    pub files: Vec<InputFile>,
+    /// Host folders the code may read. A session keeps the mounts of its first run.
+    pub mounts: Vec<Mount>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("limits", &self.limits)
+            .field("limit_overrides", &self.limit_overrides)
+            .field("stdin_bytes", &self.stdin.as_ref().map(Vec::len))
+            .field("tools", &self.tools.is_some())
+            .field("allowed_tools", &self.allowed_tools)
+            .field("filename", &self.filename)
+            .field("policy", &self.policy.as_ref().map(|p| &p.name))
+            .field(
+                "files",
+                &self.files.iter().map(|f| &f.path).collect::<Vec<_>>(),
+            )
+            .field("mounts", &self.mounts)
+            .finish()
+    }
+}
+
+impl RunOptions {
+    /// Options with these limits and every other default.
+    pub fn with_limits(limits: Limits) -> Self {
+        RunOptions {
+            limits,
+            ..RunOptions::default()
+        }
+    }
+
+    /// The limits the run gets: `limits`, the policy's over them, `limit_overrides` over
+    /// those.
+    pub fn effective_limits(&self) -> Limits {
+        let base = match &self.policy {
+            Some(policy) => policy.limits(&self.limits),
+            None => self.limits.clone(),
+        };
+        self.limit_overrides.apply(&base)
+    }
+}

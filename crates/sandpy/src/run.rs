@@ -1,0 +1,462 @@
+//! The one run path, used by fresh runs, function calls, checks and session cells alike:
+//! prepare (code size, limits, tool access), admit (a run slot), instantiate or reuse the
+//! guest, call it under the limits, collect the verdict and the output files.
+//!
+//! A session is a run that keeps its [`Guest`]: made on its first run (on the runtime
+//! without the instance pool), kept while runs return normally.
+
+use crate::admission::Admission;
+use crate::bindings::{GuestOptions, GuestPolicy, Sandbox as Instance, Task};
+use crate::execution::{Execution, Status};
+use crate::files::{RunFolders, Workspace};
+use crate::host::{HostState, MemoryLimiter, RecordedCall, ToolAccess};
+use crate::output::Capture;
+use crate::runtime::Runtime;
+use crate::tools::Allowlist;
+use crate::verdict::{self, CallResult};
+use crate::{Config, Error, Limits, Mount, Policy, RunOptions};
+use std::collections::VecDeque;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use wasmtime::component::ResourceTable;
+use wasmtime::{Store, UpdateDeadline};
+use wasmtime_wasi::p2::pipe::MemoryInputPipe;
+use wasmtime_wasi::WasiCtxBuilder;
+
+/// What every run of one sandbox shares: the runtimes, the admission queue and the run
+/// folders.
+pub(crate) struct Runner {
+    runtime: Runtime,
+    /// The runtime sessions use, loaded on the first session (see [`Runner::session_runtime`]).
+    session_runtime: OnceLock<Result<Runtime, Error>>,
+    config: Config,
+    admission: Admission,
+    folders: Arc<RunFolders>,
+}
+
+/// A guest instance with its host side: its store (WASI context, memory limiter, tools),
+/// captured output and folders.
+pub(crate) struct Guest {
+    store: Store<HostState>,
+    /// `None` until instantiated: that happens inside the first call's time limit.
+    instance: Option<Instance>,
+    capture: Capture,
+    workspace: Workspace,
+    memory_cap: usize,
+}
+
+/// A session's instance: made on its first run (on the runtime without the instance
+/// pool, with the session's memory cap), kept while runs leave it fit for another.
+pub(crate) struct Kept {
+    guest: Option<Guest>,
+    memory_cap: usize,
+}
+
+impl Kept {
+    /// No instance yet; it will get `memory_cap` bytes at most.
+    pub fn new(memory_cap: usize) -> Kept {
+        Kept {
+            guest: None,
+            memory_cap,
+        }
+    }
+
+    /// The largest size its linear memory reached, if it was made.
+    pub fn memory_peak(&self) -> u64 {
+        self.guest
+            .as_ref()
+            .map_or(0, |g| g.store.data().limiter.peak as u64)
+    }
+}
+
+/// How far a session's run got, for the session to keep its books.
+pub(crate) enum Reached {
+    /// Refused before it had a run slot: nothing changed.
+    Refused,
+    /// Refused after it had a slot, before the guest was called.
+    Admitted,
+    /// The guest was called and is fit for another call; its tool calls, in order.
+    Fit(Vec<RecordedCall>),
+    /// The guest was called and is not fit for another (trap, timeout, memory cap).
+    Unfit,
+}
+
+/// A session run's execution and how far it got.
+pub(crate) struct Ran {
+    pub execution: Execution,
+    pub reached: Reached,
+}
+
+/// A run refused by the host before its code ran: the status and why.
+pub(crate) struct Refused {
+    status: Status,
+    message: String,
+}
+
+impl Refused {
+    fn new(status: Status, message: String) -> Refused {
+        Refused { status, message }
+    }
+}
+
+impl From<Refused> for Execution {
+    fn from(refused: Refused) -> Execution {
+        Execution::refused(refused.status, refused.message)
+    }
+}
+
+/// A run that passed its checks and holds a run slot.
+struct Admitted {
+    limits: Limits,
+    tools: ToolAccess,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    started: Instant,
+}
+
+impl Runner {
+    /// Load the runtime and set up admission and run folders for `config`.
+    pub fn new(config: Config) -> Result<Runner, Error> {
+        crate::files::sweep_stale(&config.resolved_scratch_dir());
+        Ok(Runner {
+            runtime: Runtime::load(&config)?,
+            session_runtime: OnceLock::new(),
+            admission: Admission::new(config.concurrency(), config.max_queued_runs),
+            folders: Arc::new(RunFolders::new(
+                config.resolved_scratch_dir(),
+                config.concurrency(),
+            )),
+            config,
+        })
+    }
+
+    /// The runtime fresh runs use.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// Check the code's size and the tool access, then wait for a run slot.
+    async fn admit(&self, task: &Task, options: &RunOptions) -> Result<Admitted, Refused> {
+        let limits = options.effective_limits();
+        if let Some(refused) = check_code(task, &limits) {
+            return Err(refused);
+        }
+        let tools = tool_access(options, &limits)?;
+        let slot = self
+            .admission
+            .enter(limits.timeout)
+            .await
+            .map_err(|refusal| Refused::new(Status::Busy, refusal.message()))?;
+        Ok(Admitted {
+            limits,
+            tools,
+            _slot: slot,
+            started: Instant::now(),
+        })
+    }
+
+    /// Run `task` in a new instance, dropped afterwards.
+    pub async fn fresh(&self, task: Task, options: &RunOptions) -> Execution {
+        let run = match self.admit(&task, options).await {
+            Ok(run) => run,
+            Err(refused) => return refused.into(),
+        };
+        let limits = &run.limits;
+        let made = Guest::new(
+            &self.runtime,
+            &self.folders,
+            limits,
+            limits.memory_bytes,
+            options.stdin.as_deref(),
+            &options.mounts,
+            run.tools,
+        );
+        let mut guest = match made {
+            Ok(guest) => guest,
+            Err(refused) => return refused.into(),
+        };
+        if let Err(refused) = guest.add_inputs(options, limits) {
+            return refused.into();
+        }
+        let guest_options = guest_options(options, false);
+        let result = guest
+            .call(&self.runtime, &task, &guest_options, limits.timeout)
+            .await;
+        guest.collect(result, limits, run.started.elapsed()).0
+    }
+
+    /// Run `task` in the session's instance (made now if it has none), journaling its
+    /// tool calls; they are answered from `replay` when given. stdin is always empty.
+    pub async fn kept(
+        &self,
+        task: Task,
+        options: &RunOptions,
+        kept: &mut Kept,
+        replay: Option<VecDeque<RecordedCall>>,
+    ) -> Ran {
+        let refused = |refused: Refused, reached| Ran {
+            execution: refused.into(),
+            reached,
+        };
+        let mut run = match self.admit(&task, options).await {
+            Ok(run) => run,
+            Err(execution) => return refused(execution, Reached::Refused),
+        };
+        let limits = &run.limits;
+        run.tools.recorded = Some(Vec::new());
+        run.tools.replay = replay;
+        let runtime = match self.session_runtime() {
+            Ok(runtime) => runtime,
+            Err(execution) => return refused(execution, Reached::Admitted),
+        };
+        let mut guest = match kept.guest.take() {
+            Some(mut guest) => {
+                guest.reuse(run.tools, limits);
+                guest
+            }
+            None => {
+                let made = Guest::new(
+                    runtime,
+                    &self.folders,
+                    limits,
+                    kept.memory_cap,
+                    None,
+                    &options.mounts,
+                    run.tools,
+                );
+                match made {
+                    Ok(guest) => guest,
+                    Err(execution) => return refused(execution, Reached::Admitted),
+                }
+            }
+        };
+        if let Err(execution) = guest.add_inputs(options, limits) {
+            kept.guest = Some(guest);
+            return refused(execution, Reached::Admitted);
+        }
+        let guest_options = guest_options(options, true);
+        let result = guest
+            .call(runtime, &task, &guest_options, limits.timeout)
+            .await;
+        let (execution, fit) = guest.collect(result, limits, run.started.elapsed());
+        guest.workspace.clear_outputs();
+        let reached = if fit && execution.status != Status::MemoryLimit {
+            let calls = guest.store.data_mut().tools.recorded.take();
+            kept.guest = Some(guest);
+            Reached::Fit(calls.unwrap_or_default())
+        } else {
+            Reached::Unfit
+        };
+        Ran { execution, reached }
+    }
+
+    /// The runtime for sessions: the same component on an engine without the instance
+    /// pool. A pooled slot keeps the pages its last instance dirtied resident for the
+    /// next run (what makes fresh runs fast); a session's instance lives long and its
+    /// slot would then hold that memory after the session closed. Without the pool a
+    /// closed session gives its memory back. Loaded on first use (the cached `.cwasm`
+    /// fits both engines).
+    fn session_runtime(&self) -> Result<&Runtime, Refused> {
+        self.session_runtime
+            .get_or_init(|| {
+                let config = Config {
+                    pooled_instances: None,
+                    ..self.config.clone()
+                };
+                Runtime::load(&config)
+            })
+            .as_ref()
+            .map_err(|e| Refused::new(Status::InternalError, error_chain(e)))
+    }
+}
+
+impl Guest {
+    /// A store for one instance, with fresh folders: its WASI context (stdio captured,
+    /// the workspace's folders, no network), memory limiter and tools; epoch ticks yield
+    /// to tokio so timeouts can fire. `invalid_input` for bad mounts, `internal_error`
+    /// when the host cannot make the folders.
+    fn new(
+        runtime: &Runtime,
+        folders: &Arc<RunFolders>,
+        limits: &Limits,
+        memory_cap: usize,
+        stdin: Option<&[u8]>,
+        mounts: &[Mount],
+        tools: ToolAccess,
+    ) -> Result<Guest, Refused> {
+        let mounts = crate::files::check_mounts(mounts)
+            .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))?;
+        let workspace = Workspace::create(folders, limits, mounts)
+            .map_err(|e| Refused::new(Status::InternalError, e.to_string()))?;
+        let capture = Capture::new(limits.output_bytes);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(capture.stdout_factory())
+            .stderr(capture.stderr_factory())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        if let Some(stdin) = stdin {
+            wasi.stdin(MemoryInputPipe::new(stdin.to_vec()));
+        }
+        workspace
+            .preopen(&mut wasi)
+            .map_err(|e| Refused::new(Status::InternalError, e.to_string()))?;
+        let state = HostState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter {
+                cap: memory_cap,
+                peak: 0,
+                refused: false,
+            },
+            tools,
+            disk: workspace.guard(),
+        };
+        let mut store = Store::new(&runtime.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+        Ok(Guest {
+            store,
+            instance: None,
+            capture,
+            workspace,
+            memory_cap,
+        })
+    }
+
+    /// Write the run's input files; `invalid_input` if they do not fit or the run asks
+    /// for other mounts than the guest has.
+    fn add_inputs(&self, options: &RunOptions, limits: &Limits) -> Result<(), Refused> {
+        if !self.workspace.has_mounts(&options.mounts) {
+            let message = "a session keeps the mounts of its first run; close it to change them";
+            return Err(Refused::new(Status::InvalidInput, message.into()));
+        }
+        self.workspace
+            .write_inputs(&options.files, limits)
+            .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))
+    }
+
+    /// Ready a kept guest for its next call: new tools, output cap and time slice.
+    fn reuse(&mut self, tools: ToolAccess, limits: &Limits) {
+        self.capture.reset(limits.output_bytes);
+        let data = self.store.data_mut();
+        data.tools = tools;
+        data.limiter.refused = false;
+        self.store.set_epoch_deadline(1);
+    }
+
+    /// Call the guest (instantiating it first if needed) within `timeout`.
+    async fn call(
+        &mut self,
+        runtime: &Runtime,
+        task: &Task,
+        guest_options: &GuestOptions,
+        timeout: Duration,
+    ) -> CallResult {
+        let store = &mut self.store;
+        let instance = &mut self.instance;
+        let call = async move {
+            let instance = match instance {
+                Some(instance) => instance,
+                empty => empty.insert(runtime.pre.instantiate_async(&mut *store).await?),
+            };
+            instance
+                .call_execute(&mut *store, task, guest_options)
+                .await
+        };
+        tokio::time::timeout(timeout, call).await
+    }
+
+    /// The execution of a finished (or stopped) call, and whether the guest returned
+    /// normally (a trap or a timeout leaves an instance unfit for another call).
+    fn collect(
+        &self,
+        result: CallResult,
+        limits: &Limits,
+        duration: Duration,
+    ) -> (Execution, bool) {
+        tracing::debug!(elapsed_us = duration.as_micros() as u64, "executed");
+        let fit = matches!(result, Ok(Ok(_)));
+        let captured = self.capture.finish();
+        let state = self.store.data();
+        let mut execution =
+            verdict::decide(state, captured, result, limits, self.memory_cap, duration);
+        execution.files = self.workspace.outputs();
+        (execution, fit)
+    }
+}
+
+/// The `invalid_input` execution for code over the size cap.
+fn check_code(task: &Task, limits: &Limits) -> Option<Refused> {
+    let code = match task {
+        Task::Run(code) | Task::Check(code) => code,
+        Task::Call(call) => &call.code,
+        Task::ListModules => return None,
+    };
+    (code.len() > limits.code_bytes).then(|| {
+        let message = format!(
+            "the code is {} bytes, over the limit of {} bytes",
+            code.len(),
+            limits.code_bytes
+        );
+        Refused::new(Status::InvalidInput, message)
+    })
+}
+
+/// The tools a run may use under its options (allowlist narrowed by its policy).
+fn tool_access(options: &RunOptions, limits: &Limits) -> Result<ToolAccess, Refused> {
+    let policy_tools = options
+        .policy
+        .as_ref()
+        .and_then(|p| p.allowed_tools.as_deref());
+    let allowlist = Allowlist::new(options.allowed_tools.as_deref())
+        .and_then(|l| l.narrow(policy_tools))
+        .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))?;
+    Ok(ToolAccess {
+        host: options.tools.clone(),
+        allowlist,
+        max_calls: limits.tool_calls,
+        max_bytes: limits.tool_result_bytes,
+        calls: 0,
+        limit_hit: false,
+        recorded: None,
+        replay: None,
+    })
+}
+
+fn guest_options(options: &RunOptions, keep_globals: bool) -> GuestOptions {
+    GuestOptions {
+        filename: options
+            .filename
+            .clone()
+            .unwrap_or_else(|| "<sandbox>".into()),
+        policy: options
+            .policy
+            .as_ref()
+            .filter(|p| p.restricts_code())
+            .map(guest_policy),
+        keep_globals,
+    }
+}
+
+fn guest_policy(policy: &Policy) -> GuestPolicy {
+    GuestPolicy {
+        name: policy.name.clone(),
+        allowed_modules: policy.allowed_modules.clone(),
+        denied_modules: policy.denied_modules.clone(),
+        denied_builtins: policy.denied_builtins.clone(),
+        denied_attributes: policy.denied_attributes.clone(),
+    }
+}
+
+/// `error` and its causes on one line, for a message a person reads.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

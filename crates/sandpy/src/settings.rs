@@ -1,0 +1,387 @@
+//! The `"sandpy"` section of a config file: the settings every front end shares (limits,
+//! policies, sessions, mounts, runtime, concurrency, audit). The file is the `mcpServers`
+//! file agents already keep; this module reads sandpy's section and hands the server
+//! entries, unread, to the MCP front end.
+//!
+//! ```json
+//! {
+//!   "mcpServers": {
+//!     "everything": { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"] }
+//!   },
+//!   "sandpy": {
+//!     "limits": { "timeout_ms": 30000, "memory_mb": 256, "max_output_bytes": 1048576,
+//!                 "max_tool_calls": 1000, "tool_timeout_ms": 60000 },
+//!     "allowed_tools": ["mcp__everything__*"],
+//!     "audit_log": "sandpy-audit.jsonl",
+//!     "audit_arguments": false
+//!   }
+//! }
+//! ```
+//!
+//! A front end reads the file once ([`ConfigFile::discover`]), picks the policy once
+//! ([`Settings::resolve`]) and passes the [`Resolved`] value on.
+
+use crate::{Config, LimitOverrides, Limits, Mount, Policy, RunOptions, SessionLimits};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The configuration could not be used; says which file, which key, and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config `{path}`")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid JSON, or a key has the wrong type or value.
+    #[error("config `{path}`: at `{key}`: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Dotted path of the offending key (`.` for the whole file).
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A run or the config named a policy that is neither built in nor in the config.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown policy {name:?}; known policies: {}", .known.join(", "))]
+pub struct UnknownPolicy {
+    /// The name asked for.
+    pub name: String,
+    /// The policies there are.
+    pub known: Vec<String>,
+}
+
+/// sandpy's settings from a config file. Defaults: default limits, a 60 s tool-call
+/// timeout, every tool allowed, no audit log, no policies of its own and none by default,
+/// default session limits with saving off, default concurrency, no mounts, the built-in
+/// runtime, no extra packages.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// Limits of every run (a policy's and the run's own go over them).
+    pub limits: Limits,
+    /// Timeout of one upstream tool call.
+    pub tool_timeout: Duration,
+    /// Tools runs may use (names or globs); `None` allows all. Per-run lists only narrow it.
+    pub allowed_tools: Option<Vec<String>>,
+    /// Where to append the JSON Lines audit log.
+    pub audit_log: Option<PathBuf>,
+    /// Whether the audit log records tool-call argument values.
+    pub audit_arguments: bool,
+    /// Policies defined in the config, by name (beside the built-in `strict` and `default`).
+    pub policies: BTreeMap<String, Policy>,
+    /// The policy runs use unless they name one.
+    pub default_policy: Option<String>,
+    /// Idle TTL, count and memory of sessions.
+    pub sessions: SessionLimits,
+    /// Folder where saved sessions are written and read; none disables saving.
+    pub session_dir: Option<PathBuf>,
+    /// Runs executing at once (default: the number of cores).
+    pub max_concurrent_runs: Option<usize>,
+    /// Runs waiting for a slot before new ones are answered `busy` (default 256).
+    pub max_queued_runs: Option<usize>,
+    /// Host folders every run may read, at their guest paths.
+    pub mounts: Vec<Mount>,
+    /// Runtime component from `sandpy build` to use instead of the built-in one.
+    pub runtime: Option<PathBuf>,
+    /// Extra packages (pip requirements) that `sandpy build` puts into `runtime`.
+    pub packages: Vec<String>,
+    /// The file this came from, if any.
+    pub source: Option<PathBuf>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            limits: Limits::default(),
+            tool_timeout: Duration::from_secs(60),
+            allowed_tools: None,
+            audit_log: None,
+            audit_arguments: false,
+            policies: BTreeMap::new(),
+            default_policy: None,
+            sessions: SessionLimits::default(),
+            session_dir: None,
+            max_concurrent_runs: None,
+            max_queued_runs: None,
+            mounts: Vec::new(),
+            runtime: None,
+            packages: Vec::new(),
+            source: None,
+        }
+    }
+}
+
+/// A config file as read: sandpy's settings, and the `mcpServers` entries left for the
+/// MCP front end to read (as JSON, by server name).
+#[derive(Debug, Clone, Default)]
+pub struct ConfigFile {
+    /// The `sandpy` section.
+    pub settings: Settings,
+    /// The `mcpServers` object's entries, unread.
+    pub servers: BTreeMap<String, serde_json::Value>,
+}
+
+/// Settings with the run-time choices made once: the policy picked. Front ends build it
+/// once and hand it to everything that needs settings.
+#[derive(Debug, Clone, Default)]
+pub struct Resolved {
+    /// The settings.
+    pub settings: Settings,
+    /// The policy in force: the one asked for, else the config's default, else none.
+    pub policy: Option<Policy>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawFile {
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    sandpy: RawSandpy,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSandpy {
+    #[serde(default)]
+    limits: RawLimits,
+    allowed_tools: Option<Vec<String>>,
+    audit_log: Option<PathBuf>,
+    #[serde(default)]
+    audit_arguments: bool,
+    #[serde(default)]
+    policies: BTreeMap<String, Policy>,
+    default_policy: Option<String>,
+    #[serde(default)]
+    sessions: RawSessions,
+    max_concurrent_runs: Option<usize>,
+    max_queued_runs: Option<usize>,
+    /// Guest path -> host folder (relative to the config file), read-only.
+    #[serde(default)]
+    mounts: BTreeMap<String, PathBuf>,
+    runtime: Option<PathBuf>,
+    #[serde(default)]
+    packages: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSessions {
+    idle_ttl_ms: Option<u64>,
+    max_sessions: Option<usize>,
+    memory_mb: Option<u64>,
+    save_dir: Option<PathBuf>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    /// The run limits, in the shape every front end uses.
+    #[serde(flatten)]
+    run: LimitOverrides,
+    tool_timeout_ms: Option<u64>,
+}
+
+impl ConfigFile {
+    /// Find the config: `explicit`, else `$SANDPY_CONFIG`, else `./.mcp.json`, else none.
+    pub fn discover(explicit: Option<&Path>) -> Result<ConfigFile, ConfigError> {
+        if let Some(path) = explicit {
+            return ConfigFile::load(path);
+        }
+        if let Some(path) = std::env::var_os("SANDPY_CONFIG") {
+            return ConfigFile::load(Path::new(&path));
+        }
+        let local = Path::new(".mcp.json");
+        if local.is_file() {
+            return ConfigFile::load(local);
+        }
+        Ok(ConfigFile::default())
+    }
+
+    /// Read and check one config file.
+    pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        ConfigFile::parse(&text, path)
+    }
+
+    /// Check config text; `path` is only used in messages and to resolve relative paths.
+    pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            path: path.into(),
+            key: key.into(),
+            message,
+        };
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let raw: RawFile = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+            let key = match e.path().to_string() {
+                path if path == "?" || path.is_empty() => ".".to_string(),
+                path => path,
+            };
+            invalid(&key, e.into_inner().to_string())
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let settings = Settings::from_raw(raw.sandpy, base, path, &invalid)?;
+        Ok(ConfigFile {
+            settings,
+            servers: raw.mcp_servers,
+        })
+    }
+}
+
+impl Settings {
+    fn from_raw(
+        raw: RawSandpy,
+        base: &Path,
+        path: &Path,
+        invalid: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<Settings, ConfigError> {
+        let l = raw.limits;
+        l.run
+            .validate()
+            .map_err(|e| invalid(&format!("sandpy.limits.{}", e.key), e.requirement))?;
+        let limits = l.run.apply(&Limits::default());
+        let mut tool_timeout = Settings::default().tool_timeout;
+        if let Some(ms) = l.tool_timeout_ms {
+            tool_timeout = Duration::from_millis(ms.max(1));
+        }
+        if let Some(patterns) = &raw.allowed_tools {
+            for (i, pattern) in patterns.iter().enumerate() {
+                if let Err(e) = crate::validate_tool_pattern(pattern) {
+                    return Err(invalid(
+                        &format!("sandpy.allowed_tools[{i}]"),
+                        e.to_string(),
+                    ));
+                }
+            }
+        }
+        let mut policies = BTreeMap::new();
+        for (name, mut policy) in raw.policies {
+            if Policy::builtin(&name).is_some() {
+                return Err(invalid(
+                    &format!("sandpy.policies.{name}"),
+                    format!("`{name}` is a built-in policy; choose another name"),
+                ));
+            }
+            policy.limits.validate().map_err(|e| {
+                invalid(&format!("sandpy.policies.{name}.{}", e.key), e.requirement)
+            })?;
+            policy.name = name.clone();
+            policies.insert(name, policy);
+        }
+        let mut sessions = SessionLimits::default();
+        let raw_sessions = raw.sessions;
+        if let Some(ms) = raw_sessions.idle_ttl_ms {
+            sessions.idle_ttl = Duration::from_millis(ms);
+        }
+        sessions.max_sessions = raw_sessions.max_sessions.unwrap_or(sessions.max_sessions);
+        if let Some(mb) = raw_sessions.memory_mb {
+            let memory = LimitOverrides {
+                memory_mb: Some(mb),
+                ..LimitOverrides::default()
+            };
+            memory
+                .validate()
+                .map_err(|e| invalid("sandpy.sessions.memory_mb", e.requirement))?;
+            sessions.memory_bytes = memory.apply(&Limits::default()).memory_bytes;
+        }
+        let session_dir = raw_sessions.save_dir.map(|dir| base.join(dir));
+        let mounts: Vec<Mount> = raw
+            .mounts
+            .into_iter()
+            .map(|(guest, host)| Mount {
+                host: base.join(host),
+                guest,
+            })
+            .collect();
+        Mount::validate(&mounts).map_err(|e| invalid("sandpy.mounts", e.to_string()))?;
+        let settings = Settings {
+            limits,
+            tool_timeout,
+            allowed_tools: raw.allowed_tools,
+            audit_log: raw.audit_log.map(|p| base.join(p)),
+            audit_arguments: raw.audit_arguments,
+            policies,
+            default_policy: raw.default_policy,
+            sessions,
+            session_dir,
+            max_concurrent_runs: raw.max_concurrent_runs,
+            max_queued_runs: raw.max_queued_runs,
+            mounts,
+            runtime: raw.runtime.map(|p| base.join(p)),
+            packages: raw.packages,
+            source: Some(path.to_path_buf()),
+        };
+        if let Err(unknown) = settings.policy(None) {
+            return Err(invalid("sandpy.default_policy", unknown.to_string()));
+        }
+        Ok(settings)
+    }
+
+    /// The policy named `name`, else the config's default policy, else none.
+    pub fn policy(&self, name: Option<&str>) -> Result<Option<Policy>, UnknownPolicy> {
+        let Some(name) = name.or(self.default_policy.as_deref()) else {
+            return Ok(None);
+        };
+        if let Some(policy) = self
+            .policies
+            .get(name)
+            .cloned()
+            .or_else(|| Policy::builtin(name))
+        {
+            return Ok(Some(policy));
+        }
+        let mut known = vec!["default".to_string(), "strict".to_string()];
+        known.extend(self.policies.keys().cloned());
+        Err(UnknownPolicy {
+            name: name.to_string(),
+            known,
+        })
+    }
+
+    /// These settings with the policy `name` picked (else the config's default).
+    pub fn resolve(self, policy: Option<&str>) -> Result<Resolved, UnknownPolicy> {
+        let policy = self.policy(policy)?;
+        Ok(Resolved {
+            settings: self,
+            policy,
+        })
+    }
+}
+
+impl Resolved {
+    /// The sandbox settings asked for, over `base`.
+    pub fn sandbox_config(&self, base: Config) -> Config {
+        let settings = &self.settings;
+        Config {
+            max_concurrent_runs: settings.max_concurrent_runs.or(base.max_concurrent_runs),
+            max_queued_runs: settings.max_queued_runs.unwrap_or(base.max_queued_runs),
+            runtime: settings.runtime.clone().or(base.runtime),
+            ..base
+        }
+    }
+
+    /// Options of a run under these settings: their limits, policy and mounts; the rest
+    /// default.
+    pub fn run_options(&self) -> RunOptions {
+        RunOptions {
+            limits: self.settings.limits.clone(),
+            policy: self.policy.clone(),
+            mounts: self.settings.mounts.clone(),
+            ..RunOptions::default()
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The verdict of a call: what the guest said, a trap, or the clock, turned into the
+//! run's [`Status`] and [`ErrorInfo`]. The host decides: a trap or a limit outranks
+//! whatever the guest reported.
+
+use crate::bindings::{GuestViolation, Outcome, PythonError, Value};
+use crate::execution::{ErrorInfo, Execution, Status};
+use crate::host::HostState;
+use crate::output::Captured;
+use crate::{Limits, Violation};
+use std::time::Duration;
+use wasmtime::Trap;
+use wasmtime_wasi::I32Exit;
+
+/// How a call into the guest ended: it returned, trapped, or ran out of time.
+pub(crate) type CallResult = Result<wasmtime::Result<Outcome>, tokio::time::error::Elapsed>;
+
+/// Why the host ended a run, or overruled the guest; each gives its status and message.
+enum Stop {
+    /// The wall-clock limit, in force.
+    Timeout(Duration),
+    /// The memory cap, in bytes.
+    Memory(usize),
+    /// stdout + stderr reached the output cap.
+    Output(usize),
+    /// The return value is larger than the output cap.
+    ReturnValue { size: usize, cap: usize },
+    /// The tool-call cap.
+    ToolCalls(usize),
+    /// The WebAssembly stack ran out.
+    StackOverflow,
+    /// `sys.exit(code)` with a non-zero code.
+    Exit(i32),
+    /// The interpreter aborted (a trap that no limit explains).
+    InterpreterCrash(String),
+    /// Policy violations with no Python error to show.
+    Violations {
+        count: usize,
+        line: u32,
+        first: String,
+    },
+    /// The guest's JSON did not parse: a sandpy bug, not the program's.
+    BadJson(String),
+}
+
+impl Stop {
+    fn status(&self) -> Status {
+        match self {
+            Stop::Timeout(_) => Status::Timeout,
+            Stop::Memory(_) => Status::MemoryLimit,
+            Stop::Output(_) | Stop::ReturnValue { .. } => Status::OutputLimit,
+            Stop::ToolCalls(_) => Status::ToolCallLimit,
+            Stop::StackOverflow => Status::StackOverflow,
+            Stop::Exit(_) | Stop::InterpreterCrash(_) => Status::Error,
+            Stop::Violations { .. } => Status::PolicyViolation,
+            Stop::BadJson(_) => Status::InternalError,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Stop::Exit(_) => "SystemExit",
+            Stop::InterpreterCrash(_) => "InterpreterCrash",
+            other => other.status().error_type(),
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Stop::Timeout(limit) => format!(
+                "the run exceeded its wall-clock limit of {} ms",
+                limit.as_millis()
+            ),
+            Stop::Memory(cap) => format!("the run exceeded its memory limit of {cap} bytes"),
+            Stop::Output(cap) => {
+                format!("stdout + stderr exceeded the output limit of {cap} bytes")
+            }
+            Stop::ReturnValue { size, cap } => {
+                format!("the return value is {size} bytes, over the output limit of {cap} bytes")
+            }
+            Stop::ToolCalls(cap) => format!("the run exceeded its limit of {cap} tool calls"),
+            Stop::StackOverflow => {
+                "the WebAssembly stack overflowed (recursion too deep in C code)".into()
+            }
+            Stop::Exit(code) => format!("the program exited with status {code}"),
+            Stop::InterpreterCrash(cause) => {
+                format!("the Python interpreter aborted: {cause}")
+            }
+            Stop::Violations { count, line, first } => {
+                format!("{count} violation(s); first at line {line}: {first}")
+            }
+            Stop::BadJson(why) => format!("the guest returned bad JSON: {why}"),
+        }
+    }
+
+    fn verdict(self) -> (Status, Option<ErrorInfo>) {
+        let error = ErrorInfo {
+            kind: self.kind().into(),
+            message: self.message(),
+            traceback: None,
+        };
+        (self.status(), Some(error))
+    }
+}
+
+/// The execution of one finished (or stopped) call. `memory_cap` is the cap the
+/// instance has (a session's own, not the run's).
+pub(crate) fn decide(
+    state: &HostState,
+    captured: Captured,
+    result: CallResult,
+    limits: &Limits,
+    memory_cap: usize,
+    duration: Duration,
+) -> Execution {
+    let mut execution = Execution {
+        status: Status::Ok,
+        stdout: captured.stdout,
+        stderr: captured.stderr,
+        return_value: None,
+        return_value_is_repr: false,
+        error: None,
+        output_truncated: captured.truncated,
+        duration_ms: duration.as_secs_f64() * 1e3,
+        memory_peak_bytes: state.limiter.peak as u64,
+        tool_calls: state.tools.calls as u64,
+        violations: Vec::new(),
+        files: Vec::new(),
+    };
+    let disk_refusal = state.disk.take_refusal();
+    let (status, error) = match result {
+        Err(_elapsed) => Stop::Timeout(limits.timeout).verdict(),
+        Ok(Err(trap)) => trap_verdict(&trap, state, captured.truncated, limits, memory_cap),
+        Ok(Ok(outcome)) => outcome_verdict(
+            outcome,
+            state,
+            disk_refusal,
+            limits,
+            memory_cap,
+            &mut execution,
+        ),
+    };
+    execution.status = status;
+    execution.error = error;
+    execution
+}
+
+fn trap_verdict(
+    trap: &wasmtime::Error,
+    state: &HostState,
+    truncated: bool,
+    limits: &Limits,
+    memory_cap: usize,
+) -> (Status, Option<ErrorInfo>) {
+    if truncated {
+        return Stop::Output(limits.output_bytes).verdict();
+    }
+    if state.tools.limit_hit {
+        return Stop::ToolCalls(limits.tool_calls).verdict();
+    }
+    if let Some(exit) = trap.downcast_ref::<I32Exit>() {
+        return match exit.0 {
+            0 => (Status::Ok, None),
+            code => Stop::Exit(code).verdict(),
+        };
+    }
+    if let Some(Trap::StackOverflow) = trap.downcast_ref::<Trap>() {
+        return Stop::StackOverflow.verdict();
+    }
+    if state.limiter.refused {
+        return Stop::Memory(memory_cap).verdict();
+    }
+    // The interpreter aborted: the program broke it (or hit a CPython bug). The host is
+    // fine; report it as the program's error.
+    tracing::debug!("guest trapped: {trap:?}");
+    Stop::InterpreterCrash(trap.root_cause().to_string()).verdict()
+}
+
+fn outcome_verdict(
+    outcome: Outcome,
+    state: &HostState,
+    disk_refusal: Option<crate::disk::Refusal>,
+    limits: &Limits,
+    memory_cap: usize,
+    execution: &mut Execution,
+) -> (Status, Option<ErrorInfo>) {
+    if !outcome.violations.is_empty() {
+        execution.violations = outcome.violations.into_iter().map(violation).collect();
+        if let Some(error) = outcome.error {
+            return (Status::PolicyViolation, Some(python_error(error, limits)));
+        }
+        let first = &execution.violations[0];
+        return Stop::Violations {
+            count: execution.violations.len(),
+            line: first.line,
+            first: first.message.clone(),
+        }
+        .verdict();
+    }
+    if let Some(error) = outcome.error {
+        if state.limiter.refused && error.type_name == "MemoryError" {
+            return Stop::Memory(memory_cap).verdict();
+        }
+        if let Some(refusal) = disk_refusal {
+            // The program did not recover from a refused write; its traceback says where.
+            let mut info = python_error(error, limits);
+            info.message = format!("{} ({}: {})", refusal.message(), info.kind, info.message);
+            info.kind = "DiskLimit".into();
+            return (Status::DiskLimit, Some(info));
+        }
+        return (Status::Error, Some(python_error(error, limits)));
+    }
+    let (text, is_repr) = match outcome.value {
+        None => return (Status::Ok, None),
+        Some(Value::Json(text)) => (text, false),
+        Some(Value::Repr(text)) => (text, true),
+    };
+    if text.len() > limits.output_bytes {
+        return Stop::ReturnValue {
+            size: text.len(),
+            cap: limits.output_bytes,
+        }
+        .verdict();
+    }
+    execution.return_value_is_repr = is_repr;
+    execution.return_value = Some(if is_repr {
+        serde_json::Value::String(text)
+    } else {
+        match serde_json::from_str(&text) {
+            Ok(value) => value,
+            Err(e) => return Stop::BadJson(e.to_string()).verdict(),
+        }
+    });
+    (Status::Ok, None)
+}
+
+fn violation(v: GuestViolation) -> Violation {
+    Violation {
+        line: v.line,
+        column: v.column,
+        rule: v.rule,
+        message: v.message,
+    }
+}
+
+/// The guest's error report, each text cut at the output cap: the guest chooses how long
+/// an exception message is, and the host keeps what it is given.
+fn python_error(error: PythonError, limits: &Limits) -> ErrorInfo {
+    let cut = |mut text: String| {
+        if text.len() > limits.output_bytes {
+            let mut end = limits.output_bytes;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+            text.push_str(crate::output::TRUNCATION_MARKER);
+        }
+        text
+    };
+    ErrorInfo {
+        kind: cut(error.type_name),
+        message: cut(error.message),
+        traceback: Some(cut(error.traceback)),
+    }
+}
