@@ -1,4 +1,5 @@
-//! Argument checks against a tool's `inputSchema`, before a call leaves the sandbox.
+//! Argument checks against a tool's `inputSchema`: an upstream tool's before a call leaves
+//! the sandbox, and sandpy's own tools' before they run.
 
 use serde_json::Value;
 

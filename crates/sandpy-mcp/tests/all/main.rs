@@ -1,7 +1,9 @@
 //! sandpy-mcp's integration tests: the hub against real upstream MCP servers from the npm
-//! registry (started with `npx`), driven by real Python in the sandbox.
+//! registry (started with `npx`), driven by real Python in the sandbox, and the sandpy MCP
+//! server through an in-process rmcp client.
 
 mod audit;
+mod server;
 mod upstream;
 
 use sandpy::{Execution, RunOptions, Sandbox};

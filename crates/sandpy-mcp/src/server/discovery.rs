@@ -1,0 +1,60 @@
+//! The discovery tools: `search_tools` and `get_tool_schema`, over the upstream tools the
+//! server's allowlist lets runs call.
+
+use super::{structured, tool_error, ServerState};
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::CallToolResult;
+use rmcp::{tool, tool_router};
+use sandpy::ToolHost;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use std::num::NonZeroUsize;
+
+/// How many tools `search_tools` returns when not told.
+const SEARCH_LIMIT: usize = 10;
+
+/// `search_tools`' arguments.
+#[derive(Deserialize, JsonSchema)]
+struct SearchTools {
+    /// words to look for in tool names and descriptions
+    query: String,
+    /// how many tools to return at most
+    #[schemars(extend("default" = SEARCH_LIMIT))]
+    limit: Option<NonZeroUsize>,
+}
+
+/// `get_tool_schema`'s arguments.
+#[derive(Deserialize, JsonSchema)]
+struct GetToolSchema {
+    /// the tool's name, as mcp__<server>__<tool>
+    name: String,
+}
+
+#[tool_router(router = discovery_tools, vis = "pub(super)")]
+impl ServerState {
+    #[tool(
+        description = "Find upstream MCP tools callable from run_python, ranked by relevance of their names and descriptions."
+    )]
+    async fn search_tools(&self, Parameters(args): Parameters<SearchTools>) -> CallToolResult {
+        let limit = args.limit.map_or(SEARCH_LIMIT, NonZeroUsize::get);
+        let tools = self.hub.list_tools();
+        let found = sandpy::search_tools(&tools, &args.query, limit);
+        structured(json!({"tools": found}))
+    }
+
+    #[tool(
+        description = "The input JSON schema of one upstream tool (name as mcp__<server>__<tool>)."
+    )]
+    async fn get_tool_schema(&self, Parameters(args): Parameters<GetToolSchema>) -> CallToolResult {
+        let tool = args.name;
+        match self.hub.list_tools().into_iter().find(|t| t.name == tool) {
+            Some(info) => structured(
+                json!({"name": info.name, "description": info.description, "inputSchema": info.input_schema}),
+            ),
+            None => tool_error(format!(
+                "no allowed tool named {tool:?}; use search_tools to find one"
+            )),
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! The run tools: `run_python` (a program, alone or in a session) and
+//! `call_python_function` (one function of a module, with JSON arguments).
+
+use super::{invalid, RunRequest, ServerState};
+use crate::summary::summarize;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use rmcp::{tool, tool_router, ErrorData};
+use sandpy::{Execution, RunOptions};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::num::NonZeroU64;
+
+/// The in-sandbox API, taught in the `run_python` description (which the server completes
+/// with the upstream servers).
+const API_GUIDE: &str = "Run Python 3.14 (full stdlib, no network) in a fresh sandbox. \
+The value of the last expression is returned; print() output is captured.\n\
+Files: the working directory is a private /tmp (pass `files` to put inputs there); files written \
+under /output are returned with the result (images as images).\n\
+Call MCP tools from the code (no imports needed):\n\
+- `await call_mcp_tool(\"mcp__<server>__<tool>\", {...})` (or without await in plain sync code)\n\
+- `tools.<server>.<tool>(**kwargs)` (names with - or . use _)\n\
+- `discover_mcp_tools()`, `search_tools(query, limit=10)`, `get_tool_schema(name)`\n\
+- `await asyncio.gather(...)` over calls runs them concurrently; failures raise `ToolError`.\n\
+Results are the tool's structured content, else its text (JSON-decoded when it is JSON).\n\
+Pass `session_id` to keep globals and imports between runs (like notebook cells).";
+
+/// `run_python`'s arguments.
+#[derive(Deserialize, JsonSchema)]
+struct RunPython {
+    /// Python source
+    code: String,
+    /// wall-clock limit in ms (at most the server's limit)
+    timeout_ms: Option<NonZeroU64>,
+    /// tool names or globs this run may use (narrows the server's allowlist)
+    allowed_tools: Option<Vec<String>>,
+    /// run in this session: globals and imports persist between runs with the same id
+    session_id: Option<String>,
+    /// input files, put in /tmp (the working directory) before the code runs
+    files: Option<Vec<FileArg>>,
+}
+
+/// `call_python_function`'s arguments.
+#[derive(Deserialize, JsonSchema)]
+struct CallPythonFunction {
+    /// Python source
+    code: String,
+    /// name of the function to call
+    function: String,
+    /// the function's arguments
+    #[serde(default)]
+    arguments: Arguments,
+    /// wall-clock limit in ms (at most the server's limit)
+    timeout_ms: Option<NonZeroU64>,
+    /// input files, put in /tmp (the working directory) before the code runs
+    files: Option<Vec<FileArg>>,
+}
+
+// One input file: `path` and exactly one of `text` and `content_base64` (checked by
+// `input_files`). Inlined and without a doc comment (it would become the items'
+// description), so that the `files` schema reads as one piece.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(inline)]
+struct FileArg {
+    /// relative to /tmp, e.g. data.csv
+    path: String,
+    /// content as UTF-8 text
+    text: Option<String>,
+    /// content as base64 (binary files)
+    content_base64: Option<String>,
+}
+
+/// A function's JSON arguments.
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[serde(
+    untagged,
+    expecting = "`arguments` must be a list (positional) or an object (keyword arguments)"
+)]
+#[schemars(inline)]
+enum Arguments {
+    /// positional arguments
+    Positional(Vec<Value>),
+    /// keyword arguments
+    Keyword(JsonObject),
+}
+
+impl Default for Arguments {
+    fn default() -> Self {
+        Arguments::Positional(Vec::new())
+    }
+}
+
+impl Arguments {
+    fn into_value(self) -> Value {
+        match self {
+            Arguments::Positional(list) => Value::Array(list),
+            Arguments::Keyword(map) => Value::Object(map),
+        }
+    }
+}
+
+/// The `files` argument as the library's input files: decoded, each with exactly one of
+/// `text` and `content_base64`.
+fn input_files(files: Option<Vec<FileArg>>) -> Result<Vec<sandpy::InputFile>, ErrorData> {
+    use base64::Engine;
+    let files = files.unwrap_or_default();
+    files
+        .into_iter()
+        .enumerate()
+        .map(|(i, file)| {
+            let content = match (file.text, file.content_base64) {
+                (Some(text), None) => text.into_bytes(),
+                (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .map_err(|e| {
+                        invalid(format!("`files[{i}].content_base64` is not base64: {e}"))
+                    })?,
+                _ => {
+                    return Err(invalid(format!(
+                        "`files[{i}]` needs exactly one of `text` and `content_base64`"
+                    )))
+                }
+            };
+            Ok(sandpy::InputFile {
+                path: file.path,
+                content,
+            })
+        })
+        .collect()
+}
+
+/// An output file as MCP content: images as images, other files as embedded resources
+/// (text when UTF-8).
+fn file_block(file: &sandpy::OutputFile) -> ContentBlock {
+    use base64::Engine;
+    let encoded = || base64::engine::general_purpose::STANDARD.encode(&file.content);
+    let uri = format!("file://{}/{}", sandpy::OUTPUT_DIR, file.name);
+    if file.mime_type.starts_with("image/") {
+        ContentBlock::image(encoded(), file.mime_type.clone())
+    } else if let Some(text) = file.text() {
+        ContentBlock::resource(
+            rmcp::model::ResourceContents::text(text, uri).with_mime_type(file.mime_type.clone()),
+        )
+    } else {
+        ContentBlock::resource(
+            rmcp::model::ResourceContents::blob(encoded(), uri)
+                .with_mime_type(file.mime_type.clone()),
+        )
+    }
+}
+
+#[tool_router(router = run_tools, vis = "pub(super)")]
+impl ServerState {
+    #[tool(description = API_GUIDE)]
+    async fn run_python(
+        &self,
+        Parameters(args): Parameters<RunPython>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let id = self.next_execution_id();
+        let request = RunRequest {
+            timeout_ms: args.timeout_ms,
+            allowed_tools: args.allowed_tools,
+            files: input_files(args.files)?,
+        };
+        let options = self.options(id.clone(), request);
+        let execution = match &args.session_id {
+            None => self.sandbox.run_with(&args.code, &options).await,
+            Some(session) => self.sessions.run(session, &args.code, &options).await,
+        };
+        Ok(self.execution_result(&id, &args.code, &options, execution))
+    }
+
+    #[tool(
+        description = "Load Python code as a module in a fresh sandbox and call one of its functions with JSON arguments \
+                       (a list for positional, an object for keyword arguments); returns the JSON result."
+    )]
+    async fn call_python_function(
+        &self,
+        Parameters(args): Parameters<CallPythonFunction>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let id = self.next_execution_id();
+        let request = RunRequest {
+            timeout_ms: args.timeout_ms,
+            files: input_files(args.files)?,
+            ..RunRequest::default()
+        };
+        let options = self.options(id.clone(), request);
+        let arguments = args.arguments.into_value();
+        let execution = self
+            .sandbox
+            .call_function(&args.code, &args.function, &arguments, &options)
+            .await;
+        Ok(self.execution_result(&id, &args.code, &options, execution))
+    }
+}
+
+impl ServerState {
+    /// An execution as a tool result: its summary, then its output files; `isError` unless
+    /// it ended `ok`. Audited when the config asks.
+    fn execution_result(
+        &self,
+        id: &str,
+        code: &str,
+        options: &RunOptions,
+        execution: Execution,
+    ) -> CallToolResult {
+        if let Some(audit) = &self.audit {
+            audit.execution(id, code, &options.effective_limits(), &execution);
+        }
+        let text = summarize(&execution);
+        let ok = execution.is_ok();
+        let structured = serde_json::to_value(&execution).unwrap_or(Value::Null);
+        let mut content = vec![ContentBlock::text(text)];
+        content.extend(execution.files.iter().map(file_block));
+        let mut result = if ok {
+            CallToolResult::success(content)
+        } else {
+            CallToolResult::error(content)
+        };
+        result.structured_content = Some(structured);
+        result
+    }
+}

@@ -1,0 +1,445 @@
+//! `SandpyServer` through a real rmcp client, in process (over `tokio::io::duplex`), with
+//! no upstream servers: the tool list (snapshot), every tool, and malformed requests.
+
+use crate::{block_on, config, sandbox};
+use rmcp::model::{CallToolRequestParams, ErrorCode};
+use rmcp::service::RunningService;
+use rmcp::{ErrorData, RoleClient, ServiceError, ServiceExt};
+use sandpy_mcp::{Hub, SandpyServer};
+use serde_json::{json, Value};
+
+/// A client connected to a fresh server, and the folder its sessions are saved in.
+struct Connection {
+    client: RunningService<RoleClient, ()>,
+    _saved: tempfile::TempDir,
+}
+
+impl Connection {
+    /// Start a server without upstream servers (saving sessions in a temporary folder)
+    /// and connect a client to it.
+    async fn open() -> Connection {
+        let saved = tempfile::tempdir().expect("tempdir");
+        let text = json!({"mcpServers": {}, "sandpy": {"sessions": {"save_dir": saved.path()}}});
+        let config = config(&text.to_string());
+        let hub = Hub::start(&config).await;
+        let resolved = config.settings.resolve(None).expect("no policy to resolve");
+        let server = SandpyServer::new(sandbox().clone(), hub, &resolved).expect("server");
+        let (server_io, client_io) = tokio::io::duplex(1 << 16);
+        tokio::spawn(async move {
+            let running = server.serve(server_io).await.expect("server starts");
+            let _ = running.waiting().await;
+        });
+        let client = ().serve(client_io).await.expect("client connects");
+        Connection {
+            client,
+            _saved: saved,
+        }
+    }
+
+    /// Call `tool`; the result as the JSON a client reads, or the protocol error.
+    async fn call(&self, tool: &str, arguments: Value) -> Result<Value, ErrorData> {
+        let Value::Object(arguments) = arguments else {
+            panic!("arguments are an object: {arguments}");
+        };
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        match self.client.call_tool(params).await {
+            Ok(result) => Ok(serde_json::to_value(result).expect("JSON")),
+            Err(ServiceError::McpError(error)) => Err(error),
+            Err(other) => panic!("{tool}: not a tool result nor a protocol error: {other}"),
+        }
+    }
+
+    /// Call `tool`, which must answer with a result (error or not).
+    async fn result(&self, tool: &str, arguments: Value) -> Value {
+        match self.call(tool, arguments).await {
+            Ok(result) => result,
+            Err(error) => panic!("{tool}: protocol error {error:?}"),
+        }
+    }
+
+    /// Call `tool`, which must refuse the request as malformed; the error message.
+    async fn invalid(&self, tool: &str, arguments: Value) -> String {
+        match self.call(tool, arguments.clone()).await {
+            Err(error) if error.code == ErrorCode::INVALID_PARAMS => error.message.into_owned(),
+            other => panic!("{tool} {arguments}: not invalid_params but {other:?}"),
+        }
+    }
+}
+
+fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().expect("text content")
+}
+
+#[test]
+fn tool_list_is_declared_by_types() {
+    block_on(async {
+        let connection = Connection::open().await;
+        let info = connection.client.peer_info().expect("initialised");
+        let server = info.server_info.as_ref().map(|s| s.name.as_str());
+        assert_eq!(server, Some("sandpy"));
+        assert!(
+            info.instructions
+                .as_deref()
+                .is_some_and(|i| i.contains("use run_python; find tools with search_tools.")),
+            "{info:?}"
+        );
+        let tools = connection.client.list_tools(None).await.expect("tools");
+        let names: Vec<&str> = tools.tools.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(
+            names,
+            [
+                "run_python",
+                "call_python_function",
+                "search_tools",
+                "get_tool_schema",
+                "list_sessions",
+                "reset_session",
+                "close_session",
+                "save_session",
+                "restore_session",
+                "fork_session"
+            ],
+            "listed running first, then discovery, then sessions"
+        );
+        let description = tools.tools[0].description.as_deref().unwrap_or_default();
+        assert!(
+            description.contains("call_mcp_tool")
+                && description.ends_with("\nAvailable servers: none configured."),
+            "{description}"
+        );
+        insta::assert_json_snapshot!("tools", tools.tools);
+    });
+}
+
+#[test]
+fn run_python_results_are_tool_results_even_when_python_fails() {
+    block_on(async {
+        let connection = Connection::open().await;
+        let ok = connection
+            .result("run_python", json!({"code": "print('printed')\n6 * 7"}))
+            .await;
+        assert_eq!(ok["isError"], false, "{ok}");
+        assert_eq!(ok["structuredContent"]["status"], "ok");
+        assert_eq!(ok["structuredContent"]["return_value"], 42);
+        assert!(text(&ok).contains("printed"), "{ok}");
+
+        let error = connection
+            .result("run_python", json!({"code": "def f():\n    1/0\nf()"}))
+            .await;
+        assert_eq!(error["isError"], true, "a Python error is a tool result");
+        assert_eq!(
+            error["structuredContent"]["error"]["type"],
+            "ZeroDivisionError"
+        );
+        assert!(text(&error).contains("line 2, in f"), "{error}");
+
+        let timeout = connection
+            .result(
+                "run_python",
+                json!({"code": "while True: pass", "timeout_ms": 300}),
+            )
+            .await;
+        assert_eq!(timeout["isError"], true, "{timeout}");
+        assert_eq!(timeout["structuredContent"]["status"], "timeout");
+
+        let refused = connection
+            .result(
+                "run_python",
+                json!({"code": "call_mcp_tool('mcp__x__y', {})", "allowed_tools": ["mcp__x__z"]}),
+            )
+            .await;
+        assert_eq!(refused["isError"], true, "{refused}");
+        let message = refused["structuredContent"]["error"]["message"]
+            .as_str()
+            .expect("message");
+        assert!(message.contains("allowed_tools"), "{message}");
+
+        let nulls = connection
+            .result(
+                "run_python",
+                json!({"code": "1", "timeout_ms": null, "allowed_tools": null, "session_id": null, "files": null}),
+            )
+            .await;
+        assert_eq!(nulls["structuredContent"]["status"], "ok", "null is absent");
+    });
+}
+
+#[test]
+fn run_python_takes_files_and_returns_output_files() {
+    block_on(async {
+        let connection = Connection::open().await;
+        let files = connection
+            .result(
+                "run_python",
+                json!({"code": "open('/output/report.txt', 'w').write(open('in.csv').read().upper())\n\
+                                open('/output/dot.png', 'wb').write(open('img/dot.png', 'rb').read())",
+                       "files": [{"path": "in.csv", "text": "a,b"}, {"path": "img/dot.png", "content_base64": "iVBORw0KGgo="}]}),
+            )
+            .await;
+        assert_eq!(files["isError"], false, "{files}");
+        assert_eq!(files["content"][1]["type"], "image", "{files}");
+        assert_eq!(files["content"][1]["data"], "iVBORw0KGgo=");
+        assert_eq!(files["content"][2]["resource"]["text"], "A,B", "{files}");
+        assert_eq!(
+            files["content"][2]["resource"]["uri"],
+            "file:///output/report.txt"
+        );
+        assert!(
+            text(&files).contains("/output/report.txt (text/plain, 3 bytes)"),
+            "{files}"
+        );
+
+        let outside = connection
+            .result(
+                "run_python",
+                json!({"code": "1", "files": [{"path": "../x", "text": "a"}]}),
+            )
+            .await;
+        assert_eq!(outside["isError"], true, "{outside}");
+        assert_eq!(outside["structuredContent"]["status"], "invalid_input");
+    });
+}
+
+#[test]
+fn call_python_function_takes_a_list_an_object_or_nothing() {
+    block_on(async {
+        let connection = Connection::open().await;
+        let code = "def score(a, b=0):\n    return a - b\ndef zero():\n    return 0";
+        for (arguments, expected) in [
+            (json!({"function": "score", "arguments": [5, 2]}), json!(3)),
+            (
+                json!({"function": "score", "arguments": {"b": 2, "a": 7}}),
+                json!(5),
+            ),
+            (json!({"function": "zero"}), json!(0)),
+        ] {
+            let mut request = arguments.clone();
+            request["code"] = json!(code);
+            let result = connection.result("call_python_function", request).await;
+            assert_eq!(result["isError"], false, "{arguments}: {result}");
+            assert_eq!(result["structuredContent"]["return_value"], expected);
+        }
+        let error = connection
+            .result(
+                "call_python_function",
+                json!({"code": code, "function": "score", "arguments": [1, 2, 3]}),
+            )
+            .await;
+        assert_eq!(error["isError"], true, "{error}");
+        assert_eq!(error["structuredContent"]["error"]["type"], "TypeError");
+    });
+}
+
+#[test]
+fn discovery_without_upstream_servers_finds_nothing() {
+    block_on(async {
+        let connection = Connection::open().await;
+        let found = connection
+            .result("search_tools", json!({"query": "sum", "limit": 1}))
+            .await;
+        assert_eq!(found["isError"], false, "{found}");
+        assert_eq!(found["structuredContent"], json!({"tools": []}));
+
+        let unknown = connection
+            .result("get_tool_schema", json!({"name": "mcp__everything__echo"}))
+            .await;
+        assert_eq!(unknown["isError"], true, "{unknown}");
+        assert!(
+            text(&unknown).contains("no allowed tool named \"mcp__everything__echo\""),
+            "{unknown}"
+        );
+    });
+}
+
+#[test]
+fn sessions_keep_globals_until_reset_or_closed() {
+    block_on(async {
+        let connection = Connection::open().await;
+        let run = |code: &str, session: &str| {
+            connection.result("run_python", json!({"code": code, "session_id": session}))
+        };
+        let value = |result: Value| result["structuredContent"]["return_value"].clone();
+        run("x = 41", "s1").await;
+        assert_eq!(value(run("x + 1", "s1").await), 42, "globals persist");
+        assert_eq!(
+            value(run("'x' in globals()", "other").await),
+            false,
+            "sessions are apart"
+        );
+
+        let listed = connection.result("list_sessions", json!({})).await;
+        let mut ids: Vec<&str> = listed["structuredContent"]["sessions"]
+            .as_array()
+            .expect("sessions")
+            .iter()
+            .filter_map(|s| s["id"].as_str())
+            .collect();
+        ids.sort();
+        assert_eq!(ids, ["other", "s1"], "{listed}");
+
+        let reset = connection
+            .result("reset_session", json!({"session_id": "s1"}))
+            .await;
+        assert_eq!(
+            reset["structuredContent"],
+            json!({"session_id": "s1", "reset": true})
+        );
+        assert_eq!(value(run("'x' in globals()", "s1").await), false);
+
+        let closed = connection
+            .result("close_session", json!({"session_id": "s1"}))
+            .await;
+        assert_eq!(
+            closed["structuredContent"],
+            json!({"session_id": "s1", "closed": true})
+        );
+        for tool in ["close_session", "reset_session"] {
+            let gone = connection.result(tool, json!({"session_id": "s1"})).await;
+            assert_eq!(gone["isError"], true, "{tool}: {gone}");
+            assert_eq!(text(&gone), "no session \"s1\"");
+        }
+    });
+}
+
+#[test]
+fn sessions_are_saved_restored_and_forked() {
+    block_on(async {
+        let connection = Connection::open().await;
+        let run = |code: &str, session: &str| {
+            connection.result("run_python", json!({"code": code, "session_id": session}))
+        };
+        run("y = 'kept'", "s2").await;
+        let saved = connection
+            .result("save_session", json!({"session_id": "s2", "name": "nb"}))
+            .await;
+        assert!(
+            saved["structuredContent"]["bytes"].as_u64() > Some(0),
+            "{saved}"
+        );
+        let restored = connection
+            .result("restore_session", json!({"name": "nb", "session_id": "s3"}))
+            .await;
+        assert_eq!(
+            restored["structuredContent"]["restored"], true,
+            "{restored}"
+        );
+        let forked = connection
+            .result(
+                "fork_session",
+                json!({"session_id": "s3", "new_session_id": "s4"}),
+            )
+            .await;
+        assert_eq!(
+            forked["structuredContent"],
+            json!({"session_id": "s4", "forked_from": "s3"})
+        );
+        for session in ["s3", "s4"] {
+            let y = run("y", session).await;
+            assert_eq!(y["structuredContent"]["return_value"], "kept", "{y}");
+        }
+
+        let missing = connection
+            .result("save_session", json!({"session_id": "nope", "name": "x"}))
+            .await;
+        assert_eq!(missing["isError"], true, "{missing}");
+        let unsaved = connection
+            .result(
+                "restore_session",
+                json!({"name": "never-saved", "session_id": "s5"}),
+            )
+            .await;
+        assert_eq!(unsaved["isError"], true, "{unsaved}");
+        let escape = connection
+            .invalid(
+                "save_session",
+                json!({"session_id": "s2", "name": "../escape"}),
+            )
+            .await;
+        assert!(escape.contains("`name` may use"), "{escape}");
+    });
+}
+
+#[test]
+fn malformed_requests_are_protocol_errors_naming_the_field() {
+    block_on(async {
+        let connection = Connection::open().await;
+        for (tool, arguments, names) in [
+            ("run_python", json!({}), "\"code\" is a required property"),
+            ("run_python", json!({"code": 5}), "at /code"),
+            (
+                "run_python",
+                json!({"code": "1", "timeout_ms": 0}),
+                "at /timeout_ms",
+            ),
+            (
+                "run_python",
+                json!({"code": "1", "timeout_ms": -1}),
+                "at /timeout_ms",
+            ),
+            (
+                "run_python",
+                json!({"code": "1", "allowed_tools": "a"}),
+                "at /allowed_tools",
+            ),
+            (
+                "run_python",
+                json!({"code": "1", "files": [{"text": "a"}]}),
+                "at /files/0",
+            ),
+            (
+                "run_python",
+                json!({"code": "1", "files": [{"path": "x", "text": "a", "content_base64": "YQ=="}]}),
+                "`files[0]` needs exactly one of `text` and `content_base64`",
+            ),
+            (
+                "run_python",
+                json!({"code": "1", "files": [{"path": "x", "text": "a"}, {"path": "y"}]}),
+                "`files[1]` needs exactly one of",
+            ),
+            (
+                "run_python",
+                json!({"code": "1", "files": [{"path": "x", "content_base64": "not base64!"}]}),
+                "`files[0].content_base64` is not base64",
+            ),
+            (
+                "call_python_function",
+                json!({"code": "1", "function": "f", "arguments": 5}),
+                "at /arguments",
+            ),
+            (
+                "call_python_function",
+                json!({"code": "1"}),
+                "\"function\" is a required property",
+            ),
+            (
+                "search_tools",
+                json!({"query": "x", "limit": 0}),
+                "at /limit",
+            ),
+            (
+                "search_tools",
+                json!({}),
+                "\"query\" is a required property",
+            ),
+            (
+                "get_tool_schema",
+                json!({}),
+                "\"name\" is a required property",
+            ),
+            (
+                "reset_session",
+                json!({}),
+                "\"session_id\" is a required property",
+            ),
+            (
+                "fork_session",
+                json!({"session_id": "a"}),
+                "\"new_session_id\" is a required property",
+            ),
+            ("no_such_tool", json!({}), "unknown tool \"no_such_tool\""),
+        ] {
+            let message = connection.invalid(tool, arguments.clone()).await;
+            assert!(message.contains(names), "{tool} {arguments}: {message}");
+        }
+    });
+}
