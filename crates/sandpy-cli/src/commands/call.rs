@@ -2,12 +2,10 @@
 //! every line of a JSON Lines file (one fresh sandbox per line, in parallel, results in
 //! input order).
 //!
-//! A batch runs in worker processes (this same binary with `--jobs 1`), each making one
-//! call at a time, rather than in threads of one process. That was chosen when every run
-//! took copy-on-write faults on the runtime's snapshot, which made the kernel interrupt
-//! every other core running the same process (two processes then did over twice the
-//! calls per second of one process with two threads). The vendored wasmtime fix removed
-//! those faults and threads now scale too; the two have not been compared since.
+//! A batch runs in this process, `--jobs` calls at a time on the runtime's threads. Worker
+//! processes (one call at a time each) were used while every run's copy-on-write faults
+//! interrupted the other cores; after the vendored wasmtime fix, threads did more calls
+//! per second in every round of an alternating comparison (docs/performance.md).
 
 use crate::exit::Outcome;
 use anyhow::{bail, Context};
@@ -31,8 +29,7 @@ pub struct Args {
     /// result per line, in input order.
     #[arg(long, value_name = "FILE")]
     args_file: Option<PathBuf>,
-    /// Calls in flight at once for --args-file, each in its own worker process
-    /// [default: number of cores].
+    /// Calls in flight at once for --args-file [default: number of cores].
     #[arg(long, value_name = "N")]
     jobs: Option<usize>,
     /// Print the whole execution as JSON (single call).
@@ -120,21 +117,15 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
                 .unwrap_or(2)
         })
         .max(1);
-    // Temporary, for measuring threads against worker processes (issue 11, point 7).
-    let all_ok = if jobs > 1 && std::env::var_os("SANDPY_CALL_WORKERS").is_some() {
-        drop(sandbox);
-        batch_in_workers(reader, jobs)?
-    } else {
-        let batch = batch(
-            sandbox,
-            Arc::new(code),
-            Arc::from(args.function.as_str()),
-            Arc::new(options),
-            reader,
-            jobs,
-        );
-        rt.block_on(batch)?
-    };
+    let batch = batch(
+        sandbox,
+        Arc::new(code),
+        Arc::from(args.function.as_str()),
+        Arc::new(options),
+        reader,
+        jobs,
+    );
+    let all_ok = rt.block_on(batch)?;
     Ok(if all_ok {
         Outcome::Success
     } else {
@@ -179,111 +170,6 @@ impl InOrder {
         }
         Ok(())
     }
-}
-
-/// The arguments of this command for a worker: the same, reading lines from stdin one
-/// call at a time.
-fn worker_arguments() -> Vec<std::ffi::OsString> {
-    let mut out = Vec::new();
-    let mut skip_value = false;
-    for arg in std::env::args_os().skip(1) {
-        if std::mem::take(&mut skip_value) {
-            continue;
-        }
-        let text = arg.to_string_lossy();
-        if text == "--args-file" || text == "--jobs" {
-            skip_value = true;
-            continue;
-        }
-        if text.starts_with("--args-file=") || text.starts_with("--jobs=") {
-            continue;
-        }
-        out.push(arg);
-    }
-    out.extend(["--args-file", "-", "--jobs", "1"].map(Into::into));
-    out
-}
-
-/// Run the batch in `workers` processes, lines dealt round-robin, results in input order.
-fn batch_in_workers(reader: Box<dyn BufRead + Send>, workers: usize) -> anyhow::Result<bool> {
-    use std::process::{Command, Stdio};
-    let exe = std::env::current_exe()
-        .context("cannot find the sandpy executable for worker processes")?;
-    let mut children = Vec::with_capacity(workers);
-    for _ in 0..workers {
-        let child = Command::new(&exe)
-            .args(worker_arguments())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("cannot start a worker process")?;
-        children.push(child);
-    }
-    let (sender, results) = std::sync::mpsc::channel::<(usize, Value)>();
-    let mut readers = Vec::with_capacity(workers);
-    for (worker, child) in children.iter_mut().enumerate() {
-        let stdout = child.stdout.take().context("worker stdout")?;
-        let sender = sender.clone();
-        readers.push(std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                let Ok(mut value) = serde_json::from_str::<Value>(&line) else {
-                    continue;
-                };
-                let Some(local) = value["line"]
-                    .as_u64()
-                    .and_then(|n| (n as usize).checked_sub(1))
-                else {
-                    continue;
-                };
-                let number = local * workers + worker + 1;
-                value["line"] = json!(number);
-                if sender.send((number, value)).is_err() {
-                    return;
-                }
-            }
-        }));
-    }
-    drop(sender);
-    let mut stdins: Vec<_> = children
-        .iter_mut()
-        .map(|c| c.stdin.take().map(std::io::BufWriter::new))
-        .collect();
-    let writer = std::thread::spawn(move || -> anyhow::Result<usize> {
-        let mut total = 0;
-        for (index, line) in reader.lines().enumerate() {
-            let line = line.with_context(|| format!("cannot read line {}", index + 1))?;
-            if let Some(stdin) = &mut stdins[index % workers] {
-                // A worker that died is reported below, line by line.
-                if writeln!(stdin, "{line}").is_err() {
-                    stdins[index % workers] = None;
-                }
-            }
-            total = index + 1;
-        }
-        Ok(total)
-    });
-    let mut in_order = InOrder::new();
-    for (number, value) in results {
-        in_order.add(number, value)?;
-    }
-    let total = writer
-        .join()
-        .map_err(|_| anyhow::anyhow!("the input thread panicked"))??;
-    for reader in readers {
-        let _ = reader.join();
-    }
-    for mut child in children {
-        let _ = child.wait();
-    }
-    in_order.finish(
-        total,
-        "the worker process for this line exited before answering",
-    )?;
-    Ok(in_order.all_ok)
 }
 
 /// Run every line in this process, `jobs` at a time (each a task on the runtime's

@@ -57,21 +57,9 @@ fn check_responses(out: &Value) {
         .iter()
         .filter_map(|t| t["name"].as_str())
         .collect();
-    assert_eq!(
-        tools,
-        [
-            "run_python",
-            "call_python_function",
-            "search_tools",
-            "get_tool_schema",
-            "list_sessions",
-            "reset_session",
-            "close_session",
-            "save_session",
-            "restore_session",
-            "fork_session"
-        ]
-    );
+    // The list itself (names, order, schemas) is sandpy-mcp's snapshot test; here, that
+    // the real client sees it all, running first.
+    assert_eq!((tools.len(), tools.first()), (10, Some(&"run_python")));
     let description = out[0]["tools"][0]["description"]
         .as_str()
         .expect("description");
