@@ -10,6 +10,7 @@
 use crate::disk::{Area, DiskGuard};
 use crate::Limits;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
@@ -141,7 +142,12 @@ pub(crate) struct RunFolders {
     base: PathBuf,
     idle: std::sync::Mutex<Vec<RunFolder>>,
     keep: usize,
+    /// The guest's `/` for each set of mount points, made once (see [`RunFolders::root`]).
+    roots: std::sync::Mutex<HashMap<Vec<String>, Arc<tempfile::TempDir>>>,
 }
+
+/// Sets of mount points whose `/` is kept for reuse; beyond them, each run makes its own.
+const KEPT_ROOTS: usize = 64;
 
 /// One run folder: `tmp/` and `output/` inside a folder removed when this is dropped.
 struct RunFolder {
@@ -164,25 +170,61 @@ impl RunFolders {
             base,
             idle: std::sync::Mutex::new(Vec::new()),
             keep,
+            roots: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
-    fn take(&self) -> Result<RunFolder, String> {
-        if let Some(folder) = self.idle.lock().ok().and_then(|mut idle| idle.pop()) {
-            return Ok(folder);
+    /// The folder the guest sees as `/`, read-only: empty folders named `tmp`, `output`
+    /// and after each mount point, so that `/` lists, `os.path.exists('/')` holds and
+    /// `os.makedirs('/output/x', exist_ok=True)` works as on Linux, while a new folder
+    /// at the top is refused. It holds nothing but those empty folders, so runs share it.
+    fn root(&self, mount_points: Vec<String>) -> Result<Arc<tempfile::TempDir>, String> {
+        let mut roots = self.roots.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(root) = roots.get(&mount_points) {
+            return Ok(root.clone());
         }
+        let root = Arc::new(self.make_root(&mount_points)?);
+        if roots.len() < KEPT_ROOTS {
+            roots.insert(mount_points, root.clone());
+        }
+        Ok(root)
+    }
+
+    fn make_root(&self, mount_points: &[String]) -> Result<tempfile::TempDir, String> {
+        let root = self.new_folder("root-")?;
+        let points = [SCRATCH_DIR, OUTPUT_DIR]
+            .into_iter()
+            .chain(mount_points.iter().map(String::as_str));
+        for point in points {
+            let folder = root.path().join(point.trim_start_matches('/'));
+            std::fs::create_dir_all(&folder)
+                .map_err(|e| format!("cannot create `{}`: {e}", folder.display()))?;
+        }
+        Ok(root)
+    }
+
+    /// A new folder under `base`, named for this process (so that [`sweep_stale`] removes
+    /// it if the process dies) and `kind`.
+    fn new_folder(&self, kind: &str) -> Result<tempfile::TempDir, String> {
         let base = &self.base;
         std::fs::create_dir_all(base)
             .map_err(|e| format!("cannot create the scratch folder `{}`: {e}", base.display()))?;
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("run-{}-", std::process::id()))
+        tempfile::Builder::new()
+            .prefix(&format!("run-{}-{kind}", std::process::id()))
             .tempdir_in(base)
             .map_err(|e| {
                 format!(
                     "cannot create a scratch folder in `{}`: {e}",
                     base.display()
                 )
-            })?;
+            })
+    }
+
+    fn take(&self) -> Result<RunFolder, String> {
+        if let Some(folder) = self.idle.lock().ok().and_then(|mut idle| idle.pop()) {
+            return Ok(folder);
+        }
+        let dir = self.new_folder("")?;
         let mut fresh_sizes = [0; 2];
         for (size, name) in fresh_sizes.iter_mut().zip(SUBFOLDERS) {
             let folder = dir.path().join(name);
@@ -245,6 +287,8 @@ impl RunFolder {
 pub(crate) struct Workspace {
     /// Always `Some` until dropped (then handed back to `folders`).
     folder: Option<RunFolder>,
+    /// The guest's `/` (read-only, shared).
+    root: Arc<tempfile::TempDir>,
     folders: Arc<RunFolders>,
     scratch: Arc<Area>,
     output: Arc<Area>,
@@ -259,6 +303,7 @@ impl Workspace {
         limits: &Limits,
         mounts: CheckedMounts,
     ) -> Result<Workspace, String> {
+        let root = folders.root(mounts.0.iter().map(|(_, guest)| guest.clone()).collect())?;
         let folder = folders.take()?;
         let (scratch, output) = (
             folder.dir.path().join(SCRATCH_SUBFOLDER),
@@ -280,6 +325,7 @@ impl Workspace {
                 })
                 .collect(),
             output_cap: limits.output_files_bytes,
+            root,
             folder: Some(folder),
             folders: folders.clone(),
         })
@@ -332,13 +378,16 @@ impl Workspace {
         Ok(())
     }
 
-    /// Preopen the folders in `wasi`: `/tmp` and `/output` writable, mounts read-only.
+    /// Preopen the folders in `wasi`: `/` and the mounts read-only, `/tmp` and `/output`
+    /// writable. A path goes to the preopen with the longest matching prefix, so `/` only
+    /// ever serves the top level itself.
     pub fn preopen(&self, wasi: &mut WasiCtxBuilder) -> Result<(), String> {
         let open = |wasi: &mut WasiCtxBuilder, host: &Path, guest: &str, perms| {
             wasi.preopened_dir(host, guest, perms)
                 .map(drop)
                 .map_err(|e| format!("cannot open `{}` for the guest: {e:#}", host.display()))
         };
+        open(wasi, self.root.path(), "/", FsPerms::ReadOnly)?;
         open(wasi, &self.scratch_path(), SCRATCH_DIR, FsPerms::ReadWrite)?;
         open(wasi, &self.output_path(), OUTPUT_DIR, FsPerms::ReadWrite)?;
         for (host, area) in &self.mounts {
@@ -349,7 +398,8 @@ impl Workspace {
 
     /// The quota keeper for a store using this workspace.
     pub fn guard(&self) -> DiskGuard {
-        let mut areas = vec![self.scratch.clone(), self.output.clone()];
+        let root = Arc::new(Area::read_only("/", self.root.path()));
+        let mut areas = vec![root, self.scratch.clone(), self.output.clone()];
         areas.extend(self.mounts.iter().map(|(_, area)| area.clone()));
         DiskGuard::new(areas)
     }

@@ -37,6 +37,15 @@ fn engine_config(config: &Config) -> wasmtime::Config {
     engine.wasm_component_model(true);
     engine.epoch_interruption(true);
     engine.cranelift_opt_level(OptLevel::Speed);
+    // CPython recurses in C for every level of recursion through a C function
+    // (`functools.lru_cache`, `map`, `sorted` keys, ...), ~2.5 KiB of WebAssembly stack
+    // per level: wasmtime's default 512 KiB trapped after 200-500 levels. With room for
+    // more, the limit is CPython's own check of its C stack (1 MiB of linear memory, fixed
+    // by componentize-py's linker): ~2,300 levels, then a `RecursionError` the program
+    // can catch, as natively. The fiber a run executes on holds the WebAssembly stack and
+    // the host calls made from it.
+    engine.max_wasm_stack(WASM_STACK_BYTES);
+    engine.async_stack_size(WASM_STACK_BYTES + HOST_STACK_BYTES);
     if let Some(slots) = config.pooled_instances {
         // Reused slots: no mmap/munmap per run. Up to 8 MiB of the pages a run dirtied
         // are copied back from the image and stay resident (a `print('hello')` dirties
@@ -58,11 +67,19 @@ fn engine_config(config: &Config) -> wasmtime::Config {
             .linear_memory_keep_resident(8 << 20)
             .max_unused_warm_slots(u32::try_from(config.concurrency()).unwrap_or(u32::MAX))
             .table_keep_resident(1 << 20)
+            .total_stacks(slots)
             .pagemap_scan(Enabled::Auto);
         engine.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     engine
 }
+
+/// The WebAssembly stack of one run: deeper than CPython's C stack lets C recursion go
+/// (~6 MiB at its limit). Address space is reserved for it per run slot; only the pages a
+/// run touches are memory.
+const WASM_STACK_BYTES: usize = 8 << 20;
+/// Room on a run's fiber above the WebAssembly stack for the host functions it calls.
+const HOST_STACK_BYTES: usize = 1 << 20;
 
 /// Per-run needs of the guest component, with room to spare (pooling allocator sizing).
 const CORE_INSTANCES_PER_RUN: u32 = 32;

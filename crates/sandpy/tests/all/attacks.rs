@@ -30,7 +30,7 @@ def refused(f):
 fn files_host_files_cannot_be_read() {
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
     all_refused(&format!(
-        "{ATTEMPT}\nimport os\n[refused(lambda: open('/etc/passwd').read()), refused(lambda: os.listdir('/')),\n refused(lambda: os.listdir({home:?})), refused(lambda: open('../../etc/hostname').read()),\n refused(lambda: os.stat('/proc/self/environ')), refused(lambda: open('/dev/mem', 'rb'))]"
+        "{ATTEMPT}\nimport os\n[refused(lambda: open('/etc/passwd').read()), sorted(os.listdir('/')) == ['output', 'tmp'],\n refused(lambda: os.listdir({home:?})), refused(lambda: open('../../etc/hostname').read()),\n refused(lambda: os.stat('/proc/self/environ')), refused(lambda: open('/dev/mem', 'rb'))]"
     ));
     assert_host_fine();
 }
@@ -48,6 +48,26 @@ fn files_nothing_can_be_written_outside() {
     ));
     assert!(!marker.exists());
     assert!(!Path::new("/etc/sandpy-x").exists() && !Path::new("/root-x").exists());
+}
+
+#[test]
+fn files_the_guest_root_grants_nothing_new() {
+    // `/` is a read-only folder holding only the empty mount points; what a run tries to
+    // leave there (files, folders, links, renames into it) is refused, and the next run
+    // sees the same `/`.
+    let attempts = format!(
+        "{ATTEMPT}\nimport os, shutil\nopen('mine.txt', 'w').write('x')\n\
+         [refused(lambda: os.mkdir('/new')), refused(lambda: open('/x.txt', 'w')),\n\
+          refused(lambda: os.symlink('/tmp', '/link')), refused(lambda: os.rename('/tmp/mine.txt', '/mine.txt')),\n\
+          refused(lambda: os.rmdir('/output')), refused(lambda: shutil.rmtree('/tmp/..')),\n\
+          refused(lambda: open('/../etc/passwd')), refused(lambda: os.listdir('/..')) or os.listdir('/..') == os.listdir('/'),\n\
+          refused(lambda: open('/./output/../../etc/hostname')), refused(lambda: os.chmod('/', 0o777)) or True,\n\
+          sorted(os.listdir('/')) == ['output', 'tmp']]"
+    );
+    all_refused(&attempts);
+    let e = run_ok("import os\nsorted(os.listdir('/')), os.listdir('/tmp'), os.listdir('/output')");
+    assert_eq!(e.return_value, Some(json!([["output", "tmp"], [], []])));
+    assert_host_fine();
 }
 
 #[test]

@@ -66,8 +66,17 @@ fn scratch_is_the_working_directory_private_to_each_run_and_removed_after() {
         assert_eq!(value[2], json!("/tmp"));
         assert_eq!(value[3].as_array().map(Vec::len), Some(3));
     }
-    let left: Vec<_> = std::fs::read_dir(base.path()).expect("read").collect();
+    // What stays while the sandbox lives is the guest's `/`: empty folders, read-only.
+    let left: Vec<_> = std::fs::read_dir(base.path())
+        .expect("read")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.contains("-root-"))
+        .collect();
     assert!(left.is_empty(), "run folders are removed: {left:?}");
+    drop(own);
+    let left = std::fs::read_dir(base.path()).expect("read").count();
+    assert_eq!(left, 0, "and the root with the sandbox");
 }
 
 #[test]
@@ -94,10 +103,15 @@ fn a_reused_scratch_folder_shows_nothing_of_the_run_before() {
     // Thousands of entries made and removed grow the folder itself: its size would tell.
     run("import os\nfor i in range(3000): open(f'file-{i:05}', 'w').close()\nfor i in range(3000): os.remove(f'file-{i:05}')");
     assert_eq!(run(look), Some(json!([[], [], true, true])));
-    let folders = || std::fs::read_dir(base.path()).expect("read").count();
-    assert_eq!(folders(), 1, "one idle folder is kept for the next run");
+    let folders = |kind: &str| {
+        let names = std::fs::read_dir(base.path()).expect("read").flatten();
+        let names = names.map(|e| e.file_name().to_string_lossy().into_owned());
+        names.filter(|name| name.contains(kind)).count()
+    };
+    assert_eq!(folders("-root-"), 1, "the guest's `/`, made once");
+    assert_eq!(folders(""), 2, "and one idle folder kept for the next run");
     drop(own);
-    assert_eq!(folders(), 0, "idle folders are removed with the sandbox");
+    assert_eq!(folders(""), 0, "both are removed with the sandbox");
 }
 
 #[test]
@@ -431,4 +445,50 @@ fn session_files_persist_outputs_come_per_run_and_restore_recreates_inputs() {
 #[test]
 fn a_plain_run_still_works_after_the_file_attacks() {
     run_ok("open('x', 'w').write('fine')");
+}
+
+#[test]
+fn the_root_lists_the_folders_and_linux_path_idioms_work() {
+    // Lines models write constantly: they failed with `FileNotFoundError: '/'` when the
+    // guest had no `/`.
+    let dir = host_folder();
+    let options = RunOptions {
+        mounts: vec![Mount {
+            host: dir.path().into(),
+            guest: "/mnt/data".into(),
+        }],
+        ..RunOptions::default()
+    };
+    let e = run_with(
+        "import os\nfrom pathlib import Path\n\
+         os.makedirs('/output', exist_ok=True)\nos.makedirs('/output/charts/2024', exist_ok=True)\n\
+         Path('/output/report/x.txt').parent.mkdir(parents=True, exist_ok=True)\n\
+         Path('/output/report/x.txt').write_text('hi')\nos.makedirs('/tmp', exist_ok=True)\n\
+         try:\n    os.makedirs('/results')\n    top = 'made'\nexcept OSError as e:\n    top = type(e).__name__\n\
+         [os.path.exists('/'), os.path.isdir('/'), sorted(os.listdir('/')), os.listdir('/mnt'), top,\n\
+          sorted(str(p) for p in Path('/output').rglob('*'))]",
+        &options,
+    );
+    assert_eq!(e.status, Status::Ok, "{e:#?}");
+    assert_eq!(
+        e.return_value,
+        Some(json!([
+            true,
+            true,
+            ["mnt", "output", "tmp"],
+            ["data"],
+            "PermissionError",
+            [
+                "/output/charts",
+                "/output/charts/2024",
+                "/output/report",
+                "/output/report/x.txt"
+            ]
+        ]))
+    );
+    assert_eq!(
+        e.files.len(),
+        1,
+        "the file written through the idiom comes back"
+    );
 }
