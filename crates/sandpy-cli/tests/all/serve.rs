@@ -213,7 +213,7 @@ fn stdio_serves_a_real_client_and_stops_its_upstreams() {
     let dir = tempfile::tempdir().expect("tempdir");
     let marker = format!("sandpy-stdio-{}", std::process::id());
     let config = config_file(dir.path(), &marker);
-    let (out, status) = mcp_client(
+    let (out, status, _) = mcp_client(
         &[
             "stdio",
             env!("CARGO_BIN_EXE_sandpy"),
@@ -281,25 +281,38 @@ fn http_serves_a_real_client_with_a_bearer_token() {
     let marker = format!("sandpy-http-{}", std::process::id());
     let config = config_file(dir.path(), &marker);
     let (mut server, url) = http_server(&["--config", &config, "--token", "s3cret"]);
-    let (out, status) = mcp_client(&["http", &url, "s3cret"], &requests());
+    let (out, status, stderr) = mcp_client(&["http", &url, "s3cret"], &requests());
     assert_eq!(status, 0, "{out}");
     check_responses(&out);
-    let (out, status) = mcp_client(&["http", &url, "wrong"], &json!([{"method": "list_tools"}]));
+    assert!(
+        !stderr.contains("Session termination failed"),
+        "the session's DELETE must answer 200 or 204: {stderr}"
+    );
+    let (out, status, _) = mcp_client(&["http", &url, "wrong"], &json!([{"method": "list_tools"}]));
     assert_eq!(status, 3, "a wrong token must not connect: {out}");
-    let (out, status) = mcp_client(&["http", &url], &json!([{"method": "list_tools"}]));
+    let (out, status, _) = mcp_client(&["http", &url], &json!([{"method": "list_tools"}]));
     assert_eq!(status, 3, "no token must not connect: {out}");
     for authorization in [
         None,
         Some("Bearer wrong"),
         Some("Bearer s3cret-but-longer"),
         Some("s3cret"),
+        Some("bearer wrong"),
+        Some("BEARER wrong"),
+        Some("Basic s3cret"),
     ] {
         assert!(
             raw_post(&url, authorization).starts_with("HTTP/1.1 401"),
             "{authorization:?} got in"
         );
     }
-    assert!(!raw_post(&url, Some("Bearer s3cret")).starts_with("HTTP/1.1 401"));
+    for authorization in ["Bearer s3cret", "bearer s3cret", "BEARER s3cret"] {
+        let answer = raw_post(&url, Some(authorization));
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "the scheme is case-insensitive: {authorization:?} got {answer}"
+        );
+    }
 
     // SIGTERM: a clean shutdown that stops the upstream servers too.
     assert!(processes_with_env(&marker) > 0);
