@@ -5,6 +5,7 @@ use crate::{mcp_client, sandpy, EVERYTHING_PKG};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 
 fn config_file(dir: &std::path::Path, marker: &str) -> String {
     let path = dir.join("sandpy.mcp.json");
@@ -253,7 +254,17 @@ impl Drop for Server {
 
 /// Start `sandpy serve --http 127.0.0.1:0`; returns the child and its URL.
 pub fn http_server(extra: &[&str]) -> (Server, String) {
-    let mut child = sandpy()
+    let (server, url, _) = http_server_with(sandpy(), extra);
+    (server, url)
+}
+
+/// [`http_server`] from `command` (a `sandpy()` with its environment set); also returns
+/// everything the server writes to stderr, as it comes.
+pub fn http_server_with(
+    mut command: std::process::Command,
+    extra: &[&str],
+) -> (Server, String, Arc<Mutex<String>>) {
+    let mut child = command
         .args(["serve", "--http", "127.0.0.1:0"])
         .args(extra)
         .stdout(Stdio::null())
@@ -262,17 +273,29 @@ pub fn http_server(extra: &[&str]) -> (Server, String) {
         .expect("sandpy serve");
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
+    let log = Arc::new(Mutex::new(String::new()));
+    let keep = |log: &Mutex<String>, line: &str| {
+        let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+        log.push_str(line);
+        log.push('\n');
+    };
     let url = loop {
         let line = lines
             .next()
             .expect("sandpy serve exited early")
             .expect("stderr line");
+        keep(&log, &line);
         if let Some(url) = line.strip_prefix("sandpy: serving MCP at ") {
             break url.to_string();
         }
     };
-    std::thread::spawn(move || lines.for_each(drop)); // keep draining
-    (Server(child), url)
+    let kept = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            keep(&kept, &line);
+        }
+    });
+    (Server(child), url, log)
 }
 
 #[test]
