@@ -3,6 +3,7 @@
 
 mod commands;
 mod exit;
+mod log;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -10,7 +11,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let cli = commands::Cli::parse();
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| log::Stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SANDPY_LOG")
                 .unwrap_or_else(|_| "warn".into()),

@@ -11,7 +11,13 @@
 //!   "sandpy": { "limits": { "timeout_ms": 30000 }, "allowed_tools": ["mcp__everything__*"] }
 //! }
 //! ```
+//!
+//! `${VAR}` and `${VAR:-default}` in a server's `command`, `args`, `env` values, `url` and
+//! `headers` values are expanded from the environment when the file is read (see
+//! [`Expansions`] for how messages keep the values out).
 
+use crate::expand::{expand, Expansions, Lookup};
+use axum::http::{HeaderName, HeaderValue};
 use sandpy::{ConfigError, ConfigFile, Settings};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -30,6 +36,8 @@ pub enum ServerSpec {
         env: BTreeMap<String, String>,
         /// Working directory.
         cwd: Option<PathBuf>,
+        /// Values `command` took from the environment, for [`ServerSpec::hide`].
+        expansions: Expansions,
     },
     /// A streamable HTTP endpoint.
     Http {
@@ -37,7 +45,27 @@ pub enum ServerSpec {
         url: String,
         /// Extra request headers (e.g. `Authorization`).
         headers: BTreeMap<String, String>,
+        /// Values `url` and `headers` took from the environment, for [`ServerSpec::hide`].
+        expansions: Expansions,
     },
+}
+
+impl ServerSpec {
+    /// `text`, a message about this server, with every value the config took from the
+    /// environment for `command`, `url` or `headers` shown as its `${VAR}` text: those
+    /// values may be secrets, and messages reach logs, agents and the audit log.
+    pub fn hide(&self, text: &str) -> String {
+        self.expansions().hide(text)
+    }
+
+    /// The values [`ServerSpec::hide`] hides.
+    pub fn expansions(&self) -> &Expansions {
+        match self {
+            ServerSpec::Stdio { expansions, .. } | ServerSpec::Http { expansions, .. } => {
+                expansions
+            }
+        }
+    }
 }
 
 /// Everything read from a config file. Defaults: no servers, default settings.
@@ -80,6 +108,17 @@ impl Config {
         Config::from_file(file)
     }
 
+    /// Every value the servers' `command`, `url` and `headers` took from the environment,
+    /// for text that is not about one server: the log, where libraries (rmcp, reqwest)
+    /// write URLs as they are.
+    pub fn expansions(&self) -> Expansions {
+        let mut all = Expansions::default();
+        for spec in self.servers.values() {
+            all.extend(spec.expansions());
+        }
+        all
+    }
+
     /// Read and check one config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         Config::from_file(ConfigFile::load(path)?)
@@ -90,13 +129,31 @@ impl Config {
         Config::from_file(ConfigFile::parse(text, path)?)
     }
 
-    /// Read the server entries of a config file.
+    /// Read the server entries of a config file, expanding `${VAR}`s from the environment.
     fn from_file(file: ConfigFile) -> Result<Config, ConfigError> {
+        Config::from_file_with(file, &|name: &str| std::env::var(name))
+    }
+
+    /// [`Config::parse`] with variables looked up in `lookup`, for tests.
+    #[cfg(test)]
+    pub(crate) fn parse_with(
+        text: &str,
+        path: &Path,
+        lookup: Lookup<'_>,
+    ) -> Result<Config, ConfigError> {
+        Config::from_file_with(ConfigFile::parse(text, path)?, lookup)
+    }
+
+    /// Read the server entries of a config file, with variables from `lookup`.
+    fn from_file_with(file: ConfigFile, lookup: Lookup<'_>) -> Result<Config, ConfigError> {
         let path = file.settings.source.clone().unwrap_or_default();
         let invalid = |key: &str, message: String| ConfigError::Invalid {
             path: path.clone(),
             key: key.into(),
             message,
+        };
+        let expand_at = |text: &str, key: &str, hide: Option<&mut Expansions>| {
+            expand(text, lookup, hide).map_err(|e| invalid(key, e.to_string()))
         };
         let base = path.parent().unwrap_or(Path::new("."));
         let mut servers = BTreeMap::new();
@@ -137,35 +194,68 @@ impl Config {
                     ))
                 }
                 (Some(command), None, _) => {
+                    let mut expansions = Expansions::default();
+                    let at = format!("{key}.command");
+                    let command = expand_at(&command, &at, Some(&mut expansions))?;
                     if command.trim().is_empty() {
-                        return Err(invalid(
-                            &format!("{key}.command"),
-                            "must not be empty".into(),
-                        ));
+                        return Err(invalid(&at, "must not be empty".into()));
                     }
+                    let args = (server.args.iter().enumerate())
+                        .map(|(i, arg)| expand_at(arg, &format!("{key}.args[{i}]"), None))
+                        .collect::<Result<_, _>>()?;
+                    let env = (server.env.iter())
+                        .map(|(var, value)| {
+                            let value = expand_at(value, &format!("{key}.env.{var}"), None)?;
+                            Ok((var.clone(), value))
+                        })
+                        .collect::<Result<_, ConfigError>>()?;
                     ServerSpec::Stdio {
                         command,
-                        args: server.args,
-                        env: server.env,
+                        args,
+                        env,
                         cwd: server.cwd.map(|c| base.join(c)),
+                        expansions,
                     }
                 }
-                (None, Some(url), _) => {
+                (None, Some(written), _) => {
+                    let mut expansions = Expansions::default();
+                    let at = format!("{key}.url");
+                    let url = expand_at(&written, &at, Some(&mut expansions))?;
                     if url.starts_with("https://") {
                         let message =
                             "https upstreams are not supported yet (this build has no TLS stack); \
                                        use http on loopback or a local TLS-terminating proxy";
-                        return Err(invalid(&format!("{key}.url"), message.into()));
+                        return Err(invalid(&at, message.into()));
                     }
                     if !url.starts_with("http://") {
+                        let expanded = if url == written { "" } else { " once expanded" };
                         return Err(invalid(
-                            &format!("{key}.url"),
-                            format!("{url:?} is not an http URL"),
+                            &at,
+                            format!("{written:?} is not an http URL{expanded}"),
                         ));
+                    }
+                    let mut headers = BTreeMap::new();
+                    for (header, value) in &server.headers {
+                        let at = format!("{key}.headers.{header}");
+                        if HeaderName::try_from(header.as_str()).is_err() {
+                            return Err(invalid(&at, "not a valid HTTP header name".into()));
+                        }
+                        let value = expand_at(value, &at, Some(&mut expansions))?;
+                        // Neither the value nor a part of it: it may be a secret.
+                        if HeaderValue::try_from(value.as_str()).is_err() {
+                            return Err(invalid(
+                                &at,
+                                "not a valid HTTP header value (control characters such as \
+                                 line breaks are not allowed)"
+                                    .into(),
+                            ));
+                        }
+                        headers.insert(header.clone(), value);
                     }
                     ServerSpec::Http {
                         url,
-                        headers: server.headers,
+                        headers,
+                        expansions,
                     }
                 }
             };
@@ -256,6 +346,147 @@ mod tests {
         let e = error(r#"{"sandpy": {"policies": {"mine": {"allowed_modulez": []}}}}"#);
         assert!(
             e.contains("sandpy.policies.mine") && e.contains("unknown field `allowed_modulez`"),
+            "{e}"
+        );
+    }
+
+    fn env(name: &str) -> Result<String, std::env::VarError> {
+        match name {
+            "GH_TOKEN" => Ok("ghp_S3CR3T0123456789".into()),
+            "PORT" => Ok("3009".into()),
+            "DATA" => Ok("/srv/data".into()),
+            "PLAIN_URL" => Ok("ftp://user:pw-S3CR3T@host/x".into()),
+            "BROKEN" => Ok("Bearer a\nX-Injected: 1".into()),
+            _ => Err(std::env::VarError::NotPresent),
+        }
+    }
+
+    fn with_env(text: &str) -> Result<Config, ConfigError> {
+        Config::parse_with(text, Path::new("/x/.mcp.json"), &env)
+    }
+
+    #[test]
+    fn variables_expand_in_command_args_env_url_and_headers() {
+        let c = with_env(
+            r#"{"mcpServers": {
+                "fs": {"command": "${TOOLS:-/opt}/bin/fs", "args": ["--root=${DATA}", "$HOME", "${DATA:-x}/in"],
+                       "env": {"TOKEN": "${GH_TOKEN}", "MODE": "${MODE:-ro}"}, "cwd": "${DATA}"},
+                "gh": {"url": "http://127.0.0.1:${PORT}/mcp", "headers": {"Authorization": "Bearer ${GH_TOKEN}"}}},
+               "sandpy": {"audit_log": "${DATA}/audit.jsonl"}}"#,
+        )
+        .expect("valid");
+        let ServerSpec::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+            ..
+        } = &c.servers["fs"]
+        else {
+            panic!("stdio: {:?}", c.servers["fs"]);
+        };
+        assert_eq!(command, "/opt/bin/fs");
+        assert_eq!(args, &["--root=/srv/data", "$HOME", "/srv/data/in"]);
+        assert_eq!(env["TOKEN"], "ghp_S3CR3T0123456789");
+        assert_eq!(env["MODE"], "ro");
+        assert_eq!(
+            cwd.as_deref(),
+            Some(Path::new("/x/${DATA}")),
+            "only the five fields Claude Code expands"
+        );
+        let ServerSpec::Http { url, headers, .. } = &c.servers["gh"] else {
+            panic!("http: {:?}", c.servers["gh"]);
+        };
+        assert_eq!(url, "http://127.0.0.1:3009/mcp");
+        assert_eq!(headers["Authorization"], "Bearer ghp_S3CR3T0123456789");
+        assert_eq!(
+            c.servers["gh"].hide(&format!(
+                "cannot connect to {url} with {}",
+                headers["Authorization"]
+            )),
+            "cannot connect to http://127.0.0.1:${PORT}/mcp with Bearer ${GH_TOKEN}"
+        );
+        assert_eq!(
+            c.expansions().hide("ghp_S3CR3T0123456789 3009 /srv/data"),
+            "${GH_TOKEN} ${PORT} /srv/data",
+            "every server's command, url and headers; not args nor env"
+        );
+        assert_eq!(
+            c.settings.audit_log.as_deref(),
+            Some(Path::new("/x/${DATA}/audit.jsonl")),
+            "the `sandpy` section is not expanded"
+        );
+    }
+
+    #[test]
+    fn an_unset_variable_names_the_file_the_key_and_the_variable() {
+        for (entry, key) in [
+            (r#"{"command": "${NO_CMD}"}"#, "mcpServers.s.command"),
+            (
+                r#"{"command": "x", "args": ["a", "-t=${NO_VAR}"]}"#,
+                "mcpServers.s.args[1]",
+            ),
+            (
+                r#"{"command": "x", "env": {"GH": "${NO_VAR}"}}"#,
+                "mcpServers.s.env.GH",
+            ),
+            (r#"{"url": "http://${NO_VAR}/mcp"}"#, "mcpServers.s.url"),
+            (
+                r#"{"url": "http://h/mcp", "headers": {"Authorization": "Bearer ${NO_VAR}"}}"#,
+                "mcpServers.s.headers.Authorization",
+            ),
+        ] {
+            let e = with_env(&format!(r#"{{"mcpServers": {{"s": {entry}}}}}"#))
+                .expect_err(entry)
+                .to_string();
+            let var = if key.ends_with("command") {
+                "NO_CMD"
+            } else {
+                "NO_VAR"
+            };
+            assert!(
+                e.starts_with("config `/x/.mcp.json`: at `")
+                    && e.contains(&format!("at `{key}`:"))
+                    && e.contains(&format!("environment variable `{var}` is not set")),
+                "{e}"
+            );
+        }
+        let e = with_env(r#"{"mcpServers": {"s": {"command": "${EMPTY_CMD:-}"}}}"#)
+            .expect_err("empty command")
+            .to_string();
+        assert!(
+            e.contains("mcpServers.s.command") && e.contains("must not be empty"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn url_and_header_errors_show_the_text_not_the_value() {
+        let e = with_env(r#"{"mcpServers": {"s": {"url": "${PLAIN_URL}"}}}"#)
+            .expect_err("not http")
+            .to_string();
+        assert!(
+            e.contains("mcpServers.s.url")
+                && e.contains(r#""${PLAIN_URL}" is not an http URL once expanded"#),
+            "{e}"
+        );
+        assert!(!e.contains("S3CR3T"), "{e}");
+        let e = with_env(r#"{"mcpServers": {"s": {"url": "http://h/mcp", "headers": {"Authorization": "${BROKEN}"}}}}"#)
+            .expect_err("a line break in a header")
+            .to_string();
+        assert!(
+            e.contains("mcpServers.s.headers.Authorization")
+                && e.contains("not a valid HTTP header value"),
+            "{e}"
+        );
+        assert!(!e.contains("Injected"), "{e}");
+        let e = with_env(
+            r#"{"mcpServers": {"s": {"url": "http://h/mcp", "headers": {"Bad Name": "x"}}}}"#,
+        )
+        .expect_err("a space in a header name")
+        .to_string();
+        assert!(
+            e.contains("mcpServers.s.headers.Bad Name") && e.contains("header name"),
             "{e}"
         );
     }

@@ -1,10 +1,13 @@
 //! Serving MCP over streamable HTTP, with a bearer token.
 //!
 //! A token is required when the address is not loopback, and checked whenever one is set.
+//! A client's `DELETE` of its session is answered 204 No Content (see
+//! [`deleted_is_no_content`]).
 
 use crate::server::SandpyServer;
+use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -20,6 +23,9 @@ pub enum HttpError {
     /// Listening beyond loopback without a token would expose code execution.
     #[error("`{0}` is not a loopback address: set a bearer token (--token or SANDPY_TOKEN)")]
     TokenRequired(SocketAddr),
+    /// An empty token would let in anyone who sends `Authorization: Bearer ` with nothing.
+    #[error("the bearer token is empty: give a non-empty --token or SANDPY_TOKEN")]
+    EmptyToken,
     /// The address could not be bound.
     #[error("cannot listen on `{addr}`: {source}")]
     Bind {
@@ -38,6 +44,15 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The token of an `Authorization` header value `Bearer <token>`; the scheme's case does
+/// not matter (RFC 9110, section 11.1), so `bearer` and `BEARER` are accepted too.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start_matches(' '))
+}
+
 async fn require_bearer(
     State(expected): State<Arc<str>>,
     request: Request,
@@ -47,7 +62,7 @@ async fn require_bearer(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(bearer_token);
     if !presented.is_some_and(|token| same(token.as_bytes(), expected.as_bytes())) {
         return (
             StatusCode::UNAUTHORIZED,
@@ -59,6 +74,21 @@ async fn require_bearer(
     next.run(request).await
 }
 
+/// rmcp answers a successful session `DELETE` with 202 Accepted, but the session is gone
+/// by then, and the official MCP Python SDK takes anything but 200 or 204 as a failure and
+/// warns "Session termination failed: 202" on every close. So: 204 No Content.
+async fn deleted_is_no_content(request: Request, next: Next) -> Response {
+    let delete = request.method() == Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        response.headers_mut().remove(header::CONTENT_LENGTH);
+        response.headers_mut().remove(header::CONTENT_TYPE);
+        *response.body_mut() = Body::empty();
+    }
+    response
+}
+
 /// A bound listener, so callers learn the port (`127.0.0.1:0`) before serving.
 pub struct HttpListener {
     listener: tokio::net::TcpListener,
@@ -66,8 +96,11 @@ pub struct HttpListener {
 }
 
 impl HttpListener {
-    /// Bind `addr`; refuses a non-loopback address without a token.
+    /// Bind `addr`; refuses a non-loopback address without a token, and an empty token.
     pub async fn bind(addr: SocketAddr, token: Option<String>) -> Result<HttpListener, HttpError> {
+        if token.as_deref() == Some("") {
+            return Err(HttpError::EmptyToken);
+        }
         if token.is_none() && !addr.ip().is_loopback() {
             return Err(HttpError::TokenRequired(addr));
         }
@@ -104,7 +137,9 @@ impl HttpListener {
                 Arc::new(LocalSessionManager::default()),
                 config,
             );
-        let mut app = Router::new().nest_service("/mcp", service);
+        let mut app = Router::new()
+            .nest_service("/mcp", service)
+            .layer(middleware::from_fn(deleted_is_no_content));
         if let Some(token) = self.token {
             app = app.layer(middleware::from_fn_with_state(
                 Arc::<str>::from(token),
@@ -118,5 +153,31 @@ impl HttpListener {
             })
             .await
             .map_err(HttpError::Serve)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for value in [
+            "Bearer s3cret",
+            "bearer s3cret",
+            "BEARER s3cret",
+            "bEaReR  s3cret",
+        ] {
+            assert_eq!(bearer_token(value), Some("s3cret"), "{value:?}");
+        }
+        for value in ["s3cret", "Basic s3cret", "Bearers3cret", "Token s3cret", ""] {
+            assert_eq!(bearer_token(value), None, "{value:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_empty_token_is_refused() {
+        let bound = HttpListener::bind(([127, 0, 0, 1], 0).into(), Some(String::new())).await;
+        assert!(matches!(bound, Err(HttpError::EmptyToken)));
     }
 }

@@ -4,6 +4,10 @@
 //! A stdio server that died is restarted on the next call of one of its tools; every call
 //! has a timeout; arguments are checked against the tool's `inputSchema` first; the
 //! config's allowlist hides and refuses tools for every run.
+//!
+//! Every message about a server (its status, the errors its calls raise, the log) shows
+//! values the config took from the environment as their `${VAR}` text
+//! ([`ServerSpec::hide`]): they may be tokens.
 
 use crate::audit::AuditLog;
 use crate::config::{Config, ServerSpec};
@@ -76,6 +80,7 @@ fn client_config() -> ClientConfig {
     )
 }
 
+/// Start or reach the server. Error texts may hold expanded values: callers hide them.
 async fn connect(spec: &ServerSpec) -> Result<Client, String> {
     match spec {
         ServerSpec::Stdio {
@@ -83,6 +88,7 @@ async fn connect(spec: &ServerSpec) -> Result<Client, String> {
             args,
             env,
             cwd,
+            ..
         } => {
             let mut wrap = CommandWrap::with_new(command, |c| {
                 c.args(args).envs(env);
@@ -101,13 +107,14 @@ async fn connect(spec: &ServerSpec) -> Result<Client, String> {
                 .await
                 .map_err(|e| format!("MCP handshake failed: {e}"))
         }
-        ServerSpec::Http { url, headers } => {
+        ServerSpec::Http { url, headers, .. } => {
+            // The config checked the headers; a spec built in code may still hold bad ones.
             let mut custom = HashMap::new();
             for (name, value) in headers {
                 let name = axum::http::HeaderName::try_from(name.as_str())
-                    .map_err(|e| format!("header {name:?}: {e}"))?;
+                    .map_err(|_| format!("header {name:?}: not a valid HTTP header name"))?;
                 let value = axum::http::HeaderValue::try_from(value.as_str())
-                    .map_err(|e| format!("header {name}: {e}"))?;
+                    .map_err(|_| format!("header {name}: not a valid HTTP header value"))?;
                 custom.insert(name, value);
             }
             let config =
@@ -194,7 +201,8 @@ impl Upstream {
                     self.name,
                     STARTUP_TIMEOUT.as_secs()
                 )
-            })??;
+            })?
+            .map_err(|e| self.spec.hide(&e))?;
         let peer = client.peer().clone();
         *slot = Some(client);
         Ok((peer, true))
@@ -252,7 +260,7 @@ impl Hub {
             tokio::time::timeout(STARTUP_TIMEOUT, peer.list_all_tools())
                 .await
                 .map_err(|_| "listing tools timed out".to_string())?
-                .map_err(|e| format!("listing tools failed: {e}"))
+                .map_err(|e| upstream.spec.hide(&format!("listing tools failed: {e}")))
         }
         .await;
         let mut catalog = self.0.catalog.write().unwrap_or_else(|e| e.into_inner());
@@ -344,11 +352,13 @@ impl Hub {
             Ok(Ok(result)) => result_value(result),
             Ok(Err(error)) if is_connection_error(&error) => {
                 upstream.forget().await;
+                let error = upstream.spec.hide(&error.to_string());
                 upstream.set_status(format!("crashed ({error}); restarts on the next call"));
                 Err(format!("server {} failed during the call ({error}); it will be restarted on the next call", upstream.name))
             }
+            // The tool's own answer: passed on as the tool gave it.
             Ok(Err(ServiceError::McpError(error))) => Err(error.message.to_string()),
-            Ok(Err(error)) => Err(format!("tool {name} failed: {error}")),
+            Ok(Err(error)) => Err(upstream.spec.hide(&format!("tool {name} failed: {error}"))),
         }
     }
 
@@ -444,5 +454,67 @@ impl ToolHost for AuditedTools {
             );
             outcome
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::env::VarError;
+    use std::path::Path;
+
+    const SECRET: &str = "sk-live-9f8e7d6c5b4a3210";
+
+    #[tokio::test]
+    async fn statuses_and_errors_show_the_config_text_not_values_from_the_environment() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port(); // closed again: connecting is refused
+        let text = format!(
+            r#"{{"mcpServers": {{
+                "remote": {{"url": "http://127.0.0.1:{port}/mcp?key=${{SECRET}}",
+                            "headers": {{"Authorization": "Bearer ${{SECRET}}"}}}},
+                "local": {{"command": "/nonexistent/${{SECRET}}/server", "env": {{"T": "${{SECRET}}"}}}}}}}}"#
+        );
+        let lookup = |name: &str| match name {
+            "SECRET" => Ok(SECRET.to_string()),
+            _ => Err(VarError::NotPresent),
+        };
+        let config = Config::parse_with(&text, Path::new("t.json"), &lookup).expect("valid");
+        let hub = Hub::start(&config).await;
+        let statuses: HashMap<String, String> = hub
+            .servers()
+            .into_iter()
+            .map(|s| (s.name, s.status))
+            .collect();
+        let remote = &statuses["remote"];
+        assert!(
+            remote.starts_with(&format!(
+                "unavailable: cannot connect to http://127.0.0.1:{port}/mcp?key=${{SECRET}}: "
+            )),
+            "{remote}"
+        );
+        let local = &statuses["local"];
+        assert!(
+            local.starts_with("unavailable: cannot start `/nonexistent/${SECRET}/server`: "),
+            "{local}"
+        );
+        let missing = hub.explain_missing("mcp__remote__search");
+        assert!(
+            missing.contains("remote (unavailable: cannot connect"),
+            "{missing}"
+        );
+        let called = hub
+            .call(
+                "mcp__remote__search".into(),
+                Value::Object(JsonObject::new()),
+            )
+            .await
+            .expect_err("no such tool");
+        for text in [remote, local, &missing, &called] {
+            assert!(!text.contains(SECRET), "a secret in {text:?}");
+        }
+        hub.shutdown().await;
     }
 }

@@ -2,13 +2,15 @@
 //! [`Hub`]), and sandpy itself is an MCP server ([`SandpyServer`]) whose `run_python` tool
 //! runs code in the sandbox.
 //!
-//! - [`Config`]: the `mcpServers` file agents already keep, plus sandpy's settings.
+//! - [`Config`]: the `mcpServers` file agents already keep (with `${VAR}` expansion), plus
+//!   sandpy's settings.
 //! - [`Hub`]: MCP clients (rmcp) for every configured server, one `ToolHost` for sandpy.
 //! - [`SandpyServer`]: the rmcp server handler; serve it over stdio or [`HttpListener`].
 #![deny(missing_docs)]
 
 mod audit;
 mod config;
+mod expand;
 mod http;
 mod hub;
 mod schema;
@@ -17,6 +19,7 @@ mod summary;
 
 pub use audit::AuditLog;
 pub use config::{Config, ServerSpec};
+pub use expand::Expansions;
 pub use http::{HttpError, HttpListener};
 pub use hub::{Hub, ServerStatus};
 pub use sandpy::{ConfigError, UnknownPolicy};

@@ -144,8 +144,10 @@ impl Execution {
     }
 
     /// A run refused by the host before or instead of running: `status` with `message`
-    /// under the error type named after it (`InvalidInput`, `Busy`, ...).
-    pub(crate) fn refused(status: Status, message: String) -> Self {
+    /// under the error type named after it (`InvalidInput`, `Busy`, ...). Public so that
+    /// front ends report what they refuse themselves (a program that is not UTF-8) in the
+    /// same shape as what the sandbox refuses.
+    pub fn refused(status: Status, message: String) -> Self {
         Execution {
             status,
             stdout: String::new(),

@@ -7,6 +7,7 @@
 //! interrupted the other cores; after the vendored wasmtime fix, threads did more calls
 //! per second in every round of an alternating comparison (docs/performance.md).
 
+use super::run::Program;
 use crate::exit::Outcome;
 use anyhow::{bail, Context};
 use sandpy::{Execution, RunOptions, Status};
@@ -65,29 +66,66 @@ fn parse_arguments(text: &str) -> Result<Value, String> {
     }
 }
 
+/// One line of `--args-file` as arguments; a line that is not UTF-8 is that line's error.
+fn parse_line(bytes: &[u8]) -> Result<Value, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        format!(
+            "not UTF-8 text (invalid byte at offset {})",
+            e.valid_up_to()
+        )
+    })?;
+    parse_arguments(text)
+}
+
+/// The next line of `reader` without its line ending (`None` at the end), as bytes: a
+/// line that is not UTF-8 fails alone, the batch goes on.
+fn next_line(reader: &mut dyn BufRead) -> std::io::Result<Option<Vec<u8>>> {
+    let mut line = Vec::new();
+    if reader.read_until(b'\n', &mut line)? == 0 {
+        return Ok(None);
+    }
+    if line.last() == Some(&b'\n') {
+        line.pop();
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+    }
+    Ok(Some(line))
+}
+
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let (code, filename) = super::run::read_code(Some(&args.file), None)?;
+    let program = Program::read(Some(&args.file), None)?;
     let resolved = args.settings.resolve()?;
     let options = RunOptions {
         limit_overrides: args.limits.overrides(),
-        filename: Some(filename),
         allowed_tools: args.settings.allowed(),
         files: args.files.inputs()?,
         mounts: args.files.mounts(&resolved.settings.mounts)?,
         ..resolved.run_options()
     };
-    let sandbox = super::resolved_sandbox(&resolved)?;
-    let rt = super::tokio_runtime()?;
     let Some(path) = &args.args_file else {
-        let arguments = parse_arguments(args.args.as_deref().unwrap_or("[]"))
-            .map_err(anyhow::Error::msg)
-            .context("--args")?;
-        let execution =
-            rt.block_on(sandbox.call_function(&code, &args.function, &arguments, &options));
-        if args.json {
-            println!("{}", serde_json::to_string(&execution)?);
-        } else {
-            super::run::print_human(&execution)?;
+        // The program and its arguments are the run's input: what is wrong with them is
+        // the run's result (`invalid_input`), as for a bad line of --args-file.
+        let arguments = parse_arguments(args.args.as_deref().unwrap_or("[]"));
+        let execution = match (program.into_text(), arguments) {
+            (Err(refused), _) => *refused,
+            (Ok(_), Err(why)) => Execution::refused(Status::InvalidInput, format!("--args: {why}")),
+            (Ok((code, filename)), Ok(arguments)) => {
+                let options = RunOptions {
+                    filename: Some(filename),
+                    ..options
+                };
+                let sandbox = super::resolved_sandbox(&resolved)?;
+                super::tokio_runtime()?.block_on(sandbox.call_function(
+                    &code,
+                    &args.function,
+                    &arguments,
+                    &options,
+                ))
+            }
+        };
+        super::run::print_execution(&execution, args.json)?;
+        if !args.json {
             if let Some(value) = &execution.return_value {
                 println!("{value}");
             }
@@ -117,15 +155,25 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
                 .unwrap_or(2)
         })
         .max(1);
+    let (program, options) = match program.into_text() {
+        Ok((code, filename)) => {
+            let options = RunOptions {
+                filename: Some(filename),
+                ..options
+            };
+            (Ok(code), options)
+        }
+        Err(refused) => (Err(*refused), options),
+    };
     let batch = batch(
-        sandbox,
-        Arc::new(code),
+        super::resolved_sandbox(&resolved)?,
+        Arc::new(program),
         Arc::from(args.function.as_str()),
         Arc::new(options),
         reader,
         jobs,
     );
-    let all_ok = rt.block_on(batch)?;
+    let all_ok = super::tokio_runtime()?.block_on(batch)?;
     Ok(if all_ok {
         Outcome::Success
     } else {
@@ -173,39 +221,42 @@ impl InOrder {
 }
 
 /// Run every line in this process, `jobs` at a time (each a task on the runtime's
-/// threads), printing results in input order as they come.
+/// threads), printing results in input order as they come. A `program` that cannot run
+/// is every line's result.
 async fn batch(
     sandbox: sandpy::Sandbox,
-    code: Arc<String>,
+    program: Arc<Result<String, Execution>>,
     function: Arc<str>,
     options: Arc<RunOptions>,
-    reader: Box<dyn BufRead + Send>,
+    mut reader: Box<dyn BufRead + Send>,
     jobs: usize,
 ) -> anyhow::Result<bool> {
     let slots = Arc::new(tokio::sync::Semaphore::new(jobs));
     let (sender, mut results) = tokio::sync::mpsc::unbounded_channel::<(usize, Value)>();
     let mut in_order = InOrder::new();
     let mut total = 0;
-    for (index, line) in reader.lines().enumerate() {
-        let number = index + 1;
+    while let Some(line) =
+        next_line(&mut reader).with_context(|| format!("cannot read line {}", total + 1))?
+    {
+        let number = total + 1;
         total = number;
-        let line = line.with_context(|| format!("cannot read line {number}"))?;
         let slot = slots.clone().acquire_owned().await?;
-        let (sandbox, code, function, options, sender) = (
+        let (sandbox, program, function, options, sender) = (
             sandbox.clone(),
-            code.clone(),
+            program.clone(),
             function.clone(),
             options.clone(),
             sender.clone(),
         );
         tokio::spawn(async move {
-            let value = match parse_arguments(&line) {
-                Err(message) => {
+            let value = match (&*program, parse_line(&line)) {
+                (Err(refused), _) => line_result(number, refused),
+                (Ok(_), Err(message)) => {
                     json!({"line": number, "status": "invalid_input", "error": {"type": "InvalidInput", "message": message}})
                 }
-                Ok(arguments) => {
+                (Ok(code), Ok(arguments)) => {
                     let execution = sandbox
-                        .call_function(&code, &function, &arguments, &options)
+                        .call_function(code, &function, &arguments, &options)
                         .await;
                     line_result(number, &execution)
                 }

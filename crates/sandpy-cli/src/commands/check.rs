@@ -1,7 +1,8 @@
 //! `sandpy check`: the policy's static check, without running the code.
 
+use super::run::Program;
 use crate::exit::Outcome;
-use anyhow::Context;
+use anyhow::{bail, Context};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -16,7 +17,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let (code, filename) = super::run::read_code(Some(&args.file), None)?;
+    // No run, so no `invalid_input` execution: a file that is not text is a usage error.
+    let (code, filename) = match Program::read(Some(&args.file), None)? {
+        Program::Text { code, name } => (code, name),
+        Program::Refused(why) => bail!(why),
+    };
     let resolved = args.settings.resolve()?;
     let policy = resolved
         .policy

@@ -46,6 +46,7 @@ pub fn everything_config() -> Config {
             args: vec!["-y".into(), EVERYTHING.into()],
             env: Default::default(),
             cwd: None,
+            expansions: Default::default(),
         },
     );
     config

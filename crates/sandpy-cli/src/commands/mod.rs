@@ -105,6 +105,7 @@ impl ConfigArgs {
     /// code may call their tools.
     pub fn resolve_with_servers(&self) -> anyhow::Result<(sandpy_mcp::Config, sandpy::Resolved)> {
         let config = sandpy_mcp::Config::discover(self.config.as_deref())?;
+        crate::log::hide(config.expansions());
         let resolved = self.choose(config.settings.clone())?;
         Ok((config, resolved))
     }

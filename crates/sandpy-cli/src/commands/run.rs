@@ -2,7 +2,7 @@
 
 use crate::exit::Outcome;
 use anyhow::{bail, Context};
-use sandpy::{LimitOverrides, Limits, RunOptions};
+use sandpy::{Execution, LimitOverrides, Limits, RunOptions, Status};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
@@ -66,46 +66,79 @@ impl LimitArgs {
     }
 }
 
-pub fn read_code(
-    file: Option<&PathBuf>,
-    code: Option<&String>,
-) -> anyhow::Result<(String, String)> {
-    if let Some(code) = code {
-        return Ok((code.clone(), "<string>".into()));
+/// The program a command was given.
+pub enum Program {
+    /// Its text, and the name its tracebacks show (`<string>`, `<stdin>` or the path).
+    Text { code: String, name: String },
+    /// Bytes that cannot be a program (not UTF-8): why. Commands report it as the
+    /// program's result, an `invalid_input` execution (exit 8), not as a usage error.
+    Refused(String),
+}
+
+impl Program {
+    /// Read `-c CODE`, the file, or stdin for `-`. The error is a usage error: no program
+    /// given, or a file or stdin that cannot be read.
+    pub fn read(file: Option<&PathBuf>, code: Option<&String>) -> anyhow::Result<Program> {
+        if let Some(code) = code {
+            return Ok(Program::Text {
+                code: code.clone(),
+                name: "<string>".into(),
+            });
+        }
+        let Some(file) = file else {
+            bail!("give a FILE, `-` or -c CODE")
+        };
+        let from_stdin = file.as_os_str() == "-";
+        let bytes = if from_stdin {
+            let mut bytes = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut bytes)
+                .context("cannot read the program from stdin")?;
+            bytes
+        } else {
+            std::fs::read(file).with_context(|| format!("cannot read `{}`", file.display()))?
+        };
+        let name = if from_stdin {
+            "<stdin>".to_string()
+        } else {
+            file.display().to_string()
+        };
+        Ok(match String::from_utf8(bytes) {
+            Ok(code) => Program::Text { code, name },
+            Err(e) => Program::Refused(format!(
+                "`{name}` is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            )),
+        })
     }
-    let Some(file) = file else {
-        bail!("give a FILE, `-` or -c CODE")
-    };
-    let from_stdin = file.as_os_str() == "-";
-    let bytes = if from_stdin {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut bytes)
-            .context("cannot read the program from stdin")?;
-        bytes
+
+    /// The text and name, or the refusal as an `invalid_input` execution.
+    pub fn into_text(self) -> Result<(String, String), Box<Execution>> {
+        match self {
+            Program::Text { code, name } => Ok((code, name)),
+            Program::Refused(why) => Err(Box::new(Execution::refused(Status::InvalidInput, why))),
+        }
+    }
+}
+
+/// Print an execution: as one JSON object, or the way Python would have printed.
+pub fn print_execution(execution: &Execution, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(execution)?);
+        Ok(())
     } else {
-        std::fs::read(file).with_context(|| format!("cannot read `{}`", file.display()))?
-    };
-    let code = String::from_utf8(bytes).map_err(|e| {
-        anyhow::anyhow!(
-            "`{}` is not UTF-8 text (invalid byte at offset {})",
-            file.display(),
-            e.utf8_error().valid_up_to()
-        )
-    })?;
-    let name = if from_stdin {
-        "<stdin>".to_string()
-    } else {
-        file.display().to_string()
-    };
-    Ok((code, name))
+        print_human(execution)
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let (code, filename) = if args.list_modules {
-        (String::new(), String::new())
+    let program = if args.list_modules {
+        Program::Text {
+            code: String::new(),
+            name: String::new(),
+        }
     } else {
-        read_code(args.file.as_ref(), args.code.as_ref())?
+        Program::read(args.file.as_ref(), args.code.as_ref())?
     };
     let stdin = match &args.input {
         Some(path) => Some(
@@ -117,6 +150,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let (config, resolved) = args.settings.resolve_with_servers()?;
     let files = args.files.inputs()?;
     let mounts = args.files.mounts(&resolved.settings.mounts)?;
+    let (code, filename) = match program.into_text() {
+        Ok(text) => text,
+        Err(refused) => {
+            print_execution(&refused, args.json)?;
+            return Ok(Outcome::Run(refused.status));
+        }
+    };
     let sandbox = super::resolved_sandbox(&resolved)?;
     let rt = super::tokio_runtime()?;
     if args.list_modules {
@@ -146,16 +186,12 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
         execution
     });
-    if args.json {
-        println!("{}", serde_json::to_string(&execution)?);
-    } else {
-        print_human(&execution)?;
-    }
+    print_execution(&execution, args.json)?;
     args.files.save_outputs(&execution)?;
     Ok(Outcome::Run(execution.status))
 }
 
-pub fn print_human(execution: &sandpy::Execution) -> anyhow::Result<()> {
+pub fn print_human(execution: &Execution) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(execution.stdout.as_bytes())?;
     stdout.flush()?;

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `sandpy` binary: real processes, real files, and a real MCP
 //! client (the official Python SDK) driving `sandpy serve` over stdio and HTTP.
 
+mod config;
 mod load;
 mod packages;
 mod run;
@@ -87,8 +88,12 @@ pub fn mcp_python() -> &'static PathBuf {
 }
 
 /// Drive an MCP server with the Python SDK client: `target` is `["stdio", cmd, args..]` or
-/// `["http", url, token?]`; returns the JSON the client printed and its exit status.
-pub fn mcp_client(target: &[&str], requests: &serde_json::Value) -> (serde_json::Value, i32) {
+/// `["http", url, token?]`; returns the JSON the client printed, its exit status and its
+/// stderr (the SDK's warnings, and over stdio the server's stderr).
+pub fn mcp_client(
+    target: &[&str],
+    requests: &serde_json::Value,
+) -> (serde_json::Value, i32, String) {
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sandpy-mcp/tests/mcp_client.py");
     let mut command = Command::new(mcp_python());
@@ -114,5 +119,9 @@ pub fn mcp_client(target: &[&str], requests: &serde_json::Value) -> (serde_json:
             String::from_utf8_lossy(&out.stderr)
         )
     });
-    (value, out.status.code().unwrap_or(-1))
+    (
+        value,
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

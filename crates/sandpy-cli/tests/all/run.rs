@@ -106,23 +106,97 @@ fn program_from_stdin_and_input_from_a_file() {
     assert_eq!((code, stdout.as_str()), (0, "2\n"));
 }
 
+/// The one JSON `Execution` that `--json` prints, with the exit code.
+fn json_execution(code: i32, stdout: &str, stderr: &str) -> (i32, Value) {
+    let execution = serde_json::from_str(stdout)
+        .unwrap_or_else(|e| panic!("one JSON object ({e}): {stdout:?}, stderr {stderr:?}"));
+    (code, execution)
+}
+
 #[test]
-fn bad_input_gets_a_clear_error() {
+fn a_program_that_is_not_utf8_is_invalid_input() {
     let dir = tempfile::tempdir().expect("tempdir");
     let binary = dir.path().join("bin.py");
-    std::fs::write(&binary, b"print(1)\xff\xfe").expect("write");
-    let (code, _, stderr) = run(&["run", binary.to_str().expect("path")]);
-    assert_eq!(code, 2);
+    std::fs::write(&binary, b"def f():\n    return 1\xff\xfe").expect("write");
+    let path = binary.to_str().expect("path");
+    let (code, stdout, stderr) = run(&["run", "--json", path]);
+    let (code, execution) = json_execution(code, &stdout, &stderr);
+    assert_eq!(code, 8, "{stderr}");
+    assert_eq!(execution["status"], "invalid_input");
+    assert_eq!(execution["error"]["type"], "InvalidInput");
+    assert_eq!(
+        execution["error"]["message"],
+        format!("`{path}` is not UTF-8 text (invalid byte at offset 21)")
+    );
+    assert_eq!(stderr, "", "nothing but the JSON");
+
+    let out = sandpy_with_stdin(&["run", "--json", "-"], b"print('\xe9')");
+    let (code, execution) = json_execution(
+        out.status.code().unwrap_or(-1),
+        &String::from_utf8_lossy(&out.stdout),
+        &String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(
+        (code, execution["error"]["message"].as_str()),
+        (
+            8,
+            Some("`<stdin>` is not UTF-8 text (invalid byte at offset 7)")
+        )
+    );
+
+    let (code, stdout, stderr) = run(&["run", path]);
+    assert_eq!((code, stdout.as_str()), (8, ""));
+    assert_eq!(
+        stderr,
+        format!("sandpy: invalid_input: `{path}` is not UTF-8 text (invalid byte at offset 21)\n")
+    );
+
+    let (code, stdout, stderr) = run(&["call", "--json", path, "f"]);
+    let (code, execution) = json_execution(code, &stdout, &stderr);
+    assert_eq!((code, &execution["status"]), (8, &json!("invalid_input")));
+
+    let inputs = dir.path().join("inputs.jsonl");
+    std::fs::write(&inputs, "[]\n[]\n").expect("write");
+    let (code, stdout, _) = run(&[
+        "call",
+        path,
+        "f",
+        "--args-file",
+        inputs.to_str().expect("path"),
+    ]);
+    assert_eq!(code, 1);
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 2, "one result per input line: {stdout}");
     assert!(
-        stderr.contains("is not UTF-8") && stderr.contains("offset 8"),
+        lines.iter().all(|l| l["status"] == "invalid_input"
+            && l["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("is not UTF-8"))),
+        "{stdout}"
+    );
+
+    let (code, _, stderr) = run(&["check", path]);
+    assert_eq!(code, 2, "`check` runs nothing: a usage error");
+    assert!(
+        stderr.starts_with("error: `") && stderr.contains("is not UTF-8"),
         "{stderr}"
     );
-    let (code, _, stderr) = run(&["run", "/nonexistent/x.py"]);
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let (code, _, stderr) = run(&["run", "--json", "/nonexistent/x.py"]);
     assert_eq!(code, 2);
     assert!(
         stderr.starts_with("error: cannot read `/nonexistent/x.py`"),
         "{stderr}"
     );
+    let (code, _, stderr) = run(&["run", "--json", "--input", "/nonexistent/in", "-c", "1"]);
+    assert_eq!(code, 2, "an unreadable --input is a usage error: {stderr}");
+    assert!(stderr.starts_with("error: cannot read input"), "{stderr}");
     let (code, _, stderr) = run(&["run", "--timeout-ms", "0", "-c", "1"]);
     assert_eq!(code, 2, "{stderr}");
     let (code, _, _) = run(&["run"]);
@@ -234,10 +308,28 @@ fn call_a_function_once() {
     let (code, _, stderr) = run(&["call", file, "score", "--args", "[null, 1]"]);
     assert_eq!(code, 1);
     assert!(stderr.contains("ValueError: no prediction"), "{stderr}");
+    for (arguments, expected) in [
+        ("{bad", "--args: not valid JSON: "),
+        (
+            "3",
+            "--args: arguments must be a JSON list (positional) or object (keywords)",
+        ),
+    ] {
+        let (code, stdout, stderr) = run(&["call", "--json", file, "score", "--args", arguments]);
+        let (code, execution) = json_execution(code, &stdout, &stderr);
+        assert_eq!(code, 8, "bad arguments are the run's input: {stderr}");
+        assert_eq!(execution["status"], "invalid_input");
+        assert!(
+            execution["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(expected)),
+            "{execution}"
+        );
+    }
     let (code, _, stderr) = run(&["call", file, "score", "--args", "{bad"]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 8);
     assert!(
-        stderr.contains("--args") && stderr.contains("not valid JSON"),
+        stderr.starts_with("sandpy: invalid_input: --args: not valid JSON"),
         "{stderr}"
     );
 }
@@ -252,7 +344,14 @@ fn call_a_batch_with_bad_lines_in_the_middle() {
     lines[5] = "not json".into();
     lines[12] = "[null, 1]".into();
     lines[20] = "42".into();
-    std::fs::write(&inputs, lines.join("\n") + "\n").expect("write");
+    let mut bytes = (lines.join("\n") + "\n").into_bytes();
+    // Line 26 is not UTF-8: that line fails, the batch goes on.
+    let at = bytes
+        .windows(7)
+        .position(|w| w == b"[25, 1]")
+        .expect("line 26");
+    bytes[at + 1] = 0xff;
+    std::fs::write(&inputs, bytes).expect("write");
     let (code, stdout, _) = run(&[
         "call",
         file.to_str().expect("path"),
@@ -272,6 +371,14 @@ fn call_a_batch_with_bad_lines_in_the_middle() {
         assert_eq!(r["line"], i + 1, "in input order");
         match i {
             5 | 20 => assert_eq!(r["status"], "invalid_input"),
+            25 => assert_eq!(
+                (r["status"].as_str(), r["error"]["message"].as_str()),
+                (
+                    Some("invalid_input"),
+                    Some("not UTF-8 text (invalid byte at offset 1)")
+                ),
+                "{r}"
+            ),
             12 => assert_eq!(
                 (r["status"].as_str(), r["error"]["type"].as_str()),
                 (Some("error"), Some("ValueError"))

@@ -5,6 +5,7 @@ use crate::{mcp_client, sandpy, EVERYTHING_PKG};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 
 fn config_file(dir: &std::path::Path, marker: &str) -> String {
     let path = dir.join("sandpy.mcp.json");
@@ -213,7 +214,7 @@ fn stdio_serves_a_real_client_and_stops_its_upstreams() {
     let dir = tempfile::tempdir().expect("tempdir");
     let marker = format!("sandpy-stdio-{}", std::process::id());
     let config = config_file(dir.path(), &marker);
-    let (out, status) = mcp_client(
+    let (out, status, _) = mcp_client(
         &[
             "stdio",
             env!("CARGO_BIN_EXE_sandpy"),
@@ -253,7 +254,17 @@ impl Drop for Server {
 
 /// Start `sandpy serve --http 127.0.0.1:0`; returns the child and its URL.
 pub fn http_server(extra: &[&str]) -> (Server, String) {
-    let mut child = sandpy()
+    let (server, url, _) = http_server_with(sandpy(), extra);
+    (server, url)
+}
+
+/// [`http_server`] from `command` (a `sandpy()` with its environment set); also returns
+/// everything the server writes to stderr, as it comes.
+pub fn http_server_with(
+    mut command: std::process::Command,
+    extra: &[&str],
+) -> (Server, String, Arc<Mutex<String>>) {
+    let mut child = command
         .args(["serve", "--http", "127.0.0.1:0"])
         .args(extra)
         .stdout(Stdio::null())
@@ -262,17 +273,29 @@ pub fn http_server(extra: &[&str]) -> (Server, String) {
         .expect("sandpy serve");
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
+    let log = Arc::new(Mutex::new(String::new()));
+    let keep = |log: &Mutex<String>, line: &str| {
+        let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+        log.push_str(line);
+        log.push('\n');
+    };
     let url = loop {
         let line = lines
             .next()
             .expect("sandpy serve exited early")
             .expect("stderr line");
+        keep(&log, &line);
         if let Some(url) = line.strip_prefix("sandpy: serving MCP at ") {
             break url.to_string();
         }
     };
-    std::thread::spawn(move || lines.for_each(drop)); // keep draining
-    (Server(child), url)
+    let kept = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            keep(&kept, &line);
+        }
+    });
+    (Server(child), url, log)
 }
 
 #[test]
@@ -281,25 +304,38 @@ fn http_serves_a_real_client_with_a_bearer_token() {
     let marker = format!("sandpy-http-{}", std::process::id());
     let config = config_file(dir.path(), &marker);
     let (mut server, url) = http_server(&["--config", &config, "--token", "s3cret"]);
-    let (out, status) = mcp_client(&["http", &url, "s3cret"], &requests());
+    let (out, status, stderr) = mcp_client(&["http", &url, "s3cret"], &requests());
     assert_eq!(status, 0, "{out}");
     check_responses(&out);
-    let (out, status) = mcp_client(&["http", &url, "wrong"], &json!([{"method": "list_tools"}]));
+    assert!(
+        !stderr.contains("Session termination failed"),
+        "the session's DELETE must answer 200 or 204: {stderr}"
+    );
+    let (out, status, _) = mcp_client(&["http", &url, "wrong"], &json!([{"method": "list_tools"}]));
     assert_eq!(status, 3, "a wrong token must not connect: {out}");
-    let (out, status) = mcp_client(&["http", &url], &json!([{"method": "list_tools"}]));
+    let (out, status, _) = mcp_client(&["http", &url], &json!([{"method": "list_tools"}]));
     assert_eq!(status, 3, "no token must not connect: {out}");
     for authorization in [
         None,
         Some("Bearer wrong"),
         Some("Bearer s3cret-but-longer"),
         Some("s3cret"),
+        Some("bearer wrong"),
+        Some("BEARER wrong"),
+        Some("Basic s3cret"),
     ] {
         assert!(
             raw_post(&url, authorization).starts_with("HTTP/1.1 401"),
             "{authorization:?} got in"
         );
     }
-    assert!(!raw_post(&url, Some("Bearer s3cret")).starts_with("HTTP/1.1 401"));
+    for authorization in ["Bearer s3cret", "bearer s3cret", "BEARER s3cret"] {
+        let answer = raw_post(&url, Some(authorization));
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "the scheme is case-insensitive: {authorization:?} got {answer}"
+        );
+    }
 
     // SIGTERM: a clean shutdown that stops the upstream servers too.
     assert!(processes_with_env(&marker) > 0);
