@@ -1,7 +1,8 @@
 //! The per-execution host state: WASI context, memory limiter, and the tool imports.
 
 use crate::bindings::{ToolCall, ToolsHost, TypesHost};
-use crate::tools::{self, Allowlist, ToolError, ToolHost, ToolInfo};
+use crate::search::{self, ToolSummary};
+use crate::tools::{Allowlist, ToolError, ToolHost, ToolInfo};
 use std::sync::Arc;
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
@@ -230,7 +231,10 @@ impl ToolsHost for HostState {
 
     async fn search_tools(&mut self, query: String, limit: u32) -> wasmtime::Result<String> {
         let allowed = self.tools.allowed_tools();
-        let found = tools::search(&allowed, &query, limit as usize);
+        let found: Vec<ToolSummary> = search::search(&allowed, &query, limit as usize)
+            .into_iter()
+            .map(ToolSummary::of)
+            .collect();
         Ok(serde_json::to_string(&found)?)
     }
 }

@@ -28,6 +28,7 @@
 //!
 //! Tools: implement [`ToolHost`] (the `sandpy-mcp` crate does, for MCP servers) and pass
 //! it in [`RunOptions`]; the allowlist and limits are applied on the host.
+//! [`search_tools`] ranks tools for a few words, [`ToolSummary`] is a result's compact form.
 //!
 //! Files: every run gets a private scratch folder (`/tmp`, the working directory) and an
 //! `/output` folder whose files come back in [`Execution::files`], both under quotas the
@@ -54,6 +55,7 @@ mod policy;
 mod run;
 mod runtime;
 mod sandbox;
+mod search;
 mod session;
 mod sessions;
 mod settings;
@@ -69,10 +71,10 @@ pub use limits::{LimitError, LimitOverrides, Limits};
 pub use options::RunOptions;
 pub use policy::{Policy, Violation};
 pub use sandbox::{GuestFailure, ModuleReport, Sandbox};
+pub use search::{search as search_tools, ToolSummary};
 pub use session::{Cell, Session, SessionError, SessionSnapshot};
 pub use sessions::{SessionInfo, SessionLimits, Sessions};
 pub use settings::{ConfigError, ConfigFile, Resolved, Settings, UnknownPolicy};
 pub use tools::{
-    search as search_tools, validate_tool_pattern, Allowlist, ToolError, ToolFuture, ToolHost,
-    ToolInfo, ToolPatternError,
+    validate_tool_pattern, Allowlist, ToolError, ToolFuture, ToolHost, ToolInfo, ToolPatternError,
 };

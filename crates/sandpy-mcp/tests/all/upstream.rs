@@ -344,3 +344,58 @@ fn a_streamable_http_upstream_with_headers() {
     let _ = server.wait();
     assert_eq!(value, Some(json!("Echo: over http")));
 }
+
+/// `crates/sandpy/tests/fixtures/reference_tools.json`, the tool lists sandpy's search
+/// relevance tests rank, is what the pinned reference servers list.
+#[test]
+fn the_search_fixture_is_what_the_reference_servers_list() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../sandpy/tests/fixtures/reference_tools.json"
+    );
+    let fixture: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("the fixture")).expect("JSON");
+    let root = tempfile::tempdir().expect("tempdir");
+    let packages = [
+        ("fs", FILESYSTEM_PKG),
+        ("memory", MEMORY_PKG),
+        ("everything", EVERYTHING_PKG),
+    ];
+    let mut servers = serde_json::Map::new();
+    for (name, package) in packages {
+        assert_eq!(
+            fixture["servers"][name]["package"],
+            json!(package),
+            "the fixture's pin"
+        );
+        let mut args = vec![json!("-y"), json!(package)];
+        if name == "fs" {
+            args.push(json!(root.path()));
+        }
+        servers.insert(name.into(), json!({"command": "npx", "args": args}));
+    }
+    block_on(async {
+        let hub = Hub::start(&config(&json!({"mcpServers": servers}).to_string())).await;
+        let mut live: Vec<serde_json::Value> = sandpy::ToolHost::list_tools(&hub)
+            .into_iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": t.input_schema}))
+            .collect();
+        hub.shutdown().await;
+        let mut stored: Vec<serde_json::Value> = packages
+            .iter()
+            .flat_map(|(server, _)| {
+                let tools = fixture["servers"][server]["tools"].as_array().expect("tools");
+                tools.iter().map(move |t| {
+                    let name = t["name"].as_str().expect("name");
+                    json!({"name": format!("mcp__{server}__{name}"), "description": t["description"], "inputSchema": t["inputSchema"]})
+                })
+            })
+            .collect();
+        let by_name = |a: &serde_json::Value, b: &serde_json::Value| {
+            a["name"].as_str().cmp(&b["name"].as_str())
+        };
+        live.sort_by(by_name);
+        stored.sort_by(by_name);
+        assert_eq!(live, stored);
+    });
+}

@@ -6,12 +6,13 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Real in-process tools: `echo` returns its arguments, `slow` sleeps 100 ms, `fail` errors.
+/// Real in-process tools: `echo` returns its arguments, `slow` sleeps 100 ms, `sleepy`
+/// sleeps 10 s, `fail` errors.
 struct LocalTools;
 
 impl ToolHost for LocalTools {
     fn list_tools(&self) -> Vec<ToolInfo> {
-        ["echo", "slow", "fail", "big"]
+        ["echo", "slow", "sleepy", "fail", "big"]
             .iter()
             .map(|n| ToolInfo {
                 name: format!("mcp__local__{n}"),
@@ -30,6 +31,10 @@ impl ToolHost for LocalTools {
                 "mcp__local__slow" => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     Ok(json!("slept"))
+                }
+                "mcp__local__sleepy" => {
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                    Ok(json!("woke up"))
                 }
                 _ => Err("the tool failed on purpose".into()),
             }
@@ -124,6 +129,15 @@ fn unknown_tools_and_search() {
     assert!(value[0].as_str().unwrap().contains("unknown tool"));
     assert_eq!(value[1], json!(["mcp__local__slow"]));
     assert_eq!(value[2], json!({"type": "object"}));
+    // The compact form: name, first description line, argument types; no schema.
+    let e = run_with("search_tools('sleeping', limit=5)", &options());
+    assert_eq!(
+        e.return_value,
+        Some(
+            json!([{"name": "mcp__local__sleepy", "description": "the sleepy tool", "arguments": {}}])
+        ),
+        "{e:?}"
+    );
 }
 
 #[test]
