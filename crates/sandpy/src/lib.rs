@@ -30,6 +30,9 @@
 //! it in [`RunOptions`]; the allowlist and limits are applied on the host.
 //! [`search_tools`] ranks tools for a few words, [`ToolSummary`] is a result's compact form.
 //!
+//! Models: [`ModelOutput::bound`] cuts an [`Execution`] to what a model is shown, marking
+//! every cut (`[... N more bytes]`) and listing it in [`Bounded::truncated`].
+//!
 //! Files: every run gets a private scratch folder (`/tmp`, the working directory) and an
 //! `/output` folder whose files come back in [`Execution::files`], both under quotas the
 //! host enforces; [`RunOptions`] can add [`InputFile`]s and read-only [`Mount`]s.
@@ -48,6 +51,7 @@ mod execution;
 mod files;
 mod host;
 mod limits;
+mod model_output;
 mod options;
 mod output;
 pub mod packages;
@@ -68,6 +72,7 @@ pub use execution::{ErrorInfo, Execution, Status};
 pub use files::{InputFile, Mount, MountError, OutputFile, OUTPUT_DIR, SCRATCH_DIR};
 pub use host::RecordedCall;
 pub use limits::{LimitError, LimitOverrides, Limits};
+pub use model_output::{Bounded, ModelOutput};
 pub use options::RunOptions;
 pub use policy::{Policy, Violation};
 pub use sandbox::{GuestFailure, ModuleReport, Sandbox};
