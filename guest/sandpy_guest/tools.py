@@ -127,7 +127,10 @@ def get_tool_schema(name: str) -> dict[str, Any]:
 
 
 def search_tools(query: str, limit: int = 10) -> list[dict[str, Any]]:
-    """Allowed tools ranked by relevance of their names and descriptions to `query`."""
+    """Allowed tools ranked by relevance of their names and descriptions to `query`
+    (words are stemmed; deprecated tools come last), in a compact form:
+    `{name, description (its first line), arguments: {name: type, "optional?": type},
+    deprecated (only when true)}`. `get_tool_schema(name)` gives the whole schema."""
     if limit < 0:
         raise ValueError("limit must be >= 0")
     found: list[dict[str, Any]] = json.loads(host.search_tools(str(query), min(limit, 2**32 - 1)))

@@ -75,6 +75,7 @@ impl AuditLog {
                 "memory_bytes": limits.memory_bytes,
                 "output_bytes": limits.output_bytes,
                 "tool_calls": limits.tool_calls,
+                "tool_timeout_ms": limits.tool_timeout.as_millis() as u64,
                 "disk_bytes": limits.disk_bytes,
                 "output_files_bytes": limits.output_files_bytes,
             },
@@ -94,6 +95,18 @@ impl AuditLog {
             "tool": tool,
             "outcome": "refused",
             "reason": reason,
+        }));
+    }
+
+    /// One tool call the sandbox stopped waiting for (its `tool_timeout_ms`, or the run's
+    /// time limit), after `waited_ms`.
+    pub fn abandoned_call(&self, execution_id: &str, tool: &str, waited_ms: f64) {
+        self.append(json!({
+            "kind": "tool_call",
+            "execution_id": execution_id,
+            "tool": tool,
+            "outcome": "abandoned",
+            "duration_ms": waited_ms,
         }));
     }
 

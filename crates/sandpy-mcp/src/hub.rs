@@ -1,9 +1,10 @@
 //! The upstream hub: an MCP client for every configured server, exposed to the sandbox as
 //! one [`ToolHost`] whose tools are named `mcp__<server>__<tool>`.
 //!
-//! A stdio server that died is restarted on the next call of one of its tools; every call
-//! has a timeout; arguments are checked against the tool's `inputSchema` first; the
-//! config's allowlist hides and refuses tools for every run.
+//! A stdio server that died is restarted on the next call of one of its tools; arguments
+//! are checked against the tool's `inputSchema` first; the config's allowlist hides and
+//! refuses tools for every run. The sandbox times each call (`tool_timeout_ms`, cut to
+//! what the run has left), so the hub does not.
 //!
 //! Every message about a server (its status, the errors its calls raise, the log) shows
 //! values the config took from the environment as their `${VAR}` text
@@ -57,7 +58,6 @@ struct Inner {
     upstreams: Vec<Arc<Upstream>>,
     catalog: RwLock<Catalog>,
     allowlist: Allowlist,
-    tool_timeout: Duration,
 }
 
 /// The hub; cheap to clone, and a [`ToolHost`] for the sandbox.
@@ -242,7 +242,6 @@ impl Hub {
             upstreams,
             catalog: RwLock::new(Catalog::default()),
             allowlist,
-            tool_timeout: config.settings.tool_timeout,
         }));
         let starts = hub
             .0
@@ -343,22 +342,17 @@ impl Hub {
             self.refresh(upstream.clone()).await;
         }
         let request = CallToolRequestParams::new(tool).with_arguments(arguments);
-        let timeout = self.0.tool_timeout;
-        match tokio::time::timeout(timeout, peer.call_tool(request)).await {
-            Err(_) => Err(format!(
-                "tool {name} timed out after {} ms",
-                timeout.as_millis()
-            )),
-            Ok(Ok(result)) => result_value(result),
-            Ok(Err(error)) if is_connection_error(&error) => {
+        match peer.call_tool(request).await {
+            Ok(result) => result_value(result),
+            Err(error) if is_connection_error(&error) => {
                 upstream.forget().await;
                 let error = upstream.spec.hide(&error.to_string());
                 upstream.set_status(format!("crashed ({error}); restarts on the next call"));
                 Err(format!("server {} failed during the call ({error}); it will be restarted on the next call", upstream.name))
             }
             // The tool's own answer: passed on as the tool gave it.
-            Ok(Err(ServiceError::McpError(error))) => Err(error.message.to_string()),
-            Ok(Err(error)) => Err(upstream.spec.hide(&format!("tool {name} failed: {error}"))),
+            Err(ServiceError::McpError(error)) => Err(error.message.to_string()),
+            Err(error) => Err(upstream.spec.hide(&format!("tool {name} failed: {error}"))),
         }
     }
 
@@ -440,20 +434,48 @@ impl ToolHost for AuditedTools {
             name.to_string(),
         );
         Box::pin(async move {
-            let started = Instant::now();
+            let mut unanswered = Unanswered {
+                audit: audit.clone(),
+                execution_id: id.clone(),
+                tool: name.clone(),
+                started: Instant::now(),
+                answered: false,
+            };
             let outcome = hub
                 .call(name.clone(), arguments.clone())
                 .await
                 .map_err(ToolError::from);
+            unanswered.answered = true;
             audit.tool_call(
                 &id,
                 &name,
                 &arguments,
-                started.elapsed().as_secs_f64() * 1e3,
+                unanswered.started.elapsed().as_secs_f64() * 1e3,
                 &outcome,
             );
             outcome
         })
+    }
+}
+
+/// A call in progress, as the audit log sees it: dropped before its answer came (the
+/// sandbox stopped waiting: the call's `tool_timeout_ms` or the run's time limit ended
+/// it), it is recorded as abandoned.
+struct Unanswered {
+    audit: AuditLog,
+    execution_id: Arc<str>,
+    tool: String,
+    started: Instant,
+    answered: bool,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if !self.answered {
+            let waited_ms = self.started.elapsed().as_secs_f64() * 1e3;
+            self.audit
+                .abandoned_call(&self.execution_id, &self.tool, waited_ms);
+        }
     }
 }
 

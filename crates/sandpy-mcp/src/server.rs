@@ -27,7 +27,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{tool_handler, ErrorData, RoleServer, ServerHandler};
-use sandpy::{LimitOverrides, Resolved, RunOptions, Sandbox, Sessions};
+use sandpy::{LimitOverrides, ModelOutput, Resolved, RunOptions, Sandbox, Sessions};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::num::NonZeroU64;
@@ -40,6 +40,8 @@ pub struct ServerState {
     hub: Hub,
     /// What every run starts from: the config's limits and mounts, the policy in force.
     run: RunOptions,
+    /// How much of a run's result the model is shown.
+    model_output: ModelOutput,
     sessions: Sessions,
     session_dir: Option<std::path::PathBuf>,
     audit: Option<AuditLog>,
@@ -122,6 +124,7 @@ impl SandpyServer {
             sandbox,
             hub,
             run: resolved.run_options(),
+            model_output: settings.model_output.clone(),
             sessions,
             session_dir: settings.session_dir.clone(),
             audit,

@@ -1,24 +1,14 @@
-//! A readable text summary of an `Execution`, for models reading `run_python` results.
+//! A readable text summary of a run, for models reading `run_python` results. It shows the
+//! same bounded execution ([`sandpy::Bounded`]) the result's structured content carries,
+//! so a text cut for the model is cut, and marked `[... N more bytes]`, in both.
 
-use sandpy::{Execution, Status};
+use sandpy::{Bounded, Status};
 use std::fmt::Write;
 
-/// Longest stdout/stderr excerpt put in the text summary (the structured content has all).
-const EXCERPT: usize = 20_000;
-
-fn excerpt(text: &str) -> &str {
-    if text.len() <= EXCERPT {
-        return text;
-    }
-    let mut end = EXCERPT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
-/// Status line, stdout, stderr, return value and error, each only when present.
-pub fn summarize(execution: &Execution) -> String {
+/// Status line, stdout, stderr, return value, output files and error, each only when
+/// present. The error's message is shown unless stderr already holds its traceback.
+pub fn summarize(bounded: &Bounded) -> String {
+    let execution = &bounded.execution;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -27,23 +17,11 @@ pub fn summarize(execution: &Execution) -> String {
     );
     for (name, text) in [("stdout", &execution.stdout), ("stderr", &execution.stderr)] {
         if !text.is_empty() {
-            let cut = excerpt(text);
-            let _ = writeln!(out, "--- {name} ---\n{}", cut.trim_end());
-            if cut.len() < text.len() {
-                let _ = writeln!(
-                    out,
-                    "[{} more bytes in structured content]",
-                    text.len() - cut.len()
-                );
-            }
+            let _ = writeln!(out, "--- {name} ---\n{}", text.trim_end());
         }
     }
-    if let Some(value) = &execution.return_value {
-        let shown = match value {
-            serde_json::Value::String(s) if execution.return_value_is_repr => s.clone(),
-            other => other.to_string(),
-        };
-        let _ = writeln!(out, "--- return value ---\n{}", excerpt(&shown));
+    if let Some(value) = bounded.return_value_text() {
+        let _ = writeln!(out, "--- return value ---\n{value}");
     }
     for file in &execution.files {
         let _ = writeln!(
@@ -56,7 +34,10 @@ pub fn summarize(execution: &Execution) -> String {
         );
     }
     if let Some(error) = &execution.error {
-        if execution.status != Status::Error || error.traceback.is_none() {
+        let traceback_shown = execution.status == Status::Error
+            && error.traceback.is_some()
+            && !bounded.truncated.contains_key("stderr");
+        if !traceback_shown {
             let _ = writeln!(out, "--- {} ---\n{}", error.kind, error.message);
         }
     }

@@ -1,8 +1,12 @@
 //! The per-execution host state: WASI context, memory limiter, and the tool imports.
 
 use crate::bindings::{ToolCall, ToolsHost, TypesHost};
-use crate::tools::{self, Allowlist, ToolError, ToolHost, ToolInfo};
+use crate::search::{self, ToolSummary};
+use crate::tools::{Allowlist, ToolError, ToolHost, ToolInfo};
+use futures::stream::{FuturesUnordered, StreamExt};
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -59,6 +63,13 @@ pub(crate) struct ToolAccess {
     pub allowlist: Allowlist,
     pub max_calls: usize,
     pub max_bytes: usize,
+    /// Time one call may take, unless the run's deadline comes first.
+    pub tool_timeout: Duration,
+    /// When the run's wall-clock limit ends; set as the guest is called.
+    pub deadline: Option<Instant>,
+    /// Calls sent to the host and not answered yet (batch position, tool): a run that
+    /// reaches its deadline names these tools.
+    pub waiting: Vec<(usize, String)>,
     pub calls: usize,
     pub limit_hit: bool,
     /// Calls made, kept when the run is part of a session journal.
@@ -68,6 +79,25 @@ pub(crate) struct ToolAccess {
 }
 
 impl ToolAccess {
+    /// The tools of the calls still waiting for an answer, in call order.
+    pub fn waiting_for(&self) -> Vec<String> {
+        self.waiting.iter().map(|(_, name)| name.clone()).collect()
+    }
+
+    /// The time limit of a call starting now: the tool timeout when it ends before the
+    /// run's deadline; `None` when the deadline comes first (the run then ends `timeout`
+    /// naming the tool, rather than the call failing with no time left to handle it).
+    fn call_timeout(&self) -> Option<Duration> {
+        match self.deadline {
+            Some(deadline)
+                if deadline.saturating_duration_since(Instant::now()) <= self.tool_timeout =>
+            {
+                None
+            }
+            _ => Some(self.tool_timeout),
+        }
+    }
+
     fn allowed_tools(&self) -> Vec<ToolInfo> {
         let Some(host) = &self.host else {
             return Vec::new();
@@ -160,33 +190,55 @@ impl ToolsHost for HostState {
             return Ok(answers);
         }
         let known = access.allowed_tools();
-        let pending: Vec<_> = calls
-            .iter()
-            .map(|call| {
-                let admitted = access.admit(call, &known);
-                if let (Err(reason), Some(host)) = (&admitted, &access.host) {
-                    host.refused(&call.name, reason);
+        let timeout = access.call_timeout();
+        let mut results: Vec<Option<Result<serde_json::Value, String>>> = vec![None; calls.len()];
+        let mut pending = FuturesUnordered::new();
+        for (i, call) in calls.iter().enumerate() {
+            let (arguments, host) = match (access.admit(call, &known), &access.host) {
+                (Ok(arguments), Some(host)) => (arguments, host),
+                (Err(reason), host) => {
+                    if let Some(host) = host {
+                        host.refused(&call.name, &reason);
+                    }
+                    results[i] = Some(Err(reason));
+                    continue;
                 }
-                let host = access.host.clone();
-                let name = call.name.clone();
-                async move {
-                    let arguments = admitted?;
-                    let Some(host) = host else {
-                        return Err("no tools are configured".to_string());
-                    };
-                    host.call_tool(&name, arguments)
+                (Ok(_), None) => {
+                    results[i] = Some(Err("no tools are configured".to_string()));
+                    continue;
+                }
+            };
+            let call_future = host.call_tool(&call.name, arguments);
+            let name = call.name.clone();
+            access.waiting.push((i, name.clone()));
+            pending.push(async move {
+                let result = match timeout {
+                    None => call_future.await,
+                    Some(limit) => tokio::time::timeout(limit, call_future)
                         .await
-                        .map_err(|e| e.message)
-                }
-            })
-            .collect();
+                        .unwrap_or_else(|_| {
+                            let ms = limit.as_millis();
+                            Err(
+                                format!("tool {name} timed out after {ms} ms (tool_timeout_ms)")
+                                    .into(),
+                            )
+                        }),
+                };
+                (i, result.map_err(|e| e.message))
+            });
+        }
+        // Answers as they come, so that a run stopped by its deadline knows which calls
+        // were still out.
+        while let Some((i, result)) = pending.next().await {
+            access.waiting.retain(|(j, _)| *j != i);
+            results[i] = Some(result);
+        }
         let max_bytes = access.max_bytes;
-        let results = futures::future::join_all(pending).await;
         let answers: Vec<Result<String, String>> = calls
             .iter()
             .zip(results)
             .map(|(call, result)| {
-                let value = result?;
+                let value = result.unwrap_or_else(|| Err("the call got no answer".into()))?;
                 let text = serde_json::to_string(&value).map_err(|e| e.to_string())?;
                 if text.len() > max_bytes {
                     return Err(format!(
@@ -230,7 +282,10 @@ impl ToolsHost for HostState {
 
     async fn search_tools(&mut self, query: String, limit: u32) -> wasmtime::Result<String> {
         let allowed = self.tools.allowed_tools();
-        let found = tools::search(&allowed, &query, limit as usize);
+        let found: Vec<ToolSummary> = search::search(&allowed, &query, limit as usize)
+            .into_iter()
+            .map(ToolSummary::of)
+            .collect();
         Ok(serde_json::to_string(&found)?)
     }
 }

@@ -28,6 +28,10 @@
 //!
 //! Tools: implement [`ToolHost`] (the `sandpy-mcp` crate does, for MCP servers) and pass
 //! it in [`RunOptions`]; the allowlist and limits are applied on the host.
+//! [`search_tools`] ranks tools for a few words, [`ToolSummary`] is a result's compact form.
+//!
+//! Models: [`ModelOutput::bound`] cuts an [`Execution`] to what a model is shown, marking
+//! every cut (`[... N more bytes]`) and listing it in [`Bounded::truncated`].
 //!
 //! Files: every run gets a private scratch folder (`/tmp`, the working directory) and an
 //! `/output` folder whose files come back in [`Execution::files`], both under quotas the
@@ -47,6 +51,7 @@ mod execution;
 mod files;
 mod host;
 mod limits;
+mod model_output;
 mod options;
 mod output;
 pub mod packages;
@@ -54,6 +59,7 @@ mod policy;
 mod run;
 mod runtime;
 mod sandbox;
+mod search;
 mod session;
 mod sessions;
 mod settings;
@@ -66,13 +72,14 @@ pub use execution::{ErrorInfo, Execution, Status};
 pub use files::{InputFile, Mount, MountError, OutputFile, OUTPUT_DIR, SCRATCH_DIR};
 pub use host::RecordedCall;
 pub use limits::{LimitError, LimitOverrides, Limits};
+pub use model_output::{Bounded, ModelOutput};
 pub use options::RunOptions;
 pub use policy::{Policy, Violation};
 pub use sandbox::{GuestFailure, ModuleReport, Sandbox};
+pub use search::{search as search_tools, ToolSummary};
 pub use session::{Cell, Session, SessionError, SessionSnapshot};
 pub use sessions::{SessionInfo, SessionLimits, Sessions};
 pub use settings::{ConfigError, ConfigFile, Resolved, Settings, UnknownPolicy};
 pub use tools::{
-    search as search_tools, validate_tool_pattern, Allowlist, ToolError, ToolFuture, ToolHost,
-    ToolInfo, ToolPatternError,
+    validate_tool_pattern, Allowlist, ToolError, ToolFuture, ToolHost, ToolInfo, ToolPatternError,
 };

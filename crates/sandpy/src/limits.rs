@@ -9,8 +9,8 @@ use std::time::Duration;
 /// `memory_limit` unless the code recovered).
 ///
 /// Defaults: 30 s wall clock, 256 MiB linear memory, 1 MiB of stdout + stderr, 1 MiB of
-/// code, 1000 tool calls, 8 MiB per tool result, 64 MiB of scratch files, 8 MiB of
-/// output files.
+/// code, 1000 tool calls, 60 s per tool call (never more than the run has left), 8 MiB
+/// per tool result, 64 MiB of scratch files, 8 MiB of output files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Wall-clock time for the whole run, tool calls included.
@@ -24,6 +24,10 @@ pub struct Limits {
     pub code_bytes: usize,
     /// Cap on the number of tool calls in one run.
     pub tool_calls: usize,
+    /// Time one tool call may take. A call that takes longer fails (Python sees
+    /// `ToolError`) and the run goes on; when the run's own time ends first, the run ends
+    /// `timeout`, naming the tools it was waiting for.
+    pub tool_timeout: Duration,
     /// Cap on the size of one tool result (and of one call's arguments), in bytes.
     pub tool_result_bytes: usize,
     /// Disk quota of the scratch folder `/tmp` (input files included), in bytes.
@@ -46,6 +50,7 @@ impl Default for Limits {
             output_bytes: 1 << 20,
             code_bytes: 1 << 20,
             tool_calls: 1000,
+            tool_timeout: Duration::from_secs(60),
             tool_result_bytes: 8 << 20,
             disk_bytes: 64 << 20,
             output_files_bytes: 8 << 20,
@@ -75,6 +80,9 @@ pub struct LimitOverrides {
     /// Cap on tool calls per run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tool_calls: Option<usize>,
+    /// Time one tool call may take, in milliseconds (at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_timeout_ms: Option<u64>,
     /// Cap on one tool result (and one call's arguments), in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tool_result_bytes: Option<usize>,
@@ -115,6 +123,9 @@ impl LimitOverrides {
         if let Some(calls) = self.max_tool_calls {
             limits.tool_calls = calls;
         }
+        if let Some(ms) = self.tool_timeout_ms {
+            limits.tool_timeout = Duration::from_millis(ms);
+        }
         if let Some(bytes) = self.max_tool_result_bytes {
             limits.tool_result_bytes = bytes;
         }
@@ -135,20 +146,26 @@ impl LimitOverrides {
             max_output_bytes: later.max_output_bytes.or(self.max_output_bytes),
             max_code_bytes: later.max_code_bytes.or(self.max_code_bytes),
             max_tool_calls: later.max_tool_calls.or(self.max_tool_calls),
+            tool_timeout_ms: later.tool_timeout_ms.or(self.tool_timeout_ms),
             max_tool_result_bytes: later.max_tool_result_bytes.or(self.max_tool_result_bytes),
             disk_mb: later.disk_mb.or(self.disk_mb),
             output_files_mb: later.output_files_mb.or(self.output_files_mb),
         }
     }
 
-    /// Check the ranges: a timeout of at least 1 ms, a memory cap of 1 to
+    /// Check the ranges: timeouts of at least 1 ms, a memory cap of 1 to
     /// [`Limits::MAX_MEMORY_MB`] MiB.
     pub fn validate(&self) -> Result<(), LimitError> {
-        if self.timeout_ms == Some(0) {
-            return Err(LimitError {
-                key: "timeout_ms",
-                requirement: "must be at least 1".into(),
-            });
+        for (key, value) in [
+            ("timeout_ms", self.timeout_ms),
+            ("tool_timeout_ms", self.tool_timeout_ms),
+        ] {
+            if value == Some(0) {
+                return Err(LimitError {
+                    key,
+                    requirement: "must be at least 1".into(),
+                });
+            }
         }
         if let Some(mb) = self.memory_mb {
             if !(1..=Limits::MAX_MEMORY_MB).contains(&mb) {
@@ -175,6 +192,7 @@ mod tests {
         };
         let flags = LimitOverrides {
             timeout_ms: Some(100),
+            tool_timeout_ms: Some(50),
             disk_mb: Some(2),
             ..LimitOverrides::default()
         };
@@ -182,6 +200,7 @@ mod tests {
         assert_eq!(limits.timeout, Duration::from_millis(100));
         assert_eq!(limits.memory_bytes, 64 << 20);
         assert_eq!(limits.disk_bytes, 2 << 20);
+        assert_eq!(limits.tool_timeout, Duration::from_millis(50));
         assert_eq!(limits.output_bytes, Limits::default().output_bytes);
     }
 
@@ -202,6 +221,14 @@ mod tests {
         assert_eq!(
             huge.validate().unwrap_err().to_string(),
             "`memory_mb` must be between 1 and 4096"
+        );
+        let zero_tool = LimitOverrides {
+            tool_timeout_ms: Some(0),
+            ..LimitOverrides::default()
+        };
+        assert_eq!(
+            zero_tool.validate().unwrap_err().to_string(),
+            "`tool_timeout_ms` must be at least 1"
         );
         let unknown = serde_json::from_str::<LimitOverrides>(r#"{"timeout": 5}"#);
         assert!(unknown.unwrap_err().to_string().contains("unknown field"));

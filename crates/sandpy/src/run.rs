@@ -355,6 +355,9 @@ impl Guest {
     ) -> CallResult {
         let store = &mut self.store;
         let instance = &mut self.instance;
+        // One deadline for the call and for the tool calls it makes (see `ToolAccess`).
+        let deadline = tokio::time::Instant::now().checked_add(timeout);
+        store.data_mut().tools.deadline = deadline;
         let call = async move {
             let instance = match instance {
                 Some(instance) => instance,
@@ -364,7 +367,10 @@ impl Guest {
                 .call_execute(&mut *store, task, guest_options)
                 .await
         };
-        tokio::time::timeout(timeout, call).await
+        match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, call).await,
+            None => tokio::time::timeout(timeout, call).await,
+        }
     }
 
     /// The execution of a finished (or stopped) call, and whether the guest returned
@@ -417,6 +423,9 @@ fn tool_access(options: &RunOptions, limits: &Limits) -> Result<ToolAccess, Refu
         allowlist,
         max_calls: limits.tool_calls,
         max_bytes: limits.tool_result_bytes,
+        tool_timeout: limits.tool_timeout,
+        deadline: None,
+        waiting: Vec::new(),
         calls: 0,
         limit_hit: false,
         recorded: None,

@@ -11,6 +11,7 @@
 //!   "sandpy": {
 //!     "limits": { "timeout_ms": 30000, "memory_mb": 256, "max_output_bytes": 1048576,
 //!                 "max_tool_calls": 1000, "tool_timeout_ms": 60000 },
+//!     "model_output": { "text_bytes": 20000 },
 //!     "allowed_tools": ["mcp__everything__*"],
 //!     "audit_log": "sandpy-audit.jsonl",
 //!     "audit_arguments": false
@@ -21,7 +22,9 @@
 //! A front end reads the file once ([`ConfigFile::discover`]), picks the policy once
 //! ([`Settings::resolve`]) and passes the [`Resolved`] value on.
 
-use crate::{Config, LimitOverrides, Limits, Mount, Policy, RunOptions, SessionLimits};
+use crate::{
+    Config, LimitOverrides, Limits, ModelOutput, Mount, Policy, RunOptions, SessionLimits,
+};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -62,16 +65,16 @@ pub struct UnknownPolicy {
     pub known: Vec<String>,
 }
 
-/// sandpy's settings from a config file. Defaults: default limits, a 60 s tool-call
-/// timeout, every tool allowed, no audit log, no policies of its own and none by default,
-/// default session limits with saving off, default concurrency, no mounts, the built-in
-/// runtime, no extra packages.
-#[derive(Debug, Clone, PartialEq)]
+/// sandpy's settings from a config file. Defaults: default limits (the 60 s tool-call
+/// timeout among them), default model output (20,000 bytes a text), every tool allowed,
+/// no audit log, no policies of its own and none by default, default session limits with
+/// saving off, default concurrency, no mounts, the built-in runtime, no extra packages.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Settings {
     /// Limits of every run (a policy's and the run's own go over them).
     pub limits: Limits,
-    /// Timeout of one upstream tool call.
-    pub tool_timeout: Duration,
+    /// How much of a run's result a model is shown (the MCP server's results).
+    pub model_output: ModelOutput,
     /// Tools runs may use (names or globs); `None` allows all. Per-run lists only narrow it.
     pub allowed_tools: Option<Vec<String>>,
     /// Where to append the JSON Lines audit log.
@@ -98,28 +101,6 @@ pub struct Settings {
     pub packages: Vec<String>,
     /// The file this came from, if any.
     pub source: Option<PathBuf>,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            limits: Limits::default(),
-            tool_timeout: Duration::from_secs(60),
-            allowed_tools: None,
-            audit_log: None,
-            audit_arguments: false,
-            policies: BTreeMap::new(),
-            default_policy: None,
-            sessions: SessionLimits::default(),
-            session_dir: None,
-            max_concurrent_runs: None,
-            max_queued_runs: None,
-            mounts: Vec::new(),
-            runtime: None,
-            packages: Vec::new(),
-            source: None,
-        }
-    }
 }
 
 /// A config file as read: sandpy's settings, and the `mcpServers` entries left for the
@@ -155,7 +136,9 @@ struct RawFile {
 #[serde(deny_unknown_fields)]
 struct RawSandpy {
     #[serde(default)]
-    limits: RawLimits,
+    limits: LimitOverrides,
+    #[serde(default)]
+    model_output: RawModelOutput,
     allowed_tools: Option<Vec<String>>,
     audit_log: Option<PathBuf>,
     #[serde(default)]
@@ -186,11 +169,8 @@ struct RawSessions {
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-struct RawLimits {
-    /// The run limits, in the shape every front end uses.
-    #[serde(flatten)]
-    run: LimitOverrides,
-    tool_timeout_ms: Option<u64>,
+struct RawModelOutput {
+    text_bytes: Option<usize>,
 }
 
 impl ConfigFile {
@@ -249,14 +229,17 @@ impl Settings {
         path: &Path,
         invalid: &dyn Fn(&str, String) -> ConfigError,
     ) -> Result<Settings, ConfigError> {
-        let l = raw.limits;
-        l.run
+        raw.limits
             .validate()
             .map_err(|e| invalid(&format!("sandpy.limits.{}", e.key), e.requirement))?;
-        let limits = l.run.apply(&Limits::default());
-        let mut tool_timeout = Settings::default().tool_timeout;
-        if let Some(ms) = l.tool_timeout_ms {
-            tool_timeout = Duration::from_millis(ms.max(1));
+        let limits = raw.limits.apply(&Limits::default());
+        let mut model_output = ModelOutput::default();
+        if let Some(bytes) = raw.model_output.text_bytes {
+            if bytes == 0 {
+                let message = "must be at least 1".to_string();
+                return Err(invalid("sandpy.model_output.text_bytes", message));
+            }
+            model_output.text_bytes = bytes;
         }
         if let Some(patterns) = &raw.allowed_tools {
             for (i, pattern) in patterns.iter().enumerate() {
@@ -310,7 +293,7 @@ impl Settings {
         Mount::validate(&mounts).map_err(|e| invalid("sandpy.mounts", e.to_string()))?;
         let settings = Settings {
             limits,
-            tool_timeout,
+            model_output,
             allowed_tools: raw.allowed_tools,
             audit_log: raw.audit_log.map(|p| base.join(p)),
             audit_arguments: raw.audit_arguments,
@@ -383,5 +366,53 @@ impl Resolved {
             mounts: self.settings.mounts.clone(),
             ..RunOptions::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Settings, String> {
+        ConfigFile::parse(text, Path::new("/x/sandpy.json"))
+            .map(|file| file.settings)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn model_output_and_tool_timeout_are_read_with_defaults() {
+        let defaults = parse("{}").unwrap();
+        assert_eq!(defaults.model_output.text_bytes, 20_000);
+        assert_eq!(defaults.limits.tool_timeout, Duration::from_secs(60));
+        let set = parse(
+            r#"{"sandpy": {"model_output": {"text_bytes": 500}, "limits": {"tool_timeout_ms": 250},
+                "policies": {"quick": {"tool_timeout_ms": 100}}}}"#,
+        )
+        .unwrap();
+        assert_eq!(set.model_output, ModelOutput { text_bytes: 500 });
+        assert_eq!(set.limits.tool_timeout, Duration::from_millis(250));
+        let quick = set.policy(Some("quick")).unwrap().unwrap();
+        assert_eq!(
+            quick.limits(&set.limits).tool_timeout,
+            Duration::from_millis(100),
+            "a policy may set tool_timeout_ms like any limit"
+        );
+    }
+
+    #[test]
+    fn bad_model_output_and_tool_timeout_name_the_key() {
+        assert_eq!(
+            parse(r#"{"sandpy": {"model_output": {"text_bytes": 0}}}"#).unwrap_err(),
+            "config `/x/sandpy.json`: at `sandpy.model_output.text_bytes`: must be at least 1"
+        );
+        let unknown = parse(r#"{"sandpy": {"model_output": {"bytes": 5}}}"#).unwrap_err();
+        assert!(
+            unknown.contains("sandpy.model_output") && unknown.contains("unknown field `bytes`"),
+            "{unknown}"
+        );
+        assert_eq!(
+            parse(r#"{"sandpy": {"limits": {"tool_timeout_ms": 0}}}"#).unwrap_err(),
+            "config `/x/sandpy.json`: at `sandpy.limits.tool_timeout_ms`: must be at least 1"
+        );
     }
 }

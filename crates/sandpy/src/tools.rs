@@ -1,4 +1,5 @@
-//! Tools the guest may call: the [`ToolHost`] trait, the allowlist, and tool search.
+//! Tools the guest may call: the [`ToolHost`] trait and the allowlist (tool search is in
+//! `search.rs`).
 //!
 //! The allowlist is applied here, on the host: the guest only ever sees and reaches the
 //! tools it allows, whatever its Python does.
@@ -133,112 +134,9 @@ pub fn validate_tool_pattern(pattern: &str) -> Result<(), ToolPatternError> {
     glob(pattern).map(drop)
 }
 
-fn words(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut current = String::new();
-    let mut prev_lower = false;
-    for c in text.chars() {
-        if !c.is_alphanumeric() {
-            prev_lower = false;
-            if !current.is_empty() {
-                out.push(std::mem::take(&mut current));
-            }
-            continue;
-        }
-        if c.is_uppercase() && prev_lower && !current.is_empty() {
-            out.push(std::mem::take(&mut current)); // camelCase boundary
-        }
-        prev_lower = c.is_lowercase();
-        current.extend(c.to_lowercase());
-    }
-    if !current.is_empty() {
-        out.push(current);
-    }
-    out
-}
-
-/// Relevance of `tool` to the query terms: whole-word hits in the name weigh most, then
-/// prefix hits in the name, then words of the description.
-fn score(tool: &ToolInfo, query: &str, terms: &[String]) -> f64 {
-    let name_words = words(&tool.name);
-    let description_words = words(&tool.description);
-    let mut total = 0.0;
-    if !query.is_empty() && tool.name.to_lowercase().contains(&query.to_lowercase()) {
-        total += 4.0;
-    }
-    for term in terms {
-        if name_words.iter().any(|w| w == term) {
-            total += 3.0;
-        } else if name_words
-            .iter()
-            .any(|w| w.starts_with(term.as_str()) || term.starts_with(w.as_str()) && w.len() >= 3)
-        {
-            total += 1.5;
-        }
-        if description_words.iter().any(|w| w == term) {
-            total += 1.0;
-        } else if description_words
-            .iter()
-            .any(|w| w.starts_with(term.as_str()) && term.len() >= 3)
-        {
-            total += 0.5;
-        }
-    }
-    total
-}
-
-/// The tools most relevant to `query`, best first; ties by name. Tools matching no term
-/// are left out.
-pub fn search<'a>(
-    tools: impl IntoIterator<Item = &'a ToolInfo>,
-    query: &str,
-    limit: usize,
-) -> Vec<&'a ToolInfo> {
-    let terms = words(query);
-    let mut scored: Vec<(f64, &ToolInfo)> = tools
-        .into_iter()
-        .map(|t| (score(t, query.trim(), &terms), t))
-        .filter(|(s, _)| *s > 0.0)
-        .collect();
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
-    scored.into_iter().take(limit).map(|(_, t)| t).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn tool(name: &str, description: &str) -> ToolInfo {
-        ToolInfo {
-            name: name.into(),
-            description: description.into(),
-            input_schema: serde_json::json!({}),
-        }
-    }
-
-    #[test]
-    fn search_ranks_name_hits_over_description_hits() {
-        let tools = [
-            tool("mcp__fs__read_file", "Read a file"),
-            tool("mcp__fs__write_file", "Write a file"),
-            tool("mcp__mem__create_entities", "Store facts; can read later"),
-        ];
-        let found: Vec<&str> = search(&tools, "read", 10)
-            .iter()
-            .map(|t| t.name.as_str())
-            .collect();
-        assert_eq!(found, ["mcp__fs__read_file", "mcp__mem__create_entities"]);
-        assert!(search(&tools, "nothing-like-it", 10).is_empty());
-        assert_eq!(search(&tools, "file", 1).len(), 1);
-    }
-
-    #[test]
-    fn words_split_snake_kebab_and_camel_case() {
-        assert_eq!(
-            words("mcp__my-server__getTinyImage"),
-            ["mcp", "my", "server", "get", "tiny", "image"]
-        );
-    }
 
     #[test]
     fn allowlist_names_the_rules_that_refused() {

@@ -16,8 +16,11 @@ pub(crate) type CallResult = Result<wasmtime::Result<Outcome>, tokio::time::erro
 
 /// Why the host ended a run, or overruled the guest; each gives its status and message.
 enum Stop {
-    /// The wall-clock limit, in force.
-    Timeout(Duration),
+    /// The wall-clock limit in force, and the tools whose answers the run was waiting for.
+    Timeout {
+        limit: Duration,
+        waiting_for: Vec<String>,
+    },
     /// The memory cap, in bytes.
     Memory(usize),
     /// stdout + stderr reached the output cap.
@@ -45,7 +48,7 @@ enum Stop {
 impl Stop {
     fn status(&self) -> Status {
         match self {
-            Stop::Timeout(_) => Status::Timeout,
+            Stop::Timeout { .. } => Status::Timeout,
             Stop::Memory(_) => Status::MemoryLimit,
             Stop::Output(_) | Stop::ReturnValue { .. } => Status::OutputLimit,
             Stop::ToolCalls(_) => Status::ToolCallLimit,
@@ -66,9 +69,10 @@ impl Stop {
 
     fn message(&self) -> String {
         match self {
-            Stop::Timeout(limit) => format!(
-                "the run exceeded its wall-clock limit of {} ms",
-                limit.as_millis()
+            Stop::Timeout { limit, waiting_for } => format!(
+                "the run exceeded its wall-clock limit of {} ms{}",
+                limit.as_millis(),
+                waiting_phrase(waiting_for)
             ),
             Stop::Memory(cap) => format!("the run exceeded its memory limit of {cap} bytes"),
             Stop::Output(cap) => {
@@ -102,6 +106,37 @@ impl Stop {
     }
 }
 
+/// How many distinct tools a timeout message names; more are counted.
+const NAMED_TOOLS: usize = 3;
+
+/// ` while waiting for mcp__a__x, mcp__b__y (2 calls)` for the tools of calls still out
+/// (in call order, each once), or nothing.
+fn waiting_phrase(tools: &[String]) -> String {
+    let mut counted: Vec<(&str, usize)> = Vec::new();
+    for tool in tools {
+        match counted.iter_mut().find(|(name, _)| *name == tool.as_str()) {
+            Some((_, count)) => *count += 1,
+            None => counted.push((tool, 1)),
+        }
+    }
+    if counted.is_empty() {
+        return String::new();
+    }
+    let named: Vec<String> = counted
+        .iter()
+        .take(NAMED_TOOLS)
+        .map(|(name, count)| match count {
+            1 => name.to_string(),
+            n => format!("{name} ({n} calls)"),
+        })
+        .collect();
+    let mut phrase = format!(" while waiting for {}", named.join(", "));
+    if counted.len() > NAMED_TOOLS {
+        phrase.push_str(&format!(" and {} more tools", counted.len() - NAMED_TOOLS));
+    }
+    phrase
+}
+
 /// The execution of one finished (or stopped) call. `memory_cap` is the cap the
 /// instance has (a session's own, not the run's).
 pub(crate) fn decide(
@@ -128,7 +163,11 @@ pub(crate) fn decide(
     };
     let disk_refusal = state.disk.take_refusal();
     let (status, error) = match result {
-        Err(_elapsed) => Stop::Timeout(limits.timeout).verdict(),
+        Err(_elapsed) => Stop::Timeout {
+            limit: limits.timeout,
+            waiting_for: state.tools.waiting_for(),
+        }
+        .verdict(),
         Ok(Err(trap)) => trap_verdict(&trap, state, captured.truncated, limits, memory_cap),
         Ok(Ok(outcome)) => outcome_verdict(
             outcome,
@@ -260,5 +299,38 @@ fn python_error(error: PythonError, limits: &Limits) -> ErrorInfo {
         kind: cut(error.type_name),
         message: cut(error.message),
         traceback: Some(cut(error.traceback)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_timeout_names_the_tools_it_waited_for() {
+        let stop = |tools: &[&str]| {
+            Stop::Timeout {
+                limit: Duration::from_millis(500),
+                waiting_for: names(tools),
+            }
+            .message()
+        };
+        assert_eq!(stop(&[]), "the run exceeded its wall-clock limit of 500 ms");
+        assert_eq!(
+            stop(&["mcp__x__slow"]),
+            "the run exceeded its wall-clock limit of 500 ms while waiting for mcp__x__slow"
+        );
+        assert_eq!(
+            stop(&["mcp__x__a", "mcp__x__b", "mcp__x__a"]),
+            "the run exceeded its wall-clock limit of 500 ms while waiting for mcp__x__a (2 calls), mcp__x__b"
+        );
+        assert_eq!(
+            stop(&["a", "b", "c", "d", "e"]),
+            "the run exceeded its wall-clock limit of 500 ms while waiting for a, b, c and 2 more tools"
+        );
     }
 }

@@ -71,7 +71,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&execution)?);
     } else {
-        print!("{}", sandpy_mcp::summarize(&execution));
+        let bounded = sandpy::ModelOutput::default().bound(&execution);
+        print!("{}", sandpy_mcp::summarize(&bounded));
     }
     Ok(Outcome::Run(execution.status))
 }

@@ -5,7 +5,7 @@ use super::{structured, tool_error, ServerState};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::{tool, tool_router};
-use sandpy::ToolHost;
+use sandpy::{ToolHost, ToolSummary};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -34,12 +34,17 @@ struct GetToolSchema {
 #[tool_router(router = discovery_tools, vis = "pub(super)")]
 impl ServerState {
     #[tool(
-        description = "Find upstream MCP tools callable from run_python, ranked by relevance of their names and descriptions."
+        description = "Find upstream MCP tools callable from run_python, best match first (deprecated tools last). \
+                       Each result: name, the first line of its description, and its arguments' types \
+                       (name? when optional); get_tool_schema gives a tool's full schema."
     )]
     async fn search_tools(&self, Parameters(args): Parameters<SearchTools>) -> CallToolResult {
         let limit = args.limit.map_or(SEARCH_LIMIT, NonZeroUsize::get);
         let tools = self.hub.list_tools();
-        let found = sandpy::search_tools(&tools, &args.query, limit);
+        let found: Vec<ToolSummary> = sandpy::search_tools(&tools, &args.query, limit)
+            .into_iter()
+            .map(ToolSummary::of)
+            .collect();
         structured(json!({"tools": found}))
     }
 

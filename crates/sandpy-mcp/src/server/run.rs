@@ -197,7 +197,9 @@ impl ServerState {
 
 impl ServerState {
     /// An execution as a tool result: its summary, then its output files; `isError` unless
-    /// it ended `ok`. Audited when the config asks.
+    /// it ended `ok`. The summary and the structured content are the execution bounded by
+    /// the config's `model_output` (long texts cut and marked, `truncated` listing them;
+    /// file bytes only in the file blocks). Audited, whole, when the config asks.
     fn execution_result(
         &self,
         id: &str,
@@ -208,17 +210,16 @@ impl ServerState {
         if let Some(audit) = &self.audit {
             audit.execution(id, code, &options.effective_limits(), &execution);
         }
-        let text = summarize(&execution);
+        let bounded = self.model_output.bound(&execution);
         let ok = execution.is_ok();
-        let structured = serde_json::to_value(&execution).unwrap_or(Value::Null);
-        let mut content = vec![ContentBlock::text(text)];
+        let mut content = vec![ContentBlock::text(summarize(&bounded))];
         content.extend(execution.files.iter().map(file_block));
         let mut result = if ok {
             CallToolResult::success(content)
         } else {
             CallToolResult::error(content)
         };
-        result.structured_content = Some(structured);
+        result.structured_content = Some(bounded.to_json());
         result
     }
 }

@@ -53,3 +53,44 @@ fn one_line_per_execution_and_per_tool_call_without_argument_values() {
     assert_eq!(records[3]["code_sha256"].as_str().map(str::len), Some(64));
     assert!(records.iter().all(|r| r["execution_id"] == "x1"));
 }
+
+#[test]
+fn a_call_the_sandbox_stopped_waiting_for_is_recorded_as_abandoned() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("log.jsonl");
+    let audit = AuditLog::open(&path, false).expect("open");
+    block_on(async {
+        let text = format!(
+            r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{}"]}}}},
+                "sandpy": {{"limits": {{"tool_timeout_ms": 300}}}}}}"#,
+            crate::upstream::EVERYTHING_PKG
+        );
+        let config = config(&text);
+        let hub = Hub::start(&config).await;
+        let code = "try:\n    call_mcp_tool('mcp__everything__trigger-long-running-operation', {'duration': 5, 'steps': 1})\n\
+                    except ToolError as e:\n    print(e)";
+        let options = RunOptions {
+            tools: Some(hub.for_execution("x2".into(), Some(audit.clone()))),
+            ..RunOptions::with_limits(config.settings.limits.clone())
+        };
+        let execution = sandbox().run_with(code, &options).await;
+        assert!(
+            execution.stdout.contains("timed out after 300 ms"),
+            "{execution:?}"
+        );
+        hub.shutdown().await;
+    });
+    let text = std::fs::read_to_string(&path).expect("log");
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(records.len(), 1, "{text}");
+    assert_eq!(records[0]["outcome"], "abandoned");
+    assert_eq!(
+        records[0]["tool"],
+        "mcp__everything__trigger-long-running-operation"
+    );
+    let waited = records[0]["duration_ms"].as_f64().expect("duration");
+    assert!((300.0..2_000.0).contains(&waited), "{waited}");
+}

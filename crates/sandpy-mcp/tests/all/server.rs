@@ -18,8 +18,17 @@ impl Connection {
     /// Start a server without upstream servers (saving sessions in a temporary folder)
     /// and connect a client to it.
     async fn open() -> Connection {
+        Connection::open_with(json!({})).await
+    }
+
+    /// The same, with these keys in the config's `sandpy` section too.
+    async fn open_with(sandpy: Value) -> Connection {
         let saved = tempfile::tempdir().expect("tempdir");
-        let text = json!({"mcpServers": {}, "sandpy": {"sessions": {"save_dir": saved.path()}}});
+        let mut section = json!({"sessions": {"save_dir": saved.path()}});
+        if let (Value::Object(section), Value::Object(extra)) = (&mut section, sandpy) {
+            section.extend(extra);
+        }
+        let text = json!({"mcpServers": {}, "sandpy": section});
         let config = config(&text.to_string());
         let hub = Hub::start(&config).await;
         let resolved = config.settings.resolve(None).expect("no policy to resolve");
@@ -197,6 +206,127 @@ fn run_python_takes_files_and_returns_output_files() {
             .await;
         assert_eq!(outside["isError"], true, "{outside}");
         assert_eq!(outside["structuredContent"]["status"], "invalid_input");
+    });
+}
+
+#[test]
+fn long_results_are_cut_and_marked_in_text_and_structured_content() {
+    block_on(async {
+        let connection = Connection::open().await;
+        let code = "print('x' * 50_000)\n[{'customer': f'c{i}', 'total': i} for i in range(5000)]";
+        let big = connection.result("run_python", json!({"code": code})).await;
+        let structured = &big["structuredContent"];
+        assert_eq!(structured["status"], "ok", "{structured}");
+        let stdout = format!("{}[... 30001 more bytes]", "x".repeat(20_000));
+        assert_eq!(structured["stdout"], json!(stdout));
+        let value: Vec<Value> = (0..5000)
+            .map(|i| json!({"customer": format!("c{i}"), "total": i}))
+            .collect();
+        let full = Value::Array(value).to_string();
+        let cut = format!(
+            "{}[... {} more bytes]",
+            &full[..20_000],
+            full.len() - 20_000
+        );
+        assert_eq!(structured["return_value"], json!(cut));
+        assert_eq!(
+            structured["truncated"],
+            json!({"stdout": 50_001, "return_value": full.len()})
+        );
+        let text = text(&big);
+        assert!(
+            text.contains(&format!("--- stdout ---\n{stdout}\n")),
+            "{text:.300}"
+        );
+        assert!(text.contains(&format!("--- return value ---\n{cut}\n")));
+        let size = big.to_string().len();
+        assert!(size < 90_000, "the whole result is {size} bytes");
+
+        // An output_limit run: a megabyte captured, 20,000 bytes shown.
+        let flood = connection
+            .result("run_python", json!({"code": "print('y' * 2_000_000)"}))
+            .await;
+        let structured = &flood["structuredContent"];
+        assert_eq!(structured["status"], "output_limit");
+        let captured = (1 << 20) + "\n[sandpy: output truncated: limit reached]\n".len();
+        assert_eq!(
+            structured["stdout"],
+            json!(format!(
+                "{}[... {} more bytes]",
+                "y".repeat(20_000),
+                captured - 20_000
+            ))
+        );
+        assert_eq!(structured["truncated"], json!({"stdout": captured}));
+        let size = flood.to_string().len();
+        assert!(size < 50_000, "the whole result is {size} bytes");
+
+        // Output files come as their own content; structured content keeps their names.
+        let files = connection
+            .result(
+                "run_python",
+                json!({"code": "open('/output/a.txt', 'w').write('hello')"}),
+            )
+            .await;
+        assert_eq!(files["content"][1]["resource"]["text"], "hello", "{files}");
+        let structured = &files["structuredContent"];
+        assert_eq!(structured["files"][0]["name"], "a.txt");
+        assert_eq!(structured["files"][0]["content_base64"], "");
+        assert_eq!(
+            structured["truncated"],
+            json!({"files[0].content_base64": 8})
+        );
+
+        // Short results are whole, with no `truncated`.
+        let short = connection
+            .result("run_python", json!({"code": "'a' * 100"}))
+            .await;
+        assert_eq!(
+            short["structuredContent"]["return_value"],
+            json!("a".repeat(100))
+        );
+        assert!(
+            short["structuredContent"].get("truncated").is_none(),
+            "{short}"
+        );
+    });
+}
+
+#[test]
+fn the_config_sets_how_much_the_model_is_shown() {
+    block_on(async {
+        let connection = Connection::open_with(json!({"model_output": {"text_bytes": 100}})).await;
+        let error = connection
+            .result("run_python", json!({"code": "raise ValueError('e' * 300)"}))
+            .await;
+        let structured = &error["structuredContent"];
+        assert_eq!(structured["error"]["type"], "ValueError");
+        let message = format!("{}[... 200 more bytes]", "e".repeat(100));
+        assert_eq!(structured["error"]["message"], json!(message));
+        let truncated = structured["truncated"].as_object().expect("truncated");
+        assert_eq!(truncated["error.message"], 300);
+        assert!(truncated.contains_key("stderr") && truncated.contains_key("error.traceback"));
+        // stderr was cut before the traceback's last line: the message is shown apart.
+        assert!(
+            text(&error).contains(&format!("--- ValueError ---\n{message}\n")),
+            "{error}"
+        );
+
+        let called = connection
+            .result(
+                "call_python_function",
+                json!({"code": "def f(n):\n    return 'z' * n", "function": "f", "arguments": [150]}),
+            )
+            .await;
+        assert_eq!(
+            called["structuredContent"]["return_value"],
+            json!(format!("\"{}[... 52 more bytes]", "z".repeat(99))),
+            "{called}"
+        );
+        assert_eq!(
+            called["structuredContent"]["truncated"],
+            json!({"return_value": 152})
+        );
     });
 }
 

@@ -137,19 +137,19 @@ fn config_allowlist_applies_to_every_run() {
 #[test]
 fn a_hanging_tool_times_out_and_the_run_goes_on() {
     block_on(async {
-        let hub = Hub::start(&config(&everything_with(
-            r#"{"limits": {"tool_timeout_ms": 500}}"#,
-        )))
-        .await;
+        let config = config(&everything_with(r#"{"limits": {"tool_timeout_ms": 500}}"#));
+        let hub = Hub::start(&config).await;
         let code = "try:\n    call_mcp_tool('mcp__everything__trigger-long-running-operation', {'duration': 30, 'steps': 1})\n    r = 'returned'\n\
                     except ToolError as e:\n    r = str(e)\n[r, call_mcp_tool('mcp__everything__echo', {'message': 'after'})]";
         let started = Instant::now();
-        let e = run_with_hub(&hub, code, RunOptions::default()).await;
+        // The config's limits, the tool timeout among them, as the server and CLI pass them.
+        let options = RunOptions::with_limits(config.settings.limits.clone());
+        let e = run_with_hub(&hub, code, options).await;
         assert!(started.elapsed() < Duration::from_secs(10));
         let v = e.return_value.expect("value");
-        assert!(
-            v[0].as_str().unwrap().contains("timed out after 500 ms"),
-            "{v}"
+        assert_eq!(
+            v[0],
+            json!("tool mcp__everything__trigger-long-running-operation timed out after 500 ms (tool_timeout_ms)")
         );
         assert_eq!(v[1], json!("Echo: after"));
         hub.shutdown().await;
@@ -166,6 +166,12 @@ fn the_run_timeout_covers_slow_tools() {
         });
         let e = run_with_hub(&hub, "call_mcp_tool('mcp__everything__trigger-long-running-operation', {'duration': 20, 'steps': 1})", options).await;
         assert_eq!(e.status, Status::Timeout);
+        // The tool's own timeout (60 s by default) is longer than the run has: the run
+        // ends, naming the tool it was waiting for.
+        assert_eq!(
+            e.error.expect("an error").message,
+            "the run exceeded its wall-clock limit of 800 ms while waiting for mcp__everything__trigger-long-running-operation"
+        );
         hub.shutdown().await;
     });
 }
@@ -343,4 +349,59 @@ fn a_streamable_http_upstream_with_headers() {
         .status();
     let _ = server.wait();
     assert_eq!(value, Some(json!("Echo: over http")));
+}
+
+/// `crates/sandpy/tests/fixtures/reference_tools.json`, the tool lists sandpy's search
+/// relevance tests rank, is what the pinned reference servers list.
+#[test]
+fn the_search_fixture_is_what_the_reference_servers_list() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../sandpy/tests/fixtures/reference_tools.json"
+    );
+    let fixture: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("the fixture")).expect("JSON");
+    let root = tempfile::tempdir().expect("tempdir");
+    let packages = [
+        ("fs", FILESYSTEM_PKG),
+        ("memory", MEMORY_PKG),
+        ("everything", EVERYTHING_PKG),
+    ];
+    let mut servers = serde_json::Map::new();
+    for (name, package) in packages {
+        assert_eq!(
+            fixture["servers"][name]["package"],
+            json!(package),
+            "the fixture's pin"
+        );
+        let mut args = vec![json!("-y"), json!(package)];
+        if name == "fs" {
+            args.push(json!(root.path()));
+        }
+        servers.insert(name.into(), json!({"command": "npx", "args": args}));
+    }
+    block_on(async {
+        let hub = Hub::start(&config(&json!({"mcpServers": servers}).to_string())).await;
+        let mut live: Vec<serde_json::Value> = sandpy::ToolHost::list_tools(&hub)
+            .into_iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": t.input_schema}))
+            .collect();
+        hub.shutdown().await;
+        let mut stored: Vec<serde_json::Value> = packages
+            .iter()
+            .flat_map(|(server, _)| {
+                let tools = fixture["servers"][server]["tools"].as_array().expect("tools");
+                tools.iter().map(move |t| {
+                    let name = t["name"].as_str().expect("name");
+                    json!({"name": format!("mcp__{server}__{name}"), "description": t["description"], "inputSchema": t["inputSchema"]})
+                })
+            })
+            .collect();
+        let by_name = |a: &serde_json::Value, b: &serde_json::Value| {
+            a["name"].as_str().cmp(&b["name"].as_str())
+        };
+        live.sort_by(by_name);
+        stored.sort_by(by_name);
+        assert_eq!(live, stored);
+    });
 }

@@ -9,6 +9,7 @@ mod language;
 mod limits;
 mod policy;
 mod results;
+mod search;
 mod sessions;
 mod tools;
 

@@ -6,12 +6,13 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Real in-process tools: `echo` returns its arguments, `slow` sleeps 100 ms, `fail` errors.
+/// Real in-process tools: `echo` returns its arguments, `slow` sleeps 100 ms, `sleepy`
+/// sleeps 10 s, `fail` errors.
 struct LocalTools;
 
 impl ToolHost for LocalTools {
     fn list_tools(&self) -> Vec<ToolInfo> {
-        ["echo", "slow", "fail", "big"]
+        ["echo", "slow", "sleepy", "fail", "big"]
             .iter()
             .map(|n| ToolInfo {
                 name: format!("mcp__local__{n}"),
@@ -30,6 +31,10 @@ impl ToolHost for LocalTools {
                 "mcp__local__slow" => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     Ok(json!("slept"))
+                }
+                "mcp__local__sleepy" => {
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                    Ok(json!("woke up"))
                 }
                 _ => Err("the tool failed on purpose".into()),
             }
@@ -124,6 +129,15 @@ fn unknown_tools_and_search() {
     assert!(value[0].as_str().unwrap().contains("unknown tool"));
     assert_eq!(value[1], json!(["mcp__local__slow"]));
     assert_eq!(value[2], json!({"type": "object"}));
+    // The compact form: name, first description line, argument types; no schema.
+    let e = run_with("search_tools('sleeping', limit=5)", &options());
+    assert_eq!(
+        e.return_value,
+        Some(
+            json!([{"name": "mcp__local__sleepy", "description": "the sleepy tool", "arguments": {}}])
+        ),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -157,6 +171,94 @@ fn timeout_covers_tool_time() {
         &options,
     );
     assert_eq!(e.status, Status::Timeout);
+}
+
+/// Options with these run and tool-call time limits.
+fn timed(timeout_ms: u64, tool_timeout_ms: u64) -> RunOptions {
+    RunOptions {
+        limits: Limits {
+            timeout: Duration::from_millis(timeout_ms),
+            tool_timeout: Duration::from_millis(tool_timeout_ms),
+            ..Limits::default()
+        },
+        ..options()
+    }
+}
+
+#[test]
+fn a_slow_tool_fails_with_tool_error_while_the_run_has_time_left() {
+    let e = run_with(
+        "try:\n    call_mcp_tool('mcp__local__sleepy')\nexcept ToolError as e:\n    err = str(e)\n\
+         [err, call_mcp_tool('mcp__local__echo', {'after': 1})]",
+        &timed(5_000, 200),
+    );
+    assert_eq!(e.status, Status::Ok, "{e:?}");
+    assert_eq!(
+        e.return_value,
+        Some(json!([
+            "tool mcp__local__sleepy timed out after 200 ms (tool_timeout_ms)",
+            {"after": 1}
+        ]))
+    );
+    assert!(e.duration_ms < 3_000.0, "{} ms", e.duration_ms);
+}
+
+#[test]
+fn a_run_whose_time_ends_during_a_tool_call_names_the_tool() {
+    // The tool's own timeout (60 s) is longer than the run has: the run ends, naming the
+    // tool, and the code gets no ToolError to swallow.
+    let e = run_with(
+        "try:\n    call_mcp_tool('mcp__local__sleepy')\nexcept ToolError:\n    pass\n'swallowed'",
+        &timed(500, 60_000),
+    );
+    assert_eq!(e.status, Status::Timeout, "{e:?}");
+    assert_eq!(e.return_value, None);
+    assert_eq!(
+        e.error.expect("an error").message,
+        "the run exceeded its wall-clock limit of 500 ms while waiting for mcp__local__sleepy"
+    );
+    assert!(e.duration_ms < 3_000.0, "{} ms", e.duration_ms);
+
+    // Only the calls still out are named: `slow` answered after 100 ms.
+    let e = run_with(
+        "import asyncio\nawait asyncio.gather(call_mcp_tool('mcp__local__slow'), \
+         call_mcp_tool('mcp__local__sleepy'), call_mcp_tool('mcp__local__sleepy'))",
+        &timed(600, 60_000),
+    );
+    assert_eq!(
+        e.error.expect("an error").message,
+        "the run exceeded its wall-clock limit of 600 ms while waiting for mcp__local__sleepy (2 calls)"
+    );
+
+    // A run that times out outside a tool call names none, even after calling tools.
+    let e = run_with(
+        "call_mcp_tool('mcp__local__slow')\nwhile True: pass",
+        &timed(400, 60_000),
+    );
+    assert_eq!(
+        e.error.expect("an error").message,
+        "the run exceeded its wall-clock limit of 400 ms"
+    );
+}
+
+#[test]
+fn the_tool_timeout_is_cut_to_what_the_run_has_left() {
+    // 300 ms of tool timeout, but after sleeping 400 ms the run has only ~200 ms left:
+    // the second call is cut by the run's deadline, not failed by the tool timeout.
+    let e = run_with(
+        "import time\ntry:\n    call_mcp_tool('mcp__local__sleepy')\nexcept ToolError as e:\n    print(e)\n\
+         time.sleep(0.4)\ntry:\n    call_mcp_tool('mcp__local__sleepy')\nexcept ToolError as e:\n    print('second', e)",
+        &timed(900, 300),
+    );
+    assert_eq!(e.status, Status::Timeout, "{e:?}");
+    assert_eq!(
+        e.stdout,
+        "tool mcp__local__sleepy timed out after 300 ms (tool_timeout_ms)\n"
+    );
+    assert_eq!(
+        e.error.expect("an error").message,
+        "the run exceeded its wall-clock limit of 900 ms while waiting for mcp__local__sleepy"
+    );
 }
 
 #[test]
