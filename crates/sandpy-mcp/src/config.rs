@@ -6,7 +6,12 @@
 //! {
 //!   "mcpServers": {
 //!     "everything": { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"] },
-//!     "remote": { "url": "http://127.0.0.1:3001/mcp", "headers": { "Authorization": "Bearer x" } }
+//!     "local": { "url": "http://127.0.0.1:3001/mcp" },
+//!     "remote": {
+//!       "url": "https://mcp.example.com/mcp",
+//!       "headers": { "Authorization": "Bearer ${REMOTE_TOKEN}" },
+//!       "ca_file": "certs/internal-ca.pem"
+//!     }
 //!   },
 //!   "sandpy": { "limits": { "timeout_ms": 30000 }, "allowed_tools": ["mcp__everything__*"] }
 //! }
@@ -17,6 +22,7 @@
 //! [`Expansions`] for how messages keep the values out).
 
 use crate::expand::{expand, Expansions, Lookup};
+use crate::tls::CaFile;
 use axum::http::{HeaderName, HeaderValue};
 use sandpy::{ConfigError, ConfigFile, Settings};
 use serde::Deserialize;
@@ -39,7 +45,7 @@ pub enum ServerSpec {
         /// Values `command` took from the environment, for [`ServerSpec::hide`].
         expansions: Expansions,
     },
-    /// A streamable HTTP endpoint.
+    /// A streamable HTTP endpoint, `http://` or `https://`.
     Http {
         /// The endpoint URL.
         url: String,
@@ -47,6 +53,9 @@ pub enum ServerSpec {
         headers: BTreeMap<String, String>,
         /// Values `url` and `headers` took from the environment, for [`ServerSpec::hide`].
         expansions: Expansions,
+        /// Certificates an `https` server's certificate may chain to besides the system
+        /// roots (`ca_file` in the config: a PEM file, relative to the config's folder).
+        ca_file: Option<CaFile>,
     },
 }
 
@@ -90,6 +99,7 @@ struct RawServer {
     url: Option<String>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
+    ca_file: Option<PathBuf>,
 }
 
 /// Server names become part of tool names and Python identifiers.
@@ -193,6 +203,12 @@ impl Config {
                         "missing `command` (stdio server) or `url` (HTTP server)".into(),
                     ))
                 }
+                (Some(_), None, _) if server.ca_file.is_some() => {
+                    return Err(invalid(
+                        &format!("{key}.ca_file"),
+                        "only `https` servers (`url`) use a CA file".into(),
+                    ))
+                }
                 (Some(command), None, _) => {
                     let mut expansions = Expansions::default();
                     let at = format!("{key}.command");
@@ -221,19 +237,27 @@ impl Config {
                     let mut expansions = Expansions::default();
                     let at = format!("{key}.url");
                     let url = expand_at(&written, &at, Some(&mut expansions))?;
-                    if url.starts_with("https://") {
-                        let message =
-                            "https upstreams are not supported yet (this build has no TLS stack); \
-                                       use http on loopback or a local TLS-terminating proxy";
-                        return Err(invalid(&at, message.into()));
-                    }
-                    if !url.starts_with("http://") {
+                    let https = url.starts_with("https://");
+                    if !https && !url.starts_with("http://") {
                         let expanded = if url == written { "" } else { " once expanded" };
                         return Err(invalid(
                             &at,
-                            format!("{written:?} is not an http URL{expanded}"),
+                            format!("{written:?} is not an http or https URL{expanded}"),
                         ));
                     }
+                    let ca_file = match server.ca_file {
+                        None => None,
+                        Some(_) if !https => {
+                            return Err(invalid(
+                                &format!("{key}.ca_file"),
+                                "only `https` servers use a CA file, and `url` is http".into(),
+                            ))
+                        }
+                        Some(file) => Some(
+                            CaFile::read(&base.join(file))
+                                .map_err(|e| invalid(&format!("{key}.ca_file"), e.to_string()))?,
+                        ),
+                    };
                     let mut headers = BTreeMap::new();
                     for (header, value) in &server.headers {
                         let at = format!("{key}.headers.{header}");
@@ -256,6 +280,7 @@ impl Config {
                         url,
                         headers,
                         expansions,
+                        ca_file,
                     }
                 }
             };
@@ -329,9 +354,9 @@ mod tests {
             e.contains("at `.`") && e.contains("key must be a string"),
             "{e}"
         );
-        let e = error(r#"{"mcpServers": {"tls": {"url": "https://example.com/mcp"}}}"#);
+        let e = error(r#"{"mcpServers": {"ftp": {"url": "ftp://example.com/mcp"}}}"#);
         assert!(
-            e.contains("mcpServers.tls.url") && e.contains("no TLS"),
+            e.contains("mcpServers.ftp.url") && e.contains("not an http or https URL"),
             "{e}"
         );
         let e = error(r#"{"mcpServers": {"old": {"type": "sse", "url": "http://x"}}}"#);
@@ -467,7 +492,7 @@ mod tests {
             .to_string();
         assert!(
             e.contains("mcpServers.s.url")
-                && e.contains(r#""${PLAIN_URL}" is not an http URL once expanded"#),
+                && e.contains(r#""${PLAIN_URL}" is not an http or https URL once expanded"#),
             "{e}"
         );
         assert!(!e.contains("S3CR3T"), "{e}");

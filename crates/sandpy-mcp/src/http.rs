@@ -13,8 +13,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::ServerHandler;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 /// Why the HTTP server cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +91,39 @@ async fn deleted_is_no_content(request: Request, next: Next) -> Response {
     response
 }
 
+/// The MCP endpoint at `/mcp` serving a clone of `server` to each session, behind the
+/// bearer check when `token` is set; and the token that ends its open streams on shutdown.
+/// Beyond loopback any `Host` is accepted (the token guards it).
+pub(crate) fn mcp_router<S>(
+    server: S,
+    token: Option<String>,
+    loopback: bool,
+) -> (Router, CancellationToken)
+where
+    S: ServerHandler + Clone + Send + Sync + 'static,
+{
+    let mut config = StreamableHttpServerConfig::default();
+    if !loopback {
+        config = config.disable_allowed_hosts(); // reached by any name; the token guards it
+    }
+    let cancel = config.cancellation_token.clone();
+    let service: StreamableHttpService<S, LocalSessionManager> = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let mut app = Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn(deleted_is_no_content));
+    if let Some(token) = token {
+        app = app.layer(middleware::from_fn_with_state(
+            Arc::<str>::from(token),
+            require_bearer,
+        ));
+    }
+    (app, cancel)
+}
+
 /// A bound listener, so callers learn the port (`127.0.0.1:0`) before serving.
 pub struct HttpListener {
     listener: tokio::net::TcpListener,
@@ -126,26 +161,7 @@ impl HttpListener {
             .local_addr()
             .map(|a| a.ip().is_loopback())
             .unwrap_or(false);
-        let mut config = StreamableHttpServerConfig::default();
-        if !loopback {
-            config = config.disable_allowed_hosts(); // reached by any name; the token guards it
-        }
-        let cancel = config.cancellation_token.clone();
-        let service: StreamableHttpService<SandpyServer, LocalSessionManager> =
-            StreamableHttpService::new(
-                move || Ok(server.clone()),
-                Arc::new(LocalSessionManager::default()),
-                config,
-            );
-        let mut app = Router::new()
-            .nest_service("/mcp", service)
-            .layer(middleware::from_fn(deleted_is_no_content));
-        if let Some(token) = self.token {
-            app = app.layer(middleware::from_fn_with_state(
-                Arc::<str>::from(token),
-                require_bearer,
-            ));
-        }
+        let (app, cancel) = mcp_router(server, self.token, loopback);
         axum::serve(self.listener, app)
             .with_graceful_shutdown(async move {
                 shutdown.await;

@@ -13,6 +13,7 @@
 use crate::audit::AuditLog;
 use crate::config::{Config, ServerSpec};
 use crate::schema::ArgumentSchema;
+use crate::tls;
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
@@ -81,7 +82,7 @@ fn client_config() -> ClientConfig {
 }
 
 /// Start or reach the server. Error texts may hold expanded values: callers hide them.
-async fn connect(spec: &ServerSpec) -> Result<Client, String> {
+async fn connect(name: &str, spec: &ServerSpec) -> Result<Client, String> {
     match spec {
         ServerSpec::Stdio {
             command,
@@ -107,7 +108,12 @@ async fn connect(spec: &ServerSpec) -> Result<Client, String> {
                 .await
                 .map_err(|e| format!("MCP handshake failed: {e}"))
         }
-        ServerSpec::Http { url, headers, .. } => {
+        ServerSpec::Http {
+            url,
+            headers,
+            ca_file,
+            ..
+        } => {
             // The config checked the headers; a spec built in code may still hold bad ones.
             let mut custom = HashMap::new();
             for (name, value) in headers {
@@ -117,13 +123,14 @@ async fn connect(spec: &ServerSpec) -> Result<Client, String> {
                     .map_err(|_| format!("header {name}: not a valid HTTP header value"))?;
                 custom.insert(name, value);
             }
+            let client = tls::http_client(url.starts_with("https://"), ca_file.as_ref())?;
             let config =
                 StreamableHttpClientTransportConfig::with_uri(url.clone()).custom_headers(custom);
-            let transport = StreamableHttpClientTransport::from_config(config);
-            client_config()
-                .serve(transport)
-                .await
-                .map_err(|e| format!("cannot connect to {url}: {e}"))
+            let transport = StreamableHttpClientTransport::with_client(client, config);
+            client_config().serve(transport).await.map_err(|e| {
+                tls::explain(name, url, ca_file.as_ref(), &e)
+                    .unwrap_or_else(|| format!("cannot connect to {url}: {e}"))
+            })
         }
     }
 }
@@ -193,7 +200,7 @@ impl Upstream {
             tracing::warn!("upstream {} died; restarting it", self.name);
             tokio::spawn(async move { drop(dead.cancel().await) });
         }
-        let client = tokio::time::timeout(STARTUP_TIMEOUT, connect(&self.spec))
+        let client = tokio::time::timeout(STARTUP_TIMEOUT, connect(&self.name, &self.spec))
             .await
             .map_err(|_| {
                 format!(
@@ -206,6 +213,18 @@ impl Upstream {
         let peer = client.peer().clone();
         *slot = Some(client);
         Ok((peer, true))
+    }
+
+    /// What to do about `error`, when it is a TLS or HTTP authentication failure of an
+    /// HTTP server (a certificate that changed, a token that was revoked). The text may hold
+    /// expanded values: callers hide them.
+    fn explain(&self, error: &(dyn std::error::Error + 'static)) -> Option<String> {
+        match &self.spec {
+            ServerSpec::Http { url, ca_file, .. } => {
+                tls::explain(&self.name, url, ca_file.as_ref(), error)
+            }
+            ServerSpec::Stdio { .. } => None,
+        }
     }
 
     /// Drop the connection after a transport error (even one whose transport still looks
@@ -346,9 +365,12 @@ impl Hub {
             Ok(result) => result_value(result),
             Err(error) if is_connection_error(&error) => {
                 upstream.forget().await;
-                let error = upstream.spec.hide(&error.to_string());
-                upstream.set_status(format!("crashed ({error}); restarts on the next call"));
-                Err(format!("server {} failed during the call ({error}); it will be restarted on the next call", upstream.name))
+                let why = upstream
+                    .explain(&error)
+                    .unwrap_or_else(|| error.to_string());
+                let why = upstream.spec.hide(&why);
+                upstream.set_status(format!("crashed ({why}); restarts on the next call"));
+                Err(format!("server {} failed during the call ({why}); it will be restarted on the next call", upstream.name))
             }
             // The tool's own answer: passed on as the tool gave it.
             Err(ServiceError::McpError(error)) => Err(error.message.to_string()),

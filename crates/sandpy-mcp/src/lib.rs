@@ -6,6 +6,17 @@
 //!   sandpy's settings.
 //! - [`Hub`]: MCP clients (rmcp) for every configured server, one `ToolHost` for sandpy.
 //! - [`SandpyServer`]: the rmcp server handler; serve it over stdio or [`HttpListener`].
+//!
+//! Upstreams over `https://` use rustls with the `ring` provider, trusting the system's
+//! root certificates and a server's own `ca_file` ([`CaFile`]). The hub's HTTP clients
+//! carry their own TLS settings; but the crate turns on reqwest's `rustls-no-provider`, so a
+//! reqwest 0.13 client built by other code in the same program (rmcp's
+//! `StreamableHttpClientTransport::from_uri`, say) needs a process-wide provider first:
+//! `rustls::crypto::ring::default_provider().install_default()`.
+//!
+//! Crate feature `test-server` adds the module `test_server`: a small MCP server with an `echo`
+//! tool, over http or https on loopback with certificates made on the spot, for tests and
+//! benchmarks.
 #![deny(missing_docs)]
 
 mod audit;
@@ -16,6 +27,9 @@ mod hub;
 mod schema;
 mod server;
 mod summary;
+#[cfg(feature = "test-server")]
+pub mod test_server;
+mod tls;
 
 pub use audit::AuditLog;
 pub use config::{Config, ServerSpec};
@@ -25,6 +39,7 @@ pub use hub::{Hub, ServerStatus};
 pub use sandpy::{ConfigError, UnknownPolicy};
 pub use server::SandpyServer;
 pub use summary::summarize;
+pub use tls::{CaFile, CaFileError};
 
 /// Serve `server` over stdin/stdout until the client disconnects.
 pub async fn serve_stdio(server: SandpyServer) -> std::io::Result<()> {

@@ -25,7 +25,7 @@ pub struct Args {
     /// against the same packages in a folder mounted at /packages (needs PyPI, ~1 min).
     #[arg(long)]
     packages: bool,
-    /// Only this part: hello, files, session, process, cpu, tools, eval or memory.
+    /// Only this part: hello, files, session, process, cpu, tools, tls, eval or memory.
     #[arg(long, value_name = "PART")]
     only: Option<String>,
 }
@@ -106,13 +106,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
     let want = |part: &str| bench.args.only.as_deref().is_none_or(|only| only == part);
     println!("sandpy bench (medians; the machine is shared, compare ratios)\n");
-    let parts: [(&str, Part); 8] = [
+    let parts: [(&str, Part); 9] = [
         ("hello", Bench::hello),
         ("files", Bench::files),
         ("session", Bench::session),
         ("process", Bench::process),
         ("cpu", Bench::cpu),
         ("tools", Bench::tools),
+        ("tls", Bench::tls),
         ("eval", Bench::eval),
         ("memory", Bench::memory),
     ];
@@ -387,6 +388,12 @@ impl Bench {
         Ok(())
     }
 
+    /// An upstream call over https against the same call over http, to the same echo server
+    /// on loopback in this run: what TLS adds to a call.
+    fn tls(&self) -> anyhow::Result<()> {
+        self.rt.block_on(https_against_http(&self.sandbox))
+    }
+
     /// Eval batch: the real `sandpy call --args-file` over 10,000 inputs.
     fn eval(&self) -> anyhow::Result<()> {
         eval_batch(&self.exe, self.cores)
@@ -600,6 +607,78 @@ async fn upstream_overhead(sandbox: &sandpy::Sandbox) -> anyhow::Result<()> {
     let (d, i) = (median(&mut direct), median(&mut inside));
     println!("  echo on server-everything: from Rust via the hub {d:.3} ms, from sandboxed Python {i:.3} ms: overhead {:.3} ms", i - d);
     hub.shutdown().await;
+    Ok(())
+}
+
+/// Echo on the test server over http and over https (a certificate from a CA made here,
+/// trusted through `ca_file`), both behind a bearer token, called in alternating rounds
+/// from Rust via the hub and from sandboxed Python.
+async fn https_against_http(sandbox: &sandpy::Sandbox) -> anyhow::Result<()> {
+    use sandpy::ToolHost;
+    use sandpy_mcp::test_server::{TestCa, TestServer};
+    let token = "bench-token";
+    let ca = TestCa::new();
+    let plain = TestServer::start(None, Some(token)).await?;
+    let tls = TestServer::start(Some(ca.issue(&["localhost"])), Some(token)).await?;
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("ca.pem"), ca.pem())?;
+    let headers = serde_json::json!({"Authorization": format!("Bearer {token}")});
+    let config = serde_json::json!({"mcpServers": {
+        "http": {"url": plain.url(), "headers": headers},
+        "https": {"url": tls.url(), "headers": headers, "ca_file": "ca.pem"},
+    }});
+    let path = dir.path().join(".mcp.json");
+    std::fs::write(&path, config.to_string())?;
+    let hub = sandpy_mcp::Hub::start(&sandpy_mcp::Config::load(&path)?).await;
+    for server in hub.servers() {
+        if !server.status.starts_with("ready") {
+            bail!("test server {}: {}", server.name, server.status);
+        }
+    }
+    let options = sandpy::RunOptions {
+        tools: Some(hub.for_execution("bench".into(), None)),
+        ..sandpy::RunOptions::default()
+    };
+    let calls = 300;
+    // [http, https] per-call milliseconds, from Rust and from Python.
+    let (mut rust, mut python) = ([vec![], vec![]], [vec![], vec![]]);
+    for _ in 0..5 {
+        for (i, tool) in ["mcp__http__echo", "mcp__https__echo"]
+            .into_iter()
+            .enumerate()
+        {
+            let t = Instant::now();
+            for _ in 0..calls {
+                hub.call_tool(tool, serde_json::json!({"message": "x"}))
+                    .await?;
+            }
+            rust[i].push(t.elapsed().as_secs_f64() * 1e3 / calls as f64);
+            let e = sandbox
+                .run_with(&call_loop(tool, "{'message': 'x'}", calls), &options)
+                .await;
+            python[i].push(
+                e.return_value
+                    .and_then(|v| v.as_f64())
+                    .with_context(|| format!("{tool} loop failed: {:?}", e.error))?,
+            );
+        }
+    }
+    let line = |from: &str, [http, https]: &mut [Vec<f64>; 2]| {
+        let (http, https) = (median(http), median(https));
+        println!(
+            "  from {from}: http {http:.3} ms, https {https:.3} ms per call: https/http {:.2}x",
+            https / http
+        );
+    };
+    println!(
+        "\nupstream echo over https vs http (test server on loopback, bearer token, {calls} calls x 5 rounds;\n  \
+         http opens a connection per call, as rmcp's default client does; https keeps its connections):"
+    );
+    line("Rust via the hub", &mut rust);
+    line("sandboxed Python", &mut python);
+    hub.shutdown().await;
+    plain.stop().await;
+    tls.stop().await;
     Ok(())
 }
 

@@ -31,6 +31,9 @@ struct Round {
 }
 
 async fn client(url: String, me: usize, round: usize) -> Round {
+    // rmcp's default reqwest client uses rustls's process-wide provider, and none is picked
+    // by itself: the workspace builds rustls with `ring` alone (see sandpy-mcp).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let transport = StreamableHttpClientTransport::from_uri(url);
     let client = ().serve(transport).await.expect("connect");
     let session = format!("client-{me}-round-{round}");

@@ -1,9 +1,10 @@
 //! sandpy-mcp's integration tests: the hub against real upstream MCP servers from the npm
 //! registry (started with `npx`), driven by real Python in the sandbox, and the sandpy MCP
-//! server through an in-process rmcp client.
+//! server through an in-process rmcp client; https upstreams against a local TLS server.
 
 mod audit;
 mod server;
+mod tls;
 mod upstream;
 
 use sandpy::{Execution, RunOptions, Sandbox};
