@@ -21,9 +21,14 @@ pub struct SessionInfo {
     pub poisoned: bool,
     /// Linear memory it holds.
     pub memory_bytes: u64,
+    /// Host memory its journal holds (what a save would write).
+    pub journal_bytes: u64,
+    /// Whether it can be saved or forked (false once its journal passed its cap).
+    pub saveable: bool,
 }
 
-/// Settings of a [`Sessions`] set. Defaults: 10 minutes idle TTL, 64 sessions, 256 MiB each.
+/// Settings of a [`Sessions`] set. Defaults: 10 minutes idle TTL, 64 sessions, 256 MiB
+/// of memory and a 16 MiB journal each.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionLimits {
     /// A session idle this long is closed (checked on every access).
@@ -32,6 +37,9 @@ pub struct SessionLimits {
     pub max_sessions: usize,
     /// Memory cap of each session's instance.
     pub memory_bytes: usize,
+    /// Cap of each session's journal (the runs kept for save and fork, in host memory);
+    /// see [`Session`](crate::Session) for what happens past it.
+    pub journal_bytes: u64,
 }
 
 impl Default for SessionLimits {
@@ -40,6 +48,7 @@ impl Default for SessionLimits {
             idle_ttl: Duration::from_secs(600),
             max_sessions: 64,
             memory_bytes: 256 << 20,
+            journal_bytes: 16 << 20,
         }
     }
 }
@@ -106,7 +115,7 @@ impl Sessions {
                 }
                 None => {
                     let entry = Arc::new(Entry {
-                        session: Arc::new(Session::new(&self.sandbox, self.limits.memory_bytes)),
+                        session: Arc::new(Session::new(&self.sandbox, &self.limits)),
                         last_used: Mutex::new(Instant::now()),
                     });
                     entries.insert(id.to_string(), entry.clone());
@@ -181,7 +190,7 @@ impl Sessions {
     pub async fn snapshot(&self, id: &str) -> Result<SessionSnapshot, SessionError> {
         let entry = self.get(id)?;
         entry.touch();
-        Ok(entry.session.snapshot().await)
+        entry.session.snapshot().await
     }
 
     /// A new session `id` rebuilt from `snapshot`.
@@ -195,8 +204,7 @@ impl Sessions {
         if self.entries().contains_key(id) {
             return Err(SessionError::Exists(id.to_string()));
         }
-        let session =
-            Session::restore(&self.sandbox, snapshot, self.limits.memory_bytes, options).await?;
+        let session = Session::restore(&self.sandbox, snapshot, &self.limits, options).await?;
         self.insert(id, session)
     }
 

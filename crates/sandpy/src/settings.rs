@@ -164,6 +164,7 @@ struct RawSessions {
     idle_ttl_ms: Option<u64>,
     max_sessions: Option<usize>,
     memory_mb: Option<u64>,
+    journal_mb: Option<u64>,
     save_dir: Option<PathBuf>,
 }
 
@@ -280,6 +281,15 @@ impl Settings {
                 .validate()
                 .map_err(|e| invalid("sandpy.sessions.memory_mb", e.requirement))?;
             sessions.memory_bytes = memory.apply(&Limits::default()).memory_bytes;
+        }
+        if let Some(mb) = raw_sessions.journal_mb {
+            if mb == 0 {
+                return Err(invalid(
+                    "sandpy.sessions.journal_mb",
+                    "must be at least 1 (MiB)".into(),
+                ));
+            }
+            sessions.journal_bytes = mb.saturating_mul(1 << 20);
         }
         let session_dir = raw_sessions.save_dir.map(|dir| base.join(dir));
         let mounts: Vec<Mount> = raw
