@@ -32,7 +32,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
     Implementation, JsonObject, PaginatedRequestParams, Tool,
 };
-use rmcp::service::RunningService;
+use rmcp::service::{ClientCacheConfig, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{Peer, RoleClient, ServiceError, ServiceExt};
@@ -301,6 +301,10 @@ async fn list_tools(peer: &Peer<RoleClient>, server: &str) -> Result<Listed, Ser
         skipped_count: 0,
         stopped: None,
     };
+    // rmcp would keep a copy of every page a server marks cacheable (`ttlMs`): up to 512
+    // pages of 16 MiB. The hub keeps what it vetted, and nothing else.
+    peer.set_response_cache_config(ClientCacheConfig::disabled())
+        .await;
     let mut bytes = 0usize;
     let mut cursor = None;
     'pages: for page in 1..=MAX_PAGES {
