@@ -143,6 +143,8 @@ def python_name(name: str) -> str | None:
     stand for a Python internal such as `__class__`; call those by full name."""
     if name.startswith("_"):
         return None
+    if name.isascii() and name.isidentifier():
+        return name  # most names: no regex for each of 10,000 tools
     ident = re.sub(r"\W", "_", name, flags=re.ASCII)
     return "_" + ident if ident[:1].isdigit() else ident
 
