@@ -274,3 +274,38 @@ fn ten_thousand_tools_are_listed_and_called_by_name() {
         hub.shutdown().await;
     });
 }
+
+#[test]
+fn an_http_answer_over_the_limit_fails_its_call_at_once_and_the_server_still_answers() {
+    block_on(async {
+        let server = sandpy_mcp::test_server::TestServer::start(None, None)
+            .await
+            .expect("test server");
+        let text = json!({"mcpServers": {"web": {"type": "http", "url": server.url()}},
+                          "sandpy": {"limits": {"max_tool_result_bytes": 262144}}});
+        let hub = Hub::start(&config(&text.to_string())).await;
+        assert!(
+            hub.servers()[0].status.starts_with("ready"),
+            "{:?}",
+            hub.servers()
+        );
+        let big = json!({"message": "x".repeat(1 << 20)});
+        let refused = hub
+            .call_tool("mcp__web__echo", big)
+            .await
+            .expect_err("over the limit");
+        // rmcp's HTTP client refuses the body past the limit (2 x 256 KiB + 64 KiB) without
+        // holding it, and closes the connection: the call fails at once, less precisely
+        // than over stdio (the size is not named), and the next call reconnects.
+        assert_eq!(
+            refused.message,
+            "server web failed during the call (Transport closed); it will be restarted on the next call"
+        );
+        let small = hub
+            .call_tool("mcp__web__echo", json!({"message": "still here"}))
+            .await;
+        assert_eq!(small, Ok(json!("Echo: still here")));
+        hub.shutdown().await;
+        server.stop().await;
+    });
+}
