@@ -237,6 +237,7 @@ def execute(task: Task, options: RunOptions) -> Outcome:
     """Run `task`; never raises (a Python error becomes `Outcome.error`)."""
     try:
         _prepare_interpreter()
+        tools.new_run()
         if isinstance(task, Task_Check):
             found = policy.check(task.value, options.filename, options.policy or _NO_POLICY)
             outcome = Outcome(value=None, error=None, violations=found)

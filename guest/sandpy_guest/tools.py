@@ -137,9 +137,15 @@ def search_tools(query: str, limit: int = 10) -> list[dict[str, Any]]:
     return found
 
 
-def python_name(name: str) -> str:
-    """An identifier for an MCP server or tool name (`-`, `.` and the like become `_`)."""
-    ident = re.sub(r"\W", "_", name)
+def python_name(name: str) -> str | None:
+    """The attribute of an MCP server or tool name in `tools` (`-`, `.` and the like become
+    `_`, a leading digit gets a `_`), or None for a name starting with `_`: no tool may
+    stand for a Python internal such as `__class__`; call those by full name."""
+    if name.startswith("_"):
+        return None
+    if name.isascii() and name.isidentifier():
+        return name  # most names: no regex for each of 10,000 tools
+    ident = re.sub(r"\W", "_", name, flags=re.ASCII)
     return "_" + ident if ident[:1].isdigit() else ident
 
 
@@ -150,59 +156,131 @@ def _split(full_name: str) -> tuple[str, str] | None:
     return None
 
 
-class _Server:
-    def __init__(self, server: str, tool_names: dict[str, str]) -> None:
-        self._server = server
-        self._tools = tool_names  # python name -> full name
+def _some(names: Any, most: int = 30) -> str:
+    names = sorted(names)
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
-    def __getattr__(self, attr: str) -> Any:
-        full = self._tools.get(attr)
-        if full is None:
-            raise AttributeError(
-                f"server {self._server!r} has no allowed tool {attr!r}; "
-                f"available: {sorted(self._tools)}"
-            )
 
-        def call(arguments: dict[str, Any] | None = None, /, **kwargs: Any) -> Any:
-            return call_mcp_tool(full, arguments, **kwargs)
+class _Tool:
+    """One tool of `tools.<server>`: call it with a dict and/or keywords."""
 
-        call.__name__ = attr
-        return call
+    __slots__ = ("_full",)
 
-    def __dir__(self) -> list[str]:
-        return sorted(self._tools)
+    def __init__(self, full: str) -> None:
+        object.__setattr__(self, "_full", full)
+
+    def __getattribute__(self, attr: str) -> Any:
+        raise AttributeError(f"a tool has no attribute {attr!r}; call it")
+
+    def __call__(self, arguments: dict[str, Any] | None = None, /, **kwargs: Any) -> Any:
+        return call_mcp_tool(object.__getattribute__(self, "_full"), arguments, **kwargs)
 
     def __repr__(self) -> str:
-        return f"<tools.{python_name(self._server)}: {', '.join(sorted(self._tools))}>"
+        return f"<tool {object.__getattribute__(self, '_full')}>"
 
 
-class _Namespace:
-    """`tools.<server>.<tool>(**kwargs)`: attribute access over the allowed tools."""
+class _Server:
+    """`tools.<server>`: an attribute per allowed tool, and nothing else."""
 
-    def _servers(self) -> dict[str, _Server]:
-        grouped: dict[str, tuple[str, dict[str, str]]] = {}
-        for tool in discover_mcp_tools():
-            split = _split(tool["name"])
+    __slots__ = ("_server", "_tools", "_clashes")
+
+    def __init__(self, server: str, tool_names: dict[str, str], clashes: dict[str, list[str]]) -> None:
+        object.__setattr__(self, "_server", server)
+        object.__setattr__(self, "_tools", tool_names)  # python name -> full name
+        object.__setattr__(self, "_clashes", clashes)  # python name -> full names
+
+    def __getattribute__(self, attr: str) -> Any:
+        tool_names: dict[str, str] = object.__getattribute__(self, "_tools")
+        full = tool_names.get(attr)
+        if full is not None:
+            return _Tool(full)
+        server: str = object.__getattribute__(self, "_server")
+        clashes: dict[str, list[str]] = object.__getattribute__(self, "_clashes")
+        if attr in clashes:
+            names = clashes[attr]
+            raise AttributeError(
+                f"tools.{python_name(server)}.{attr} is ambiguous: tools {_some(names)} all map to it; "
+                f"call one by its full name, e.g. call_mcp_tool({names[0]!r}, ...)"
+            )
+        raise AttributeError(
+            f"server {server!r} has no allowed tool {attr!r}; available: {_some(tool_names)} "
+            "(tools whose names start with _ are called by full name with call_mcp_tool)"
+        )
+
+    def __dir__(self) -> list[str]:
+        return sorted(object.__getattribute__(self, "_tools"))
+
+    def __repr__(self) -> str:
+        server = object.__getattribute__(self, "_server")
+        return f"<tools.{python_name(server)}: {_some(object.__getattribute__(self, '_tools'))}>"
+
+
+# The namespace of the current run, made on first use: the next run may allow other tools.
+_servers_cache: "tuple[dict[str, _Server], dict[str, list[str]]] | None" = None
+
+
+def new_run() -> None:
+    """Forget the last run's tool namespace (the runner calls this as each run starts)."""
+    global _servers_cache
+    _servers_cache = None
+
+
+def _servers() -> "tuple[dict[str, _Server], dict[str, list[str]]]":
+    """Servers by attribute, and server names that clash on one attribute."""
+    global _servers_cache
+    if _servers_cache is None:
+        grouped: dict[str, dict[str, list[str]]] = {}  # server -> attribute -> full names
+        for full in host.tool_names():
+            split = _split(full)
             if split is None:
                 continue
             server, short = split
-            entry = grouped.setdefault(python_name(server), (server, {}))
-            entry[1][python_name(short)] = tool["name"]
-        return {key: _Server(server, names) for key, (server, names) in grouped.items()}
+            attribute = python_name(short)
+            if attribute is not None:
+                grouped.setdefault(server, {}).setdefault(attribute, []).append(full)
+        by_attribute: dict[str, list[str]] = {}
+        for server in grouped:
+            attribute = python_name(server)
+            if attribute is not None:
+                by_attribute.setdefault(attribute, []).append(server)
+        servers: dict[str, _Server] = {}
+        clashes: dict[str, list[str]] = {}
+        for attribute, names in by_attribute.items():
+            if len(names) > 1:
+                clashes[attribute] = names
+                continue
+            attributes = grouped[names[0]]
+            unique = {a: fulls[0] for a, fulls in attributes.items() if len(fulls) == 1}
+            clashing = {a: fulls for a, fulls in attributes.items() if len(fulls) > 1}
+            servers[attribute] = _Server(names[0], unique, clashing)
+        _servers_cache = (servers, clashes)
+    return _servers_cache
 
-    def __getattr__(self, attr: str) -> _Server:
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        servers = self._servers()
-        if attr not in servers:
-            raise AttributeError(f"no MCP server {attr!r} is available; available: {sorted(servers)}")
-        return servers[attr]
+
+class _Namespace:
+    """`tools.<server>.<tool>(**kwargs)`: attribute access over the allowed tools, and
+    nothing else."""
+
+    __slots__ = ()
+
+    def __getattribute__(self, attr: str) -> _Server:
+        servers, clashes = _servers()
+        server = servers.get(attr)
+        if server is not None:
+            return server
+        if attr in clashes:
+            raise AttributeError(
+                f"tools.{attr} is ambiguous: servers {_some(clashes[attr])} all map to it; "
+                "call their tools by full name with call_mcp_tool"
+            )
+        raise AttributeError(f"no MCP server {attr!r} is available; available: {_some(servers)}")
 
     def __dir__(self) -> list[str]:
-        return sorted(self._servers())
+        return sorted(_servers()[0])
 
     def __repr__(self) -> str:
-        return f"<tools: {', '.join(sorted(self._servers()))}>"
+        return f"<tools: {_some(_servers()[0])}>"
 
 
 tools = _Namespace()

@@ -7,6 +7,8 @@ def test_python_name_makes_identifiers() -> None:
     assert tools.python_name("server-everything") == "server_everything"
     assert tools.python_name("a.b") == "a_b"
     assert tools.python_name("9lives") == "_9lives"
+    for internal in ("__class__", "__dict__", "_private"):
+        assert tools.python_name(internal) is None, internal
 
 
 def test_split_full_names() -> None:

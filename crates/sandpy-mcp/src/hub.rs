@@ -9,25 +9,37 @@
 //! Every message about a server (its status, the errors its calls raise, the log) shows
 //! values the config took from the environment as their `${VAR}` text
 //! ([`ServerSpec::hide`]): they may be tokens.
+//!
+//! What an upstream sends is bounded before the hub holds it: a stdio server's messages are
+//! read through [`BoundedChild`] (an answer over the limit becomes an error for its call),
+//! an HTTP server's through rmcp's body limits, both at twice `max_tool_result_bytes` plus
+//! 64 KiB (room for structured content and its text copy); a result or error text over
+//! `max_tool_result_bytes` is refused as it arrives. A tool list is read for at most
+//! [`MAX_PAGES`] pages, [`MAX_TOOLS`] tools and [`MAX_LISTED_BYTES`]; a tool with a bad name
+//! ([`names`]) or schema ([`schema::vet`]) is skipped with a logged reason that
+//! `explain_missing` repeats, and the rest of the server's tools stay. The catalog is a map
+//! by name, so a call or a schema lookup costs the same with 10 tools or 10,000, and a
+//! tool's validator is made on its first call.
 
 use crate::audit::AuditLog;
+use crate::bounded::{BoundedChild, Refusal};
 use crate::config::{Config, ServerSpec};
-use crate::schema::ArgumentSchema;
+use crate::names;
+use crate::schema::{self, ArgumentSchema};
 use crate::tls;
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
-    Implementation, JsonObject,
+    Implementation, JsonObject, PaginatedRequestParams, Tool,
 };
-use rmcp::service::RunningService;
+use rmcp::service::{ClientCacheConfig, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{Peer, RoleClient, ServiceError, ServiceExt};
 use sandpy::{Allowlist, ToolError, ToolFuture, ToolHost, ToolInfo};
 use serde_json::Value;
-use std::collections::HashMap;
-use std::process::Stdio;
-use std::sync::{Arc, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 type Client = RunningService<RoleClient, ClientConfig>;
@@ -35,30 +47,61 @@ type Client = RunningService<RoleClient, ClientConfig>;
 /// How long a server may take to start and list its tools (npx may download it first).
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The most `tools/list` pages read from one server (a server may always say there are more).
+pub const MAX_PAGES: usize = 100;
+
+/// The most tools kept of one server.
+pub const MAX_TOOLS: usize = 20_000;
+
+/// The most bytes of tool names, descriptions and schemas kept of one server.
+pub const MAX_LISTED_BYTES: usize = 64 << 20;
+
+/// The longest tool description kept; a longer one is cut, the cut marked.
+const MAX_DESCRIPTION_BYTES: usize = 64 * 1024;
+
+/// How many skipped tools of one server the hub remembers (with their reasons).
+const MAX_SKIPPED: usize = 100;
+
+/// The largest upstream message for results of `result_bytes`: a result and its text copy,
+/// plus the envelope.
+fn message_limit(result_bytes: usize) -> usize {
+    result_bytes.saturating_mul(2).saturating_add(64 * 1024)
+}
+
 /// One upstream server and its live connection.
 struct Upstream {
     name: String,
     spec: ServerSpec,
+    /// The largest message read from the server ([`message_limit`]).
+    message_limit: usize,
     client: tokio::sync::Mutex<Option<Client>>,
     status: RwLock<String>,
 }
 
-struct Route {
+/// One listed tool: what the guest sees of it, where its calls go, and its argument
+/// validator once its first call made it.
+struct Entry {
+    info: ToolInfo,
     upstream: Arc<Upstream>,
     tool: String,
-    schema: Arc<ArgumentSchema>,
+    schema: OnceLock<ArgumentSchema>,
 }
 
 #[derive(Default)]
 struct Catalog {
-    tools: Vec<ToolInfo>,
-    routes: HashMap<String, Route>,
+    /// By full name, so in the order `list_tools` gives.
+    tools: BTreeMap<String, Arc<Entry>>,
+    /// Tools a server listed and the hub skipped: full name -> (server, why).
+    skipped: HashMap<String, (String, String)>,
 }
 
 struct Inner {
     upstreams: Vec<Arc<Upstream>>,
     catalog: RwLock<Catalog>,
     allowlist: Allowlist,
+    /// `max_tool_result_bytes` of the config: results and error texts above it are refused
+    /// as they arrive.
+    result_bytes: usize,
 }
 
 /// The hub; cheap to clone, and a [`ToolHost`] for the sandbox.
@@ -82,7 +125,7 @@ fn client_config() -> ClientConfig {
 }
 
 /// Start or reach the server. Error texts may hold expanded values: callers hide them.
-async fn connect(name: &str, spec: &ServerSpec) -> Result<Client, String> {
+async fn connect(name: &str, spec: &ServerSpec, limit: usize) -> Result<Client, String> {
     match spec {
         ServerSpec::Stdio {
             command,
@@ -99,9 +142,7 @@ async fn connect(name: &str, spec: &ServerSpec) -> Result<Client, String> {
             });
             // Its own process group, killed whole on drop: `npx` and the server it starts.
             wrap.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-            let (transport, _) = TokioChildProcess::builder(wrap)
-                .stderr(Stdio::null())
-                .spawn()
+            let transport = BoundedChild::spawn(wrap, name, limit)
                 .map_err(|e| format!("cannot start `{command}`: {e}"))?;
             client_config()
                 .serve(transport)
@@ -124,8 +165,10 @@ async fn connect(name: &str, spec: &ServerSpec) -> Result<Client, String> {
                 custom.insert(name, value);
             }
             let client = tls::http_client(url.starts_with("https://"), ca_file.as_ref())?;
-            let config =
-                StreamableHttpClientTransportConfig::with_uri(url.clone()).custom_headers(custom);
+            let config = StreamableHttpClientTransportConfig::with_uri(url.clone())
+                .custom_headers(custom)
+                .max_json_response_size(limit)
+                .max_sse_event_size(limit);
             let transport = StreamableHttpClientTransport::with_client(client, config);
             client_config().serve(transport).await.map_err(|e| {
                 tls::explain(name, url, ca_file.as_ref(), &e)
@@ -143,8 +186,9 @@ fn is_connection_error(error: &ServiceError) -> bool {
 }
 
 /// The value Python sees: structured content, else the text content (decoded as JSON when
-/// it is JSON), else the raw content blocks; an error result becomes the error text.
-fn result_value(result: CallToolResult) -> Result<Value, String> {
+/// it is JSON), else the raw content blocks; an error result becomes the error text. A
+/// value or error text over `limit` bytes is refused, naming `tool`, its size and the limit.
+fn result_value(tool: &str, result: CallToolResult, limit: usize) -> Result<Value, String> {
     let texts: Vec<&str> = result
         .content
         .iter()
@@ -152,6 +196,15 @@ fn result_value(result: CallToolResult) -> Result<Value, String> {
         .map(|t| t.text.as_str())
         .collect();
     if result.is_error == Some(true) {
+        let bytes = match &result.structured_content {
+            Some(v) if texts.is_empty() => schema::json_len(v),
+            _ => texts.iter().map(|t| t.len() + 1).sum(),
+        };
+        if bytes > limit {
+            return Err(format!(
+                "the error message of {tool} is {bytes} bytes, over the limit of {limit} bytes (max_tool_result_bytes)"
+            ));
+        }
         let message = if texts.is_empty() {
             result
                 .structured_content
@@ -162,6 +215,23 @@ fn result_value(result: CallToolResult) -> Result<Value, String> {
         };
         return Err(message);
     }
+    let value = plain_value(result)?;
+    if schema::holds_depth_marker(&value) {
+        return Err(format!(
+            "the result of {tool} is nested more than {} levels deep",
+            crate::bounded::MAX_DEPTH
+        ));
+    }
+    let bytes = schema::json_len(&value);
+    if bytes > limit {
+        return Err(format!(
+            "the result of {tool} is {bytes} bytes, over the limit of {limit} bytes (max_tool_result_bytes)"
+        ));
+    }
+    Ok(value)
+}
+
+fn plain_value(result: CallToolResult) -> Result<Value, String> {
     if let Some(structured) = result.structured_content {
         return Ok(structured);
     }
@@ -182,6 +252,110 @@ fn result_value(result: CallToolResult) -> Result<Value, String> {
     })
 }
 
+/// What one server listed, within the limits: the tools kept (name as listed, info with
+/// a description cut to size), the ones skipped and why, and why listing stopped early.
+struct Listed {
+    kept: Vec<(String, ToolInfo)>,
+    skipped: Vec<(String, String)>,
+    skipped_count: usize,
+    stopped: Option<String>,
+}
+
+/// A name as a log line shows it: quoted, at most 80 characters.
+fn shown(name: &str) -> String {
+    match name.char_indices().nth(80) {
+        Some((end, _)) => format!("{:?}... ({} bytes)", &name[..end], name.len()),
+        None => format!("{name:?}"),
+    }
+}
+
+/// The tool as the hub keeps it, or why it is skipped.
+fn vet_tool(tool: Tool) -> Result<(String, ToolInfo), String> {
+    names::check(&tool.name)?;
+    let schema = Value::Object(JsonObject::clone(&tool.input_schema));
+    schema::vet(&schema)?;
+    let mut description = tool.description.as_deref().unwrap_or_default().to_string();
+    if description.len() > MAX_DESCRIPTION_BYTES {
+        let mut end = MAX_DESCRIPTION_BYTES;
+        while !description.is_char_boundary(end) {
+            end -= 1;
+        }
+        let cut = description.len() - end;
+        description.truncate(end);
+        description += &format!("[... {cut} more bytes]");
+    }
+    let info = ToolInfo {
+        name: String::new(),
+        description,
+        input_schema: schema,
+    };
+    Ok((tool.name.to_string(), info))
+}
+
+/// Read a server's `tools/list`, page by page, within [`MAX_PAGES`], [`MAX_TOOLS`] and
+/// [`MAX_LISTED_BYTES`]; each tool is vetted as it comes ([`vet_tool`]).
+async fn list_tools(peer: &Peer<RoleClient>, server: &str) -> Result<Listed, ServiceError> {
+    let mut listed = Listed {
+        kept: Vec::new(),
+        skipped: Vec::new(),
+        skipped_count: 0,
+        stopped: None,
+    };
+    // rmcp would keep a copy of every page a server marks cacheable (`ttlMs`): up to 512
+    // pages of 16 MiB. The hub keeps what it vetted, and nothing else.
+    peer.set_response_cache_config(ClientCacheConfig::disabled())
+        .await;
+    let mut bytes = 0usize;
+    let mut cursor = None;
+    'pages: for page in 1..=MAX_PAGES {
+        let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+        let result = peer.list_tools(Some(params)).await?;
+        for tool in result.tools {
+            let name = tool.name.to_string();
+            match vet_tool(tool) {
+                Ok((name, info)) => {
+                    let size =
+                        name.len() + info.description.len() + schema::json_len(&info.input_schema);
+                    if listed.kept.len() == MAX_TOOLS || bytes + size > MAX_LISTED_BYTES {
+                        listed.stopped = Some(format!(
+                            "listing stopped at {} tools: at most {MAX_TOOLS} tools and {MAX_LISTED_BYTES} bytes of them are kept",
+                            listed.kept.len()
+                        ));
+                        break 'pages;
+                    }
+                    bytes += size;
+                    listed.kept.push((name, info));
+                }
+                Err(why) => {
+                    tracing::warn!("upstream {server}: tool {} skipped: {why}", shown(&name));
+                    listed.skipped_count += 1;
+                    if listed.skipped.len() < MAX_SKIPPED && name.len() <= 8192 {
+                        listed.skipped.push((name, why));
+                    }
+                }
+            }
+        }
+        match result.next_cursor {
+            None => break,
+            Some(_) if page == MAX_PAGES => {
+                listed.stopped = Some(format!(
+                    "listing stopped after {MAX_PAGES} pages, the server still listing more"
+                ));
+            }
+            Some(next) => cursor = Some(next),
+        }
+    }
+    if let Some(why) = &listed.stopped {
+        tracing::warn!("upstream {server}: {why}");
+    }
+    for (attribute, tools) in names::collisions(listed.kept.iter().map(|(n, _)| n.as_str())) {
+        tracing::warn!(
+            "upstream {server}: tools {tools:?} all map to tools.{server}.{attribute}; none gets that attribute, call them by full name with call_mcp_tool"
+        );
+    }
+    Ok(listed)
+}
+
 impl Upstream {
     fn set_status(&self, status: String) {
         *self.status.write().unwrap_or_else(|e| e.into_inner()) = status;
@@ -200,7 +374,8 @@ impl Upstream {
             tracing::warn!("upstream {} died; restarting it", self.name);
             tokio::spawn(async move { drop(dead.cancel().await) });
         }
-        let client = tokio::time::timeout(STARTUP_TIMEOUT, connect(&self.name, &self.spec))
+        let connecting = connect(&self.name, &self.spec, self.message_limit);
+        let client = tokio::time::timeout(STARTUP_TIMEOUT, connecting)
             .await
             .map_err(|_| {
                 format!(
@@ -252,6 +427,7 @@ impl Hub {
                 Arc::new(Upstream {
                     name: name.clone(),
                     spec: spec.clone(),
+                    message_limit: message_limit(config.settings.limits.tool_result_bytes),
                     client: tokio::sync::Mutex::new(None),
                     status: RwLock::new("starting".into()),
                 })
@@ -261,6 +437,7 @@ impl Hub {
             upstreams,
             catalog: RwLock::new(Catalog::default()),
             allowlist,
+            result_bytes: config.settings.limits.tool_result_bytes,
         }));
         let starts = hub
             .0
@@ -275,38 +452,52 @@ impl Hub {
     async fn refresh(&self, upstream: Arc<Upstream>) {
         let listed = async {
             let (peer, _) = upstream.peer().await?;
-            tokio::time::timeout(STARTUP_TIMEOUT, peer.list_all_tools())
+            tokio::time::timeout(STARTUP_TIMEOUT, list_tools(&peer, &upstream.name))
                 .await
                 .map_err(|_| "listing tools timed out".to_string())?
                 .map_err(|e| upstream.spec.hide(&format!("listing tools failed: {e}")))
         }
         .await;
         let mut catalog = self.0.catalog.write().unwrap_or_else(|e| e.into_inner());
-        let prefix = format!("mcp__{}__", upstream.name);
-        catalog.tools.retain(|t| !t.name.starts_with(&prefix));
-        catalog.routes.retain(|name, _| !name.starts_with(&prefix));
+        catalog
+            .tools
+            .retain(|_, entry| entry.upstream.name != upstream.name);
+        catalog
+            .skipped
+            .retain(|_, (server, _)| *server != upstream.name);
         match listed {
-            Ok(tools) => {
-                upstream.set_status(format!("ready ({} tools)", tools.len()));
-                for tool in tools {
-                    let full = format!("{prefix}{}", tool.name);
-                    let schema = Value::Object(JsonObject::clone(&tool.input_schema));
-                    catalog.routes.insert(
-                        full.clone(),
-                        Route {
-                            upstream: upstream.clone(),
-                            tool: tool.name.to_string(),
-                            schema: Arc::new(ArgumentSchema::compile(&full, &schema)),
-                        },
+            Ok(listed) => {
+                let mut status = format!("ready ({} tools", listed.kept.len());
+                if listed.skipped_count > 0 {
+                    status += &format!(
+                        "; {} skipped for bad names or schemas",
+                        listed.skipped_count
                     );
-                    let description = tool.description.as_deref().unwrap_or_default().to_string();
-                    catalog.tools.push(ToolInfo {
-                        name: full,
-                        description,
-                        input_schema: schema,
-                    });
                 }
-                catalog.tools.sort_by(|a, b| a.name.cmp(&b.name));
+                if let Some(why) = &listed.stopped {
+                    status += &format!("; {why}");
+                }
+                status.push(')');
+                upstream.set_status(status);
+                let prefix = format!("mcp__{}__", upstream.name);
+                for (name, why) in listed.skipped {
+                    let server = upstream.name.clone();
+                    catalog
+                        .skipped
+                        .insert(format!("{prefix}{name}"), (server, why));
+                }
+                for (tool, mut info) in listed.kept {
+                    info.name = format!("{prefix}{tool}");
+                    let entry = Entry {
+                        info,
+                        upstream: upstream.clone(),
+                        tool,
+                        schema: OnceLock::new(),
+                    };
+                    catalog
+                        .tools
+                        .insert(entry.info.name.clone(), Arc::new(entry));
+                }
             }
             Err(reason) => {
                 tracing::warn!("upstream {}: {reason}", upstream.name);
@@ -341,18 +532,19 @@ impl Hub {
         if !self.0.allowlist.allows(&name) {
             return Err(self.0.allowlist.refusal(&name));
         }
-        let (upstream, tool, schema) = {
+        let entry = {
             let catalog = self.0.catalog.read().unwrap_or_else(|e| e.into_inner());
-            match catalog.routes.get(&name) {
-                Some(route) => (
-                    route.upstream.clone(),
-                    route.tool.clone(),
-                    route.schema.clone(),
-                ),
+            match catalog.tools.get(&name) {
+                Some(entry) => entry.clone(),
                 None => return Err(format!("unknown tool {name:?}")),
             }
         };
+        let schema = &entry.info.input_schema;
+        let schema = entry
+            .schema
+            .get_or_init(|| ArgumentSchema::compile(&name, schema));
         schema.check(&name, &arguments)?;
+        let (upstream, tool) = (entry.upstream.clone(), entry.tool.clone());
         let Value::Object(arguments) = arguments else {
             return Err(format!("arguments of {name} must be an object"));
         };
@@ -362,7 +554,7 @@ impl Hub {
         }
         let request = CallToolRequestParams::new(tool).with_arguments(arguments);
         match peer.call_tool(request).await {
-            Ok(result) => result_value(result),
+            Ok(result) => result_value(&name, result, self.0.result_bytes),
             Err(error) if is_connection_error(&error) => {
                 upstream.forget().await;
                 let why = upstream
@@ -372,8 +564,27 @@ impl Hub {
                 upstream.set_status(format!("crashed ({why}); restarts on the next call"));
                 Err(format!("server {} failed during the call ({why}); it will be restarted on the next call", upstream.name))
             }
-            // The tool's own answer: passed on as the tool gave it.
-            Err(ServiceError::McpError(error)) => Err(error.message.to_string()),
+            Err(ServiceError::McpError(error)) => {
+                let limit = self.0.result_bytes;
+                if let Some(refusal) = Refusal::from_data(error.data.as_ref()) {
+                    let size = match refusal.exact {
+                        true => format!("{} bytes, over", refusal.bytes),
+                        false => "over".into(),
+                    };
+                    Err(format!(
+                        "the answer of {name} is {size} the limit of {} bytes on a message from an upstream (twice max_tool_result_bytes, plus 64 KiB); nothing of it was kept",
+                        refusal.limit
+                    ))
+                } else if error.message.len() > limit {
+                    Err(format!(
+                        "the error message of {name} is {} bytes, over the limit of {limit} bytes (max_tool_result_bytes)",
+                        error.message.len()
+                    ))
+                } else {
+                    // The tool's own answer: passed on as the tool gave it.
+                    Err(error.message.to_string())
+                }
+            }
             Err(error) => Err(upstream.spec.hide(&format!("tool {name} failed: {error}"))),
         }
     }
@@ -400,8 +611,31 @@ impl ToolHost for Hub {
         let catalog = self.0.catalog.read().unwrap_or_else(|e| e.into_inner());
         catalog
             .tools
-            .iter()
-            .filter(|t| self.0.allowlist.allows(&t.name))
+            .values()
+            .filter(|e| self.0.allowlist.allows(&e.info.name))
+            .map(|e| e.info.clone())
+            .collect()
+    }
+
+    fn tool(&self, name: &str) -> Option<ToolInfo> {
+        if !self.0.allowlist.allows(name) {
+            return None;
+        }
+        let catalog = self.0.catalog.read().unwrap_or_else(|e| e.into_inner());
+        catalog.tools.get(name).map(|e| e.info.clone())
+    }
+
+    fn has_tool(&self, name: &str) -> bool {
+        let catalog = self.0.catalog.read().unwrap_or_else(|e| e.into_inner());
+        self.0.allowlist.allows(name) && catalog.tools.contains_key(name)
+    }
+
+    fn tool_names(&self) -> Vec<String> {
+        let catalog = self.0.catalog.read().unwrap_or_else(|e| e.into_inner());
+        catalog
+            .tools
+            .keys()
+            .filter(|name| self.0.allowlist.allows(name))
             .cloned()
             .collect()
     }
@@ -415,6 +649,15 @@ impl ToolHost for Hub {
     fn explain_missing(&self, name: &str) -> String {
         if !self.0.allowlist.allows(name) {
             return self.0.allowlist.refusal(name);
+        }
+        let skipped = {
+            let catalog = self.0.catalog.read().unwrap_or_else(|e| e.into_inner());
+            catalog.skipped.get(name).cloned()
+        };
+        if let Some((server, why)) = skipped {
+            return format!(
+                "tool {name:?} of server {server} was skipped when its tools were listed: {why}"
+            );
         }
         let servers: Vec<String> = self
             .servers()
@@ -438,6 +681,18 @@ struct AuditedTools {
 impl ToolHost for AuditedTools {
     fn list_tools(&self) -> Vec<ToolInfo> {
         self.hub.list_tools()
+    }
+
+    fn tool(&self, name: &str) -> Option<ToolInfo> {
+        self.hub.tool(name)
+    }
+
+    fn has_tool(&self, name: &str) -> bool {
+        self.hub.has_tool(name)
+    }
+
+    fn tool_names(&self) -> Vec<String> {
+        self.hub.tool_names()
     }
 
     fn explain_missing(&self, name: &str) -> String {

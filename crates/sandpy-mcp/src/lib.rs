@@ -20,10 +20,12 @@
 #![deny(missing_docs)]
 
 mod audit;
+mod bounded;
 mod config;
 mod expand;
 mod http;
 mod hub;
+mod names;
 mod schema;
 mod server;
 mod summary;

@@ -109,14 +109,14 @@ impl ToolAccess {
     }
 
     /// Check one call before it leaves the sandbox.
-    fn admit(&self, call: &ToolCall, known: &[ToolInfo]) -> Result<serde_json::Value, String> {
+    fn admit(&self, call: &ToolCall) -> Result<serde_json::Value, String> {
         let Some(host) = &self.host else {
             return Err("no tools are configured for this sandbox".into());
         };
         if !self.allowlist.allows(&call.name) {
             return Err(self.allowlist.refusal(&call.name));
         }
-        if !known.iter().any(|t| t.name == call.name) {
+        if !host.has_tool(&call.name) {
             return Err(host.explain_missing(&call.name));
         }
         if call.arguments.len() > self.max_bytes {
@@ -189,12 +189,11 @@ impl ToolsHost for HostState {
             }
             return Ok(answers);
         }
-        let known = access.allowed_tools();
         let timeout = access.call_timeout();
         let mut results: Vec<Option<Result<serde_json::Value, String>>> = vec![None; calls.len()];
         let mut pending = FuturesUnordered::new();
         for (i, call) in calls.iter().enumerate() {
-            let (arguments, host) = match (access.admit(call, &known), &access.host) {
+            let (arguments, host) = match (access.admit(call), &access.host) {
                 (Ok(arguments), Some(host)) => (arguments, host),
                 (Err(reason), host) => {
                     if let Some(host) = host {
@@ -238,8 +237,12 @@ impl ToolsHost for HostState {
             .iter()
             .zip(results)
             .map(|(call, result)| {
-                let value = result.unwrap_or_else(|| Err("the call got no answer".into()))?;
-                let text = serde_json::to_string(&value).map_err(|e| e.to_string())?;
+                let value = result
+                    .unwrap_or_else(|| Err("the call got no answer".into()))
+                    .map_err(|message| bound_error(&call.name, message, max_bytes))?;
+                // `Display` is serde_json's own compact form, compiled in serde_json (fast
+                // in debug builds too, unlike a `to_string` made generic here).
+                let text = value.to_string();
                 if text.len() > max_bytes {
                     return Err(format!(
                         "result of {} is {} bytes, over the limit of {max_bytes} bytes",
@@ -268,16 +271,21 @@ impl ToolsHost for HostState {
         if !self.tools.allowlist.allows(&name) {
             return Ok(Err(self.tools.allowlist.refusal(&name)));
         }
-        let found = self
-            .tools
-            .allowed_tools()
-            .into_iter()
-            .find(|t| t.name == name);
+        let found = self.tools.host.as_ref().and_then(|host| host.tool(&name));
         Ok(match (found, &self.tools.host) {
             (Some(tool), _) => Ok(serde_json::to_string(&tool.input_schema)?),
             (None, Some(host)) => Err(host.explain_missing(&name)),
             (None, None) => Err("no tools are configured for this sandbox".into()),
         })
+    }
+
+    async fn tool_names(&mut self) -> wasmtime::Result<Vec<String>> {
+        let Some(host) = &self.tools.host else {
+            return Ok(Vec::new());
+        };
+        let mut names = host.tool_names();
+        names.retain(|name| self.tools.allowlist.allows(name));
+        Ok(names)
     }
 
     async fn search_tools(&mut self, query: String, limit: u32) -> wasmtime::Result<String> {
@@ -288,6 +296,24 @@ impl ToolsHost for HostState {
             .collect();
         Ok(serde_json::to_string(&found)?)
     }
+}
+
+/// A tool's error message as the guest gets it: one over `max_bytes` is replaced by a
+/// message naming the tool, the size and the limit, and its start.
+fn bound_error(tool: &str, message: String, max_bytes: usize) -> String {
+    if message.len() <= max_bytes {
+        return message;
+    }
+    let mut end = 1024.min(max_bytes);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "the error message of {tool} is {} bytes, over the limit of {max_bytes} bytes; it begins: {}[... {} more bytes]",
+        message.len(),
+        &message[..end],
+        message.len() - end
+    )
 }
 
 /// The `types` interface has no functions; wasmtime still wants it implemented.

@@ -55,6 +55,21 @@ impl From<&str> for ToolError {
 pub trait ToolHost: Send + Sync + 'static {
     /// Every tool this host offers (the allowlist filters it per run).
     fn list_tools(&self) -> Vec<ToolInfo>;
+    /// The tool called `name`, for `get_tool_schema`. The default searches
+    /// [`ToolHost::list_tools`]; a host with many tools should answer from an index.
+    fn tool(&self, name: &str) -> Option<ToolInfo> {
+        self.list_tools().into_iter().find(|t| t.name == name)
+    }
+    /// Whether this host offers `name`: asked before every call, so a host with many tools
+    /// should answer from an index (the default lists every tool).
+    fn has_tool(&self, name: &str) -> bool {
+        self.tool(name).is_some()
+    }
+    /// The names of every tool, in [`ToolHost::list_tools`] order, for the guest's
+    /// `tools.<server>.<tool>` namespace. The default lists every tool.
+    fn tool_names(&self) -> Vec<String> {
+        self.list_tools().into_iter().map(|t| t.name).collect()
+    }
     /// Call one tool.
     fn call_tool(&self, name: &str, arguments: Value) -> ToolFuture;
     /// Why `name` is not among the listed tools (e.g. which rule hides it).

@@ -25,7 +25,8 @@ pub struct Args {
     /// against the same packages in a folder mounted at /packages (needs PyPI, ~1 min).
     #[arg(long)]
     packages: bool,
-    /// Only this part: hello, files, session, process, cpu, tools, tls, eval or memory.
+    /// Only this part: hello, files, session, process, cpu, tools, lookup, tls, eval or
+    /// memory.
     #[arg(long, value_name = "PART")]
     only: Option<String>,
 }
@@ -40,6 +41,51 @@ impl sandpy::ToolHost for NoopTools {
             description: String::new(),
             input_schema: serde_json::json!({"type": "object"}),
         }]
+    }
+
+    fn call_tool(&self, _name: &str, _arguments: serde_json::Value) -> sandpy::ToolFuture {
+        Box::pin(async { Ok(serde_json::Value::Null) })
+    }
+}
+
+/// `count` tools that answer at once, looked up by name as the hub does (`mcp__many__tool_N`):
+/// what a call costs with 10 tools against 10,000.
+struct ManyTools {
+    tools: std::collections::BTreeMap<String, sandpy::ToolInfo>,
+}
+
+impl ManyTools {
+    fn new(count: usize) -> ManyTools {
+        let tools = (0..count).map(|i| {
+            let name = format!("mcp__many__tool_{i}");
+            let info = sandpy::ToolInfo {
+                name: name.clone(),
+                description: format!("tool number {i}"),
+                input_schema: serde_json::json!({"type": "object", "properties": {"i": {"type": "integer"}}}),
+            };
+            (name, info)
+        });
+        ManyTools {
+            tools: tools.collect(),
+        }
+    }
+}
+
+impl sandpy::ToolHost for ManyTools {
+    fn list_tools(&self) -> Vec<sandpy::ToolInfo> {
+        self.tools.values().cloned().collect()
+    }
+
+    fn tool(&self, name: &str) -> Option<sandpy::ToolInfo> {
+        self.tools.get(name).cloned()
+    }
+
+    fn has_tool(&self, name: &str) -> bool {
+        self.tools.contains_key(name)
+    }
+
+    fn tool_names(&self) -> Vec<String> {
+        self.tools.keys().cloned().collect()
     }
 
     fn call_tool(&self, _name: &str, _arguments: serde_json::Value) -> sandpy::ToolFuture {
@@ -106,13 +152,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
     let want = |part: &str| bench.args.only.as_deref().is_none_or(|only| only == part);
     println!("sandpy bench (medians; the machine is shared, compare ratios)\n");
-    let parts: [(&str, Part); 9] = [
+    let parts: [(&str, Part); 10] = [
         ("hello", Bench::hello),
         ("files", Bench::files),
         ("session", Bench::session),
         ("process", Bench::process),
         ("cpu", Bench::cpu),
         ("tools", Bench::tools),
+        ("lookup", Bench::lookup),
         ("tls", Bench::tls),
         ("eval", Bench::eval),
         ("memory", Bench::memory),
@@ -384,6 +431,52 @@ impl Bench {
         if !args.no_upstream {
             rt.block_on(upstream_overhead(sandbox))?;
             rt.block_on(stdio_end_to_end(exe))?;
+        }
+        Ok(())
+    }
+
+    /// A call by full name and one through `tools.<server>.<tool>`, with 10 tools and with
+    /// 10,000: lookups by name should cost the same (they cloned every tool per call).
+    fn lookup(&self) -> anyhow::Result<()> {
+        let (rt, sandbox) = (&self.rt, &self.sandbox);
+        println!("\ntool lookups (per call, timed inside the program, no-op tools):");
+        let attribute = "import time\nt = time.perf_counter()\nfor _ in range(N):\n    tools.many.tool_7()\n(time.perf_counter() - t) * 1000 / N".replace("N", "2000");
+        let forms = [
+            (
+                "call_mcp_tool(name)",
+                call_loop("mcp__many__tool_7", "{}", 2000),
+            ),
+            ("tools.many.tool_7()", attribute),
+        ];
+        for (form, code) in forms {
+            let mut per_count = Vec::new();
+            for count in [10, 10_000] {
+                let options = sandpy::RunOptions {
+                    tools: Some(std::sync::Arc::new(ManyTools::new(count))),
+                    limits: Limits {
+                        tool_calls: 10_000,
+                        ..Limits::default()
+                    },
+                    ..sandpy::RunOptions::default()
+                };
+                let mut per_call = Vec::new();
+                for _ in 0..3 {
+                    let e = rt.block_on(sandbox.run_with(&code, &options));
+                    per_call.push(
+                        e.return_value
+                            .as_ref()
+                            .and_then(|v| v.as_f64())
+                            .with_context(|| format!("{form} loop failed: {e:?}"))?,
+                    );
+                }
+                per_count.push(median(&mut per_call));
+            }
+            println!(
+                "  {form}: {:.4} ms with 10 tools, {:.4} ms with 10,000 ({:.2}x)",
+                per_count[0],
+                per_count[1],
+                per_count[1] / per_count[0]
+            );
         }
         Ok(())
     }

@@ -6,6 +6,7 @@ mod load;
 mod packages;
 mod run;
 mod serve;
+mod upstream_attacks;
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};

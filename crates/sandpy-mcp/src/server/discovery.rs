@@ -53,7 +53,7 @@ impl ServerState {
     )]
     async fn get_tool_schema(&self, Parameters(args): Parameters<GetToolSchema>) -> CallToolResult {
         let tool = args.name;
-        match self.hub.list_tools().into_iter().find(|t| t.name == tool) {
+        match self.hub.tool(&tool) {
             Some(info) => structured(
                 json!({"name": info.name, "description": info.description, "inputSchema": info.input_schema}),
             ),

@@ -1,8 +1,10 @@
 //! sandpy-mcp's integration tests: the hub against real upstream MCP servers from the npm
 //! registry (started with `npx`), driven by real Python in the sandbox, and the sandpy MCP
-//! server through an in-process rmcp client; https upstreams against a local TLS server.
+//! server through an in-process rmcp client; https upstreams against a local TLS server;
+//! attacks by a misbehaving upstream written here (`tests/hostile_upstream.py`).
 
 mod audit;
+mod hostile_upstream;
 mod server;
 mod tls;
 mod upstream;
