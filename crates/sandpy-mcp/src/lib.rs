@@ -24,6 +24,7 @@ mod config;
 mod expand;
 mod http;
 mod hub;
+mod saves;
 mod schema;
 mod server;
 mod summary;

@@ -1,9 +1,11 @@
 //! sandpy-mcp's integration tests: the hub against real upstream MCP servers from the npm
 //! registry (started with `npx`), driven by real Python in the sandbox, and the sandpy MCP
-//! server through an in-process rmcp client; https upstreams against a local TLS server.
+//! server through an in-process rmcp client and over HTTP with several clients (tenants);
+//! https upstreams against a local TLS server.
 
 mod audit;
 mod server;
+mod tenants;
 mod tls;
 mod upstream;
 
