@@ -330,8 +330,13 @@ impl Settings {
         if let Some(max) = raw_sessions.tenant_max_sessions {
             sessions.per_tenant.max_sessions = max;
         }
-        if let Some(mb) = raw_sessions.tenant_memory_mb {
-            sessions.per_tenant.memory_bytes = mb.saturating_mul(1 << 20) as usize;
+        match raw_sessions.tenant_memory_mb {
+            Some(mb) => sessions.per_tenant.memory_bytes = mb.saturating_mul(1 << 20) as usize,
+            // Sessions bigger than the default tenant memory: room for one at least.
+            None => {
+                let one = sessions.memory_bytes;
+                sessions.per_tenant.memory_bytes = sessions.per_tenant.memory_bytes.max(one);
+            }
         }
         check_quota(
             &sessions.per_tenant,
@@ -583,6 +588,12 @@ mod tests {
             }
         );
         assert!(!format!("{set:?}").contains("tb"), "tokens are not printed");
+        let big = parse(r#"{"sandpy": {"sessions": {"memory_mb": 4096}}}"#).unwrap();
+        assert_eq!(
+            big.sessions.per_tenant.memory_bytes,
+            4096 << 20,
+            "the default tenant memory holds one session at least"
+        );
 
         for (text, expected) in [
             (

@@ -148,7 +148,7 @@ async fn client(url: String, me: usize, round: usize) -> Round {
     }
     assert_eq!(
         listed(&client).await,
-        [session.clone()],
+        std::slice::from_ref(&session),
         "a client lists its own only"
     );
     for request in 0..REQUESTS_PER_CLIENT {
