@@ -410,3 +410,39 @@ impl ServerHandler for SandpyServer {
         (route.call)(ToolCallContext::new(state, request, context)).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tool with arguments but no check would take malformed requests to the router,
+    /// which answers them as `isError` results instead of protocol errors.
+    #[test]
+    fn every_tool_with_arguments_has_a_check_and_no_check_is_stray() {
+        let tools = ServerState::run_tools()
+            + ServerState::discovery_tools()
+            + ServerState::session_tools();
+        let checks: HashMap<&str, Check> = run::CHECKS
+            .into_iter()
+            .chain(discovery::CHECKS)
+            .chain(sessions::CHECKS)
+            .collect();
+        let listed = tools.list_all();
+        for tool in &listed {
+            let has_arguments = tool
+                .input_schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .is_some_and(|properties| !properties.is_empty());
+            assert_eq!(
+                checks.contains_key(tool.name.as_ref()),
+                has_arguments,
+                "{}",
+                tool.name
+            );
+        }
+        assert!(checks
+            .keys()
+            .all(|name| listed.iter().any(|tool| tool.name == *name)));
+    }
+}
