@@ -94,6 +94,15 @@ pub enum SessionCap {
     /// The tenant's own count ([`TenantQuota::max_sessions`]).
     #[error("this client's session limit ({0}) is reached")]
     TenantSessions(usize),
+    /// The server's session memory, all tenants together
+    /// ([`SessionLimits::total_memory_bytes`]).
+    #[error("the server's session memory ({} MiB, {} MiB a session) is reached", .total >> 20, .session >> 20)]
+    ServerMemory {
+        /// The server's total.
+        total: usize,
+        /// What each session reserves.
+        session: usize,
+    },
     /// The tenant's own memory ([`TenantQuota::memory_bytes`]).
     #[error("this client's session memory ({} MiB, {} MiB a session) is reached", .tenant >> 20, .session >> 20)]
     TenantMemory {
@@ -105,7 +114,8 @@ pub enum SessionCap {
 }
 
 /// Settings of a [`Sessions`] set. Defaults: 10 minutes idle TTL, 64 sessions, 256 MiB
-/// each, and each tenant the default [`TenantQuota`].
+/// each, no total memory cap beyond that (64 x 256 MiB), and each tenant the default
+/// [`TenantQuota`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionLimits {
     /// A session idle this long is closed (checked on every access).
@@ -114,6 +124,9 @@ pub struct SessionLimits {
     pub max_sessions: usize,
     /// Memory cap of each session's instance.
     pub memory_bytes: usize,
+    /// Memory all sessions together may reserve (each reserves `memory_bytes`); `None`
+    /// leaves it at `max_sessions` x `memory_bytes`.
+    pub total_memory_bytes: Option<usize>,
     /// What each tenant may hold, unless the server gives a tenant a quota of its own.
     pub per_tenant: TenantQuota,
 }
@@ -124,6 +137,7 @@ impl Default for SessionLimits {
             idle_ttl: Duration::from_secs(600),
             max_sessions: 64,
             memory_bytes: 256 << 20,
+            total_memory_bytes: None,
             per_tenant: TenantQuota::default(),
         }
     }
@@ -189,6 +203,14 @@ impl Owners {
         }
         if self.count >= limits.max_sessions {
             return Some(SessionCap::Server(limits.max_sessions));
+        }
+        if let Some(total) = limits.total_memory_bytes {
+            if (self.count + 1).saturating_mul(limits.memory_bytes) > total {
+                return Some(SessionCap::ServerMemory {
+                    total,
+                    session: limits.memory_bytes,
+                });
+            }
         }
         None
     }

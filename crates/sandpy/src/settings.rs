@@ -16,7 +16,7 @@
 //!     "audit_log": "sandpy-audit.jsonl",
 //!     "audit_arguments": false,
 //!     "sessions": { "max_sessions": 64, "memory_mb": 256, "idle_ttl_ms": 600000,
-//!                   "tenant_max_sessions": 8, "tenant_memory_mb": 2048,
+//!                   "total_memory_mb": 8192, "tenant_max_sessions": 8, "tenant_memory_mb": 2048,
 //!                   "save_dir": "saved-sessions" },
 //!     "tenants": { "agent-a": { "token_env": "AGENT_A_TOKEN", "max_sessions": 16 } }
 //!   }
@@ -199,6 +199,7 @@ struct RawSessions {
     idle_ttl_ms: Option<u64>,
     max_sessions: Option<usize>,
     memory_mb: Option<u64>,
+    total_memory_mb: Option<u64>,
     tenant_max_sessions: Option<usize>,
     tenant_memory_mb: Option<u64>,
     save_dir: Option<PathBuf>,
@@ -326,6 +327,17 @@ impl Settings {
                 .validate()
                 .map_err(|e| invalid("sandpy.sessions.memory_mb", e.requirement))?;
             sessions.memory_bytes = memory.apply(&Limits::default()).memory_bytes;
+        }
+        if let Some(mb) = raw_sessions.total_memory_mb {
+            let total = mb.saturating_mul(1 << 20) as usize;
+            if total < sessions.memory_bytes {
+                let message = format!(
+                    "must be at least sandpy.sessions.memory_mb ({}), the memory of one session",
+                    sessions.memory_bytes >> 20
+                );
+                return Err(invalid("sandpy.sessions.total_memory_mb", message));
+            }
+            sessions.total_memory_bytes = Some(total);
         }
         if let Some(max) = raw_sessions.tenant_max_sessions {
             sessions.per_tenant.max_sessions = max;
@@ -588,6 +600,12 @@ mod tests {
             }
         );
         assert!(!format!("{set:?}").contains("tb"), "tokens are not printed");
+        let total = parse(r#"{"sandpy": {"sessions": {"total_memory_mb": 1024}}}"#).unwrap();
+        assert_eq!(total.sessions.total_memory_bytes, Some(1 << 30));
+        assert_eq!(
+            parse(r#"{"sandpy": {"sessions": {"total_memory_mb": 100}}}"#).unwrap_err(),
+            "config `/x/sandpy.json`: at `sandpy.sessions.total_memory_mb`: must be at least sandpy.sessions.memory_mb (256), the memory of one session"
+        );
         let big = parse(r#"{"sandpy": {"sessions": {"memory_mb": 4096}}}"#).unwrap();
         assert_eq!(
             big.sessions.per_tenant.memory_bytes,

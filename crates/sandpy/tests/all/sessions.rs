@@ -220,6 +220,7 @@ fn a_tenant_reaches_only_its_own_sessions_and_caps_are_its_own() {
             "the server's session limit (3) is reached; close a session or wait for one to expire"
         );
         assert_eq!(sessions.close_tenant("a"), 2, "a's two sessions");
+        assert_eq!(sessions.close_tenant("a"), 0, "none left");
         assert_eq!(theirs.run("second", "1", &opts()).await.status, Status::Ok);
         assert_eq!(
             mine.run("main", "'secret' in globals()", &opts())
@@ -227,6 +228,35 @@ fn a_tenant_reaches_only_its_own_sessions_and_caps_are_its_own() {
                 .return_value,
             Some(json!(false)),
             "closed with its tenant"
+        );
+    });
+}
+
+#[test]
+fn the_servers_session_memory_caps_all_tenants_together() {
+    let limits = SessionLimits {
+        memory_bytes: 64 << 20,
+        total_memory_bytes: Some(128 << 20),
+        ..SessionLimits::default()
+    };
+    let sessions = Sessions::new(sandbox(), limits);
+    let (a, b) = (
+        Tenant::new("a", TenantQuota::UNLIMITED),
+        Tenant::new("b", TenantQuota::UNLIMITED),
+    );
+    block_on(async {
+        assert_eq!(
+            sessions.of(&a).run("1", "1", &opts()).await.status,
+            Status::Ok
+        );
+        assert_eq!(
+            sessions.of(&b).run("1", "1", &opts()).await.status,
+            Status::Ok
+        );
+        let busy = sessions.of(&a).run("2", "1", &opts()).await;
+        assert_eq!(
+            busy.error.expect("error").message,
+            "the server's session memory (128 MiB, 64 MiB a session) is reached; close a session or wait for one to expire"
         );
     });
 }
