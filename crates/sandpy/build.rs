@@ -142,32 +142,8 @@ fn curated_site(bin: &Path, out: &Path) -> Result<PathBuf, String> {
     let _ = fs::remove_dir_all(&site);
     run_step(
         Command::new(bin.join("pip"))
-            .args([
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--no-compile",
-                "--only-binary=:all:",
-            ])
-            .args([
-                "--python-version",
-                "3.14",
-                "--implementation",
-                "cp",
-                "--abi",
-                "cp314",
-                "--abi",
-                "abi3",
-                "--abi",
-                "none",
-            ])
-            .args([
-                "--platform",
-                "manylinux2014_x86_64",
-                "--platform",
-                "any",
-                "--target",
-            ])
+            .args(GUEST_WHEEL_ARGS)
+            .arg("--target")
             .arg(&site)
             .args(CURATED),
         "`pip install` of the curated packages (needs access to PyPI)",

@@ -29,8 +29,10 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// How to reach one upstream MCP server.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How to reach one upstream MCP server. Its `Debug` shows what a log may: values the
+/// config took from the environment as their `${VAR}` text, argument and environment
+/// values not at all (they may hold tokens).
+#[derive(Clone, PartialEq, Eq)]
 pub enum ServerSpec {
     /// A process speaking MCP on stdin/stdout.
     Stdio {
@@ -57,6 +59,37 @@ pub enum ServerSpec {
         /// roots (`ca_file` in the config: a PEM file, relative to the config's folder).
         ca_file: Option<CaFile>,
     },
+}
+
+impl std::fmt::Debug for ServerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerSpec::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+                ..
+            } => f
+                .debug_struct("Stdio")
+                .field("command", &self.hide(command))
+                .field("args", &format_args!("[{} arguments]", args.len()))
+                .field("env", &env.keys().collect::<Vec<_>>())
+                .field("cwd", cwd)
+                .finish_non_exhaustive(),
+            ServerSpec::Http {
+                url,
+                headers,
+                ca_file,
+                ..
+            } => f
+                .debug_struct("Http")
+                .field("url", &self.hide(url))
+                .field("headers", &headers.keys().collect::<Vec<_>>())
+                .field("ca_file", ca_file)
+                .finish_non_exhaustive(),
+        }
+    }
 }
 
 impl ServerSpec {
@@ -323,6 +356,34 @@ mod tests {
         assert_eq!(
             c.settings.audit_log.as_deref(),
             Some(Path::new("/etc/sandpy/audit.jsonl"))
+        );
+    }
+
+    #[test]
+    fn debug_output_holds_no_value_from_the_environment_nor_any_argument_or_header_value() {
+        let lookup = |name: &str| match name {
+            "TOKEN" => Ok("sk-9f8e7d".to_string()),
+            _ => Err(std::env::VarError::NotPresent),
+        };
+        let c = Config::parse_with(
+            r#"{"mcpServers": {
+                "fs": {"command": "/opt/${TOKEN}/srv", "args": ["--key", "literal-key"], "env": {"K": "${TOKEN}"}},
+                "web": {"url": "https://h.test/mcp?k=${TOKEN}", "headers": {"Authorization": "Bearer ${TOKEN}"}}}}"#,
+            Path::new("/x/.mcp.json"),
+            &lookup,
+        )
+        .expect("valid");
+        let shown = format!("{c:?}");
+        for secret in ["sk-9f8e7d", "literal-key", "Bearer"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(
+            shown.contains("/opt/${TOKEN}/srv") && shown.contains("k=${TOKEN}"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("\"Authorization\"") && shown.contains("\"K\""),
+            "names stay: {shown}"
         );
     }
 

@@ -84,8 +84,24 @@ impl Expansions {
         out
     }
 
-    /// Remember `value` (from the environment) as written `written`.
+    /// Remember `value` (from the environment) as written `written`, and the forms a URL
+    /// parser or an HTTP library may print it in (percent-encoded), so that a value that
+    /// went into a URL is hidden however a message shows it.
     fn remember(&mut self, value: &str, written: &str) {
+        for encoded in [
+            percent_encode(value, |b| {
+                !b.is_ascii_alphanumeric() && !b"-._~".contains(&b)
+            }),
+            percent_encode(value, |b| b <= b' ' || b >= 0x7f || b"\"#<>'`".contains(&b)),
+        ] {
+            if encoded != value {
+                self.remember_form(&encoded, written);
+            }
+        }
+        self.remember_form(value, written);
+    }
+
+    fn remember_form(&mut self, value: &str, written: &str) {
         if value.is_empty() || self.values.iter().any(|(v, _)| v == value) {
             return;
         }
@@ -96,6 +112,19 @@ impl Expansions {
             .unwrap_or(self.values.len());
         self.values.insert(at, (value.into(), written.into()));
     }
+}
+
+/// `text` with the bytes `encode` picks written as `%XX`.
+fn percent_encode(text: &str, encode: impl Fn(u8) -> bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for &byte in text.as_bytes() {
+        if encode(byte) {
+            out.push_str(&format!("%{byte:02X}"));
+        } else {
+            out.push(char::from(byte));
+        }
+    }
+    out
 }
 
 /// One `${NAME}` or `${NAME:-default}` at the start of `text` (just after the `${`): the
@@ -280,5 +309,25 @@ mod tests {
         expand("${LONG:-x}", &lookup, Some(&mut other)).expect("expands");
         both.extend(&other);
         assert_eq!(both.hide("abcdefabc"), "${LONG:-x}${SHORT}");
+    }
+
+    #[test]
+    fn a_value_shown_percent_encoded_by_a_url_parser_is_hidden_too() {
+        let lookup = |name: &str| match name {
+            "KEY" => Ok("k y#é/+".to_string()),
+            _ => Err(VarError::NotPresent),
+        };
+        let mut hide = Expansions::default();
+        expand("${KEY}", &lookup, Some(&mut hide)).expect("expands");
+        for shown in [
+            "k y#é/+",
+            "k%20y%23%C3%A9%2F%2B", // every byte but the unreserved ones
+            "k%20y%23%C3%A9/+",     // a URL query as the WHATWG parser writes it
+        ] {
+            assert_eq!(
+                hide.hide(&format!("url ?key={shown} failed")),
+                "url ?key=${KEY} failed"
+            );
+        }
     }
 }

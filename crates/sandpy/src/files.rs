@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 /// Where the scratch folder appears in the guest (also the working directory).
@@ -52,6 +53,30 @@ pub struct OutputFile {
     /// The file's bytes.
     #[serde(with = "base64_bytes", rename = "content_base64")]
     pub content: Vec<u8>,
+}
+
+/// Why a run's input files were not all written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum InputsError {
+    /// A file is refused (bad path, over the quota) or could not be written.
+    #[error("{0}")]
+    Refused(String),
+    /// Writing them took the run's whole time limit.
+    #[error(
+        "writing the input files took the run's whole time limit ({written} of {total} written)"
+    )]
+    OutOfTime {
+        /// Files written before the limit.
+        written: usize,
+        /// Files given.
+        total: usize,
+    },
+}
+
+impl From<String> for InputsError {
+    fn from(message: String) -> InputsError {
+        InputsError::Refused(message)
+    }
 }
 
 /// Why a set of mounts is refused.
@@ -344,8 +369,14 @@ impl Workspace {
     }
 
     /// Write `files` into the scratch folder (without following links the program may
-    /// have left there), within the scratch quota.
-    pub fn write_inputs(&self, files: &[InputFile], limits: &Limits) -> Result<(), String> {
+    /// have left there), within the scratch quota, stopping at `deadline`: the setup is
+    /// part of the run's time.
+    pub fn write_inputs(
+        &self,
+        files: &[InputFile],
+        limits: &Limits,
+        deadline: Instant,
+    ) -> Result<(), InputsError> {
         if files.is_empty() {
             return Ok(());
         }
@@ -358,12 +389,19 @@ impl Workspace {
             .map(|f| f.content.len() as u64 + crate::disk::ENTRY_BYTES)
             .sum();
         if used + adding > limits.disk_bytes {
-            return Err(format!(
+            return Err(InputsError::Refused(format!(
                 "the input files need {adding} bytes, over the disk quota of {} bytes ({used} in use)",
                 limits.disk_bytes
-            ));
+            )));
         }
-        for file in files {
+        for (written, file) in files.iter().enumerate() {
+            if Instant::now() >= deadline {
+                self.scratch.remeasure();
+                return Err(InputsError::OutOfTime {
+                    written,
+                    total: files.len(),
+                });
+            }
             let relative = scratch_relative(&file.path)?;
             if let Some(parent) = relative.parent().filter(|p| !p.as_os_str().is_empty()) {
                 scratch.create_dir_all(parent).map_err(|e| {

@@ -99,38 +99,10 @@ pub fn install(packages: &[String], target: &Path, config: &Config) -> Result<Pa
         packages.join(" ")
     ));
     let mut pip = Command::new(venv.join("bin/pip"));
-    pip.args([
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-compile",
-        "--only-binary=:all:",
-    ])
-    .args([
-        "--python-version",
-        GUEST_PYTHON,
-        "--implementation",
-        "cp",
-        "--abi",
-        "cp314",
-        "--abi",
-        "abi3",
-        "--abi",
-        "none",
-    ])
-    // Linux wheel tags too, so that a package shipping only compiled wheels resolves
-    // and is refused by name below (rather than by pip's "no matching distribution").
-    .args([
-        "--platform",
-        "manylinux2014_x86_64",
-        "--platform",
-        "manylinux_2_28_x86_64",
-        "--platform",
-        "any",
-        "--target",
-    ])
-    .arg(target)
-    .args(packages);
+    pip.args(GUEST_WHEEL_ARGS)
+        .arg("--target")
+        .arg(target)
+        .args(packages);
     let output = pip.output().map_err(|source| PackageError::Start {
         tool: "pip".into(),
         source,

@@ -8,7 +8,7 @@
 use crate::admission::Admission;
 use crate::bindings::{GuestOptions, GuestPolicy, Sandbox as Instance, Task};
 use crate::execution::{Execution, Status};
-use crate::files::{RunFolders, Workspace};
+use crate::files::{InputsError, RunFolders, Workspace};
 use crate::host::{HostState, MemoryLimiter, RecordedCall, ToolAccess};
 use crate::output::Capture;
 use crate::runtime::Runtime;
@@ -113,6 +113,16 @@ struct Admitted {
     started: Instant,
 }
 
+impl Admitted {
+    /// When the run's time limit ends: its clock starts at admission, so setting up the
+    /// instance and writing input files count against it.
+    fn deadline(&self) -> Instant {
+        self.started
+            .checked_add(self.limits.timeout)
+            .unwrap_or_else(|| self.started + Duration::from_secs(365 * 86_400))
+    }
+}
+
 impl Runner {
     /// Load the runtime and set up admission and run folders for `config`.
     pub fn new(config: Config) -> Result<Runner, Error> {
@@ -161,6 +171,7 @@ impl Runner {
             Err(refused) => return refused.into(),
         };
         let limits = &run.limits;
+        let deadline = run.deadline();
         let made = Guest::new(
             &self.runtime,
             &self.folders,
@@ -174,12 +185,12 @@ impl Runner {
             Ok(guest) => guest,
             Err(refused) => return refused.into(),
         };
-        if let Err(refused) = guest.add_inputs(options, limits) {
+        if let Err(refused) = guest.add_inputs(options, limits, deadline) {
             return refused.into();
         }
         let guest_options = guest_options(options, false);
         let result = guest
-            .call(&self.runtime, &task, &guest_options, limits.timeout)
+            .call(&self.runtime, &task, &guest_options, time_left(deadline))
             .await;
         guest.collect(result, limits, run.started.elapsed()).0
     }
@@ -202,6 +213,7 @@ impl Runner {
             Err(execution) => return refused(execution, Reached::Refused),
         };
         let limits = &run.limits;
+        let deadline = run.deadline();
         run.tools.recorded = Some(Vec::new());
         run.tools.replay = replay;
         let runtime = match self.session_runtime() {
@@ -229,13 +241,13 @@ impl Runner {
                 }
             }
         };
-        if let Err(execution) = guest.add_inputs(options, limits) {
+        if let Err(execution) = guest.add_inputs(options, limits, deadline) {
             kept.guest = Some(guest);
             return refused(execution, Reached::Admitted);
         }
         let guest_options = guest_options(options, true);
         let result = guest
-            .call(runtime, &task, &guest_options, limits.timeout)
+            .call(runtime, &task, &guest_options, time_left(deadline))
             .await;
         let (execution, fit) = guest.collect(result, limits, run.started.elapsed());
         guest.workspace.clear_outputs();
@@ -324,16 +336,27 @@ impl Guest {
         })
     }
 
-    /// Write the run's input files; `invalid_input` if they do not fit or the run asks
-    /// for other mounts than the guest has.
-    fn add_inputs(&self, options: &RunOptions, limits: &Limits) -> Result<(), Refused> {
+    /// Write the run's input files by `deadline`; `invalid_input` if they do not fit or
+    /// the run asks for other mounts than the guest has, `timeout` if the time ran out.
+    fn add_inputs(
+        &self,
+        options: &RunOptions,
+        limits: &Limits,
+        deadline: Instant,
+    ) -> Result<(), Refused> {
         if !self.workspace.has_mounts(&options.mounts) {
             let message = "a session keeps the mounts of its first run; close it to change them";
             return Err(Refused::new(Status::InvalidInput, message.into()));
         }
         self.workspace
-            .write_inputs(&options.files, limits)
-            .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))
+            .write_inputs(&options.files, limits, deadline)
+            .map_err(|e| {
+                let status = match e {
+                    InputsError::Refused(_) => Status::InvalidInput,
+                    InputsError::OutOfTime { .. } => Status::Timeout,
+                };
+                Refused::new(status, e.to_string())
+            })
     }
 
     /// Ready a kept guest for its next call: new tools, output cap and time slice.
@@ -390,6 +413,11 @@ impl Guest {
         execution.files = self.workspace.outputs();
         (execution, fit)
     }
+}
+
+/// What is left of a run's time until `deadline`.
+fn time_left(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
 }
 
 /// The `invalid_input` execution for code over the size cap.

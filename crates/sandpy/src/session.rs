@@ -13,13 +13,21 @@
 //! memory or the non-exported globals of a component's inner core instances (only its
 //! guest-debug instrumentation does, at the cost of slower code). So what the code got
 //! from the clock or from `random` is computed anew on replay.
+//!
+//! The journal is held in host memory, so it has a cap ([`SessionLimits::journal_bytes`]):
+//! the cell that passes it is still run and answered, but the journal is dropped and the
+//! session can no longer be saved or forked (until a reset starts a new journal). Refusing
+//! the run instead cannot work: what a cell adds (its tool calls' answers) is known only
+//! after it ran. A snapshot records the runtime it was made with; restoring it under
+//! another runtime is refused, since replaying under other packages or another CPython
+//! need not reach the same state.
 
 use crate::bindings::Task;
 use crate::execution::{ErrorInfo, Execution, Status};
 use crate::files::InputFile;
 use crate::host::RecordedCall;
 use crate::run::{Kept, Reached};
-use crate::{RunOptions, Sandbox, SessionInfo};
+use crate::{RunOptions, Sandbox, SessionInfo, SessionLimits};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -27,17 +35,61 @@ struct State {
     kept: Kept,
     poisoned: Option<String>,
     runs: u64,
-    journal: Vec<Cell>,
+    journal: Journal,
 }
 
 impl State {
-    fn new(memory_bytes: usize) -> State {
+    fn new(limits: &SessionLimits) -> State {
         State {
-            kept: Kept::new(memory_bytes),
+            kept: Kept::new(limits.memory_bytes),
             poisoned: None,
             runs: 0,
-            journal: Vec::new(),
+            journal: Journal::default(),
         }
+    }
+}
+
+/// The cells kept for save and fork, and their size as a snapshot would write them.
+#[derive(Default)]
+struct Journal {
+    cells: Vec<Cell>,
+    bytes: u64,
+    /// The cell (from 1) that passed the cap; the cells were dropped then.
+    dropped_at: Option<u64>,
+}
+
+impl Journal {
+    /// Keep `cell`, the session's run number `run`, unless that passes `cap`: then drop
+    /// every cell, now and for the rest of this journal.
+    fn push(&mut self, cell: Cell, run: u64, cap: u64) {
+        if self.dropped_at.is_some() {
+            return;
+        }
+        let bytes = self.bytes.saturating_add(cell.journal_bytes());
+        if bytes > cap {
+            tracing::info!(cell = run, cap, "session journal over its cap; dropped");
+            *self = Journal {
+                dropped_at: Some(run),
+                ..Journal::default()
+            };
+            return;
+        }
+        self.bytes = bytes;
+        self.cells.push(cell);
+    }
+}
+
+/// Counts what is written to it, to size a value's JSON without holding the text.
+struct Counter(u64);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -69,6 +121,35 @@ pub enum SessionError {
     /// No session has this id.
     #[error("no session {0:?}")]
     NotFound(String),
+    /// The journal passed its cap, so there is nothing to save or fork from.
+    #[error(
+        "the session's journal passed its cap of {cap} bytes at run {run} \
+         (sandpy.sessions.journal_mb), so it can no longer be saved or forked; \
+         reset it to start a new journal"
+    )]
+    JournalDropped {
+        /// The cap, in bytes.
+        cap: u64,
+        /// The run (from 1) whose cell passed it.
+        run: u64,
+    },
+    /// The snapshot is larger than a session's journal may be here.
+    #[error("the snapshot holds {bytes} bytes of cells, over the journal cap of {cap} bytes (sandpy.sessions.journal_mb)")]
+    TooLarge {
+        /// The snapshot's cells, as a journal counts them.
+        bytes: u64,
+        /// The cap.
+        cap: u64,
+    },
+    /// The snapshot was made under another Python runtime (other packages, another
+    /// CPython): replaying it need not reach the same state.
+    #[error("the snapshot was made with runtime {found}, this server runs {expected}; it cannot be restored here")]
+    Runtime {
+        /// The snapshot's runtime id.
+        found: String,
+        /// This sandbox's runtime id.
+        expected: String,
+    },
     /// A session with this id exists.
     #[error("session {0:?} already exists; close it first")]
     Exists(String),
@@ -91,6 +172,17 @@ pub struct Cell {
     pub files: Vec<InputFile>,
 }
 
+impl Cell {
+    /// Its size as a snapshot writes it (JSON: input files in base64).
+    fn journal_bytes(&self) -> u64 {
+        let mut counter = Counter(0);
+        match serde_json::to_writer(&mut counter, self) {
+            Ok(()) => counter.0,
+            Err(_) => u64::MAX, // a value JSON cannot hold: never kept
+        }
+    }
+}
+
 /// A saved session: enough to rebuild its state by replay (see the module docs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionSnapshot {
@@ -108,17 +200,19 @@ const SNAPSHOT_FORMAT: &str = "sandpy-session/1";
 /// One interpreter that keeps its state between runs.
 pub struct Session {
     sandbox: Sandbox,
-    memory_bytes: usize,
+    limits: SessionLimits,
     state: tokio::sync::Mutex<State>,
 }
 
 impl Session {
-    /// A session whose instance (created on the first run) may grow to `memory_bytes`.
-    pub fn new(sandbox: &Sandbox, memory_bytes: usize) -> Session {
+    /// A session whose instance (created on the first run) may grow to
+    /// `limits.memory_bytes` and whose journal to `limits.journal_bytes` (the set's other
+    /// limits do not apply to one session).
+    pub fn new(sandbox: &Sandbox, limits: &SessionLimits) -> Session {
         Session {
             sandbox: sandbox.clone(),
-            memory_bytes,
-            state: tokio::sync::Mutex::new(State::new(memory_bytes)),
+            limits: limits.clone(),
+            state: tokio::sync::Mutex::new(State::new(limits)),
         }
     }
 
@@ -132,22 +226,31 @@ impl Session {
         self.run_cell(&mut state, code, options, None).await
     }
 
-    /// The journal, to save with [`Session::restore`] later.
-    pub async fn snapshot(&self) -> SessionSnapshot {
+    /// The journal, to save with [`Session::restore`] later; fails when the journal
+    /// passed its cap.
+    pub async fn snapshot(&self) -> Result<SessionSnapshot, SessionError> {
         let state = self.state.lock().await;
-        SessionSnapshot {
+        if let Some(run) = state.journal.dropped_at {
+            return Err(SessionError::JournalDropped {
+                cap: self.limits.journal_bytes,
+                run,
+            });
+        }
+        Ok(SessionSnapshot {
             format: SNAPSHOT_FORMAT.into(),
             runtime: self.sandbox.runner().runtime().id.clone(),
-            cells: state.journal.clone(),
-        }
+            cells: state.journal.cells.clone(),
+        })
     }
 
     /// A new session rebuilt from `snapshot` by replaying its cells (tool calls answered
-    /// from the journal); fails, naming the cell, if a replayed cell ends differently.
+    /// from the journal); fails, naming the cell, if a replayed cell ends differently,
+    /// and before replaying anything if the snapshot is of another format or runtime or
+    /// over the journal cap.
     pub async fn restore(
         sandbox: &Sandbox,
         snapshot: &SessionSnapshot,
-        memory_bytes: usize,
+        limits: &SessionLimits,
         options: &RunOptions,
     ) -> Result<Session, SessionError> {
         if snapshot.format != SNAPSHOT_FORMAT {
@@ -155,7 +258,24 @@ impl Session {
                 found: snapshot.format.clone(),
             });
         }
-        let session = Session::new(sandbox, memory_bytes);
+        let expected = &sandbox.runner().runtime().id;
+        if &snapshot.runtime != expected {
+            return Err(SessionError::Runtime {
+                found: snapshot.runtime.clone(),
+                expected: expected.clone(),
+            });
+        }
+        let bytes = snapshot
+            .cells
+            .iter()
+            .fold(0u64, |sum, cell| sum.saturating_add(cell.journal_bytes()));
+        if bytes > limits.journal_bytes {
+            return Err(SessionError::TooLarge {
+                bytes,
+                cap: limits.journal_bytes,
+            });
+        }
+        let session = Session::new(sandbox, limits);
         {
             let mut state = session.state.lock().await;
             for (i, cell) in snapshot.cells.iter().enumerate() {
@@ -184,8 +304,8 @@ impl Session {
     pub async fn fork(&self, options: &RunOptions) -> Result<Session, SessionError> {
         Session::restore(
             &self.sandbox,
-            &self.snapshot().await,
-            self.memory_bytes,
+            &self.snapshot().await?,
+            &self.limits,
             options,
         )
         .await
@@ -218,12 +338,15 @@ impl Session {
             Reached::Admitted => state.runs += 1,
             Reached::Fit(tool_calls) => {
                 state.runs += 1;
-                state.journal.push(Cell {
+                let cell = Cell {
                     code: code.to_string(),
                     status: ran.execution.status,
                     tool_calls,
                     files: options.files,
-                });
+                };
+                state
+                    .journal
+                    .push(cell, state.runs, self.limits.journal_bytes);
             }
             Reached::Unfit => {
                 state.runs += 1;
@@ -236,7 +359,7 @@ impl Session {
     /// Forget all state: the next run starts from a fresh interpreter.
     pub async fn reset(&self) {
         let mut state = self.state.lock().await;
-        *state = State::new(self.memory_bytes);
+        *state = State::new(&self.limits);
     }
 
     /// What [`Sessions::list`](crate::Sessions::list) shows of this session.
@@ -248,6 +371,8 @@ impl Session {
             idle_ms: idle.as_millis() as u64,
             poisoned: state.poisoned.is_some(),
             memory_bytes: state.kept.memory_peak(),
+            journal_bytes: state.journal.bytes,
+            saveable: state.journal.dropped_at.is_none(),
         }
     }
 }

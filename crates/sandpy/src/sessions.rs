@@ -27,6 +27,10 @@ pub struct SessionInfo {
     pub poisoned: bool,
     /// Linear memory it holds.
     pub memory_bytes: u64,
+    /// Host memory its journal holds (what a save would write).
+    pub journal_bytes: u64,
+    /// Whether it can be saved or forked (false once its journal passed its cap).
+    pub saveable: bool,
 }
 
 /// How much one tenant's sessions may hold at once. Defaults: 8 sessions and 2048 MiB,
@@ -114,8 +118,8 @@ pub enum SessionCap {
 }
 
 /// Settings of a [`Sessions`] set. Defaults: 10 minutes idle TTL, 64 sessions, 256 MiB
-/// each, no total memory cap beyond that (64 x 256 MiB), and each tenant the default
-/// [`TenantQuota`].
+/// of memory and a 16 MiB journal each, no total memory cap beyond that (64 x 256 MiB),
+/// and each tenant the default [`TenantQuota`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionLimits {
     /// A session idle this long is closed (checked on every access).
@@ -124,6 +128,9 @@ pub struct SessionLimits {
     pub max_sessions: usize,
     /// Memory cap of each session's instance.
     pub memory_bytes: usize,
+    /// Cap of each session's journal (the runs kept for save and fork, in host memory);
+    /// see [`Session`](crate::Session) for what happens past it.
+    pub journal_bytes: u64,
     /// Memory all sessions together may reserve (each reserves `memory_bytes`); `None`
     /// leaves it at `max_sessions` x `memory_bytes`.
     pub total_memory_bytes: Option<usize>,
@@ -137,6 +144,7 @@ impl Default for SessionLimits {
             idle_ttl: Duration::from_secs(600),
             max_sessions: 64,
             memory_bytes: 256 << 20,
+            journal_bytes: 16 << 20,
             total_memory_bytes: None,
             per_tenant: TenantQuota::default(),
         }
@@ -372,7 +380,7 @@ impl TenantSessions<'_> {
                         let message = format!("{cap}; close a session or wait for one to expire");
                         return Execution::refused(Status::Busy, message);
                     }
-                    let session = Session::new(&sessions.sandbox, sessions.limits.memory_bytes);
+                    let session = Session::new(&sessions.sandbox, &sessions.limits);
                     let entry = Entry::new(session);
                     owners.insert(self.tenant, id, entry.clone());
                     entry
@@ -441,7 +449,7 @@ impl TenantSessions<'_> {
     pub async fn snapshot(&self, id: &str) -> Result<SessionSnapshot, SessionError> {
         let entry = self.get(id)?;
         entry.touch();
-        Ok(entry.session.snapshot().await)
+        entry.session.snapshot().await
     }
 
     /// A new session `id` rebuilt from `snapshot`; refused before the replay when the id
@@ -463,13 +471,8 @@ impl TenantSessions<'_> {
                 return Err(SessionError::Full(cap));
             }
         }
-        let session = Session::restore(
-            &sessions.sandbox,
-            snapshot,
-            sessions.limits.memory_bytes,
-            options,
-        )
-        .await?;
+        let session =
+            Session::restore(&sessions.sandbox, snapshot, &sessions.limits, options).await?;
         self.insert(id, session)
     }
 

@@ -199,6 +199,7 @@ struct RawSessions {
     idle_ttl_ms: Option<u64>,
     max_sessions: Option<usize>,
     memory_mb: Option<u64>,
+    journal_mb: Option<u64>,
     total_memory_mb: Option<u64>,
     tenant_max_sessions: Option<usize>,
     tenant_memory_mb: Option<u64>,
@@ -327,6 +328,15 @@ impl Settings {
                 .validate()
                 .map_err(|e| invalid("sandpy.sessions.memory_mb", e.requirement))?;
             sessions.memory_bytes = memory.apply(&Limits::default()).memory_bytes;
+        }
+        if let Some(mb) = raw_sessions.journal_mb {
+            if mb == 0 {
+                return Err(invalid(
+                    "sandpy.sessions.journal_mb",
+                    "must be at least 1 (MiB)".into(),
+                ));
+            }
+            sessions.journal_bytes = mb.saturating_mul(1 << 20);
         }
         if let Some(mb) = raw_sessions.total_memory_mb {
             let total = mb.saturating_mul(1 << 20) as usize;

@@ -5,6 +5,7 @@ use crate::{block_on, run_ok, run_with, sandbox};
 use sandpy::{InputFile, Limits, Mount, RunOptions, SessionLimits, Sessions, Status};
 use serde_json::json;
 use std::path::Path;
+use std::time::Duration;
 
 fn input(path: &str, content: &[u8]) -> InputFile {
     InputFile {
@@ -491,4 +492,27 @@ fn the_root_lists_the_folders_and_linux_path_idioms_work() {
         1,
         "the file written through the idiom comes back"
     );
+}
+
+#[test]
+fn time_limit_writing_input_files_counts_against_the_run() {
+    let files: Vec<InputFile> = (0..20_000)
+        .map(|i| input(&format!("d{}/f{i}.txt", i % 100), b"x"))
+        .collect();
+    let options = RunOptions {
+        files,
+        ..with_limits(|l| {
+            l.timeout = Duration::from_millis(20);
+            l.disk_bytes = 1 << 30;
+        })
+    };
+    let e = run_with("print('never')", &options);
+    assert_eq!(e.status, Status::Timeout, "{e:#?}");
+    let message = e.error.expect("an error").message;
+    assert!(message.contains("input files"), "{message}");
+    assert!(
+        !message.contains("(20000 of 20000 written)"),
+        "stopped at the limit, not after every file: {message}"
+    );
+    assert!(e.stdout.is_empty());
 }

@@ -380,3 +380,102 @@ fn save_restore_and_fork_by_journal_without_calling_tools_again() {
             .contains("unknown session format"));
     });
 }
+
+#[test]
+fn host_memory_a_session_journal_past_its_cap_is_dropped_and_save_says_why() {
+    let limits = SessionLimits {
+        journal_bytes: 64 << 10,
+        ..SessionLimits::default()
+    };
+    let sessions = Sessions::new(sandbox(), limits);
+    block_on(async {
+        let file = sandpy::InputFile {
+            path: "data.bin".into(),
+            content: vec![b'x'; 20 << 10],
+        };
+        let with_file = RunOptions {
+            files: vec![file],
+            ..opts()
+        };
+        for n in 1..=2 {
+            let e = sessions.run("s", &format!("n = {n}"), &with_file).await;
+            assert_eq!(e.status, Status::Ok, "{e:#?}");
+        }
+        let info = &sessions.list().await[0];
+        assert!(info.saveable);
+        assert!(
+            info.journal_bytes > 2 * (20 << 10) && info.journal_bytes < 64 << 10,
+            "counted as a save writes it (base64): {info:?}"
+        );
+        assert!(sessions.snapshot("s").await.is_ok());
+
+        // The third file passes the cap: the run is still run and answered.
+        let e = sessions.run("s", "n = 3\nn", &with_file).await;
+        assert_eq!((e.status, e.return_value), (Status::Ok, Some(json!(3))));
+        let info = &sessions.list().await[0];
+        assert_eq!((info.saveable, info.journal_bytes), (false, 0), "{info:?}");
+        let refused = sessions.snapshot("s").await.expect_err("nothing to save");
+        assert!(
+            matches!(refused, sandpy::SessionError::JournalDropped { cap, run: 3 } if cap == 64 << 10),
+            "{refused:?}"
+        );
+        assert!(
+            refused.to_string().contains("journal_mb"),
+            "names the setting: {refused}"
+        );
+        let forked = sessions.fork("s", "f", &opts()).await;
+        assert!(matches!(
+            forked,
+            Err(sandpy::SessionError::JournalDropped { .. })
+        ));
+
+        // The session itself goes on, and later runs do not refill the journal.
+        let e = sessions.run("s", "n + 1", &with_file).await;
+        assert_eq!(e.return_value, Some(json!(4)));
+        assert_eq!(sessions.list().await[0].journal_bytes, 0);
+
+        // A reset starts a new journal.
+        sessions.reset("s").await;
+        sessions.run("s", "n = 5", &opts()).await;
+        let snapshot = sessions.snapshot("s").await.expect("a new journal");
+        assert_eq!(snapshot.cells.len(), 1);
+    });
+}
+
+#[test]
+fn a_snapshot_from_another_runtime_or_over_the_cap_is_refused_before_replay() {
+    let limits = SessionLimits {
+        journal_bytes: 4 << 10,
+        ..SessionLimits::default()
+    };
+    let sessions = Sessions::new(sandbox(), limits);
+    block_on(async {
+        sessions.run("s", "x = 1", &opts()).await;
+        let snapshot = sessions.snapshot("s").await.expect("snapshot");
+
+        let mut other = snapshot.clone();
+        other.runtime = "0".repeat(64);
+        let refused = sessions.restore("r", &other, &opts()).await;
+        assert!(
+            matches!(&refused, Err(sandpy::SessionError::Runtime { found, .. }) if *found == "0".repeat(64)),
+            "{refused:?}"
+        );
+
+        let mut large = snapshot.clone();
+        large.cells[0].code = format!("x = 1  # {}", "y".repeat(8 << 10));
+        let refused = sessions.restore("r", &large, &opts()).await;
+        assert!(
+            matches!(
+                refused,
+                Err(sandpy::SessionError::TooLarge { cap: 4096, .. })
+            ),
+            "{refused:?}"
+        );
+        assert!(sessions.list().await.iter().all(|s| s.id != "r"));
+
+        sessions
+            .restore("r", &snapshot, &opts())
+            .await
+            .expect("the same runtime restores");
+    });
+}
