@@ -34,6 +34,16 @@ pub(crate) enum SaveError {
     /// No save has this name.
     #[error("no saved session {0:?}")]
     Missing(String),
+    /// The file is larger than any save of a journal within its cap.
+    #[error("{} holds {size} bytes, more than a saved session may ({max}, from sandpy.sessions.journal_mb)", .path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+        /// The most a save may hold.
+        max: u64,
+    },
     /// Writing failed.
     #[error("cannot write {}: {source}", .path.display())]
     Write {
@@ -113,8 +123,9 @@ impl SaveDir {
         Ok(path)
     }
 
-    /// The text of the save `name`; refused if the name is a link.
-    pub(crate) fn read(&self, name: &str) -> Result<String, SaveError> {
+    /// The text of the save `name`; refused if the name is a link, or if the file holds
+    /// more than `max` bytes (checked before reading, and the read stops there).
+    pub(crate) fn read(&self, name: &str, max: u64) -> Result<String, SaveError> {
         let path = self.file(name);
         let read_error = |source| SaveError::Read {
             path: path.clone(),
@@ -130,13 +141,26 @@ impl SaveDir {
         if !seen.is_file() {
             return Err(SaveError::Link(path));
         }
-        let mut file = File::open(&path).map_err(read_error)?;
+        let file = File::open(&path).map_err(read_error)?;
         let opened = file.metadata().map_err(read_error)?;
         if (opened.dev(), opened.ino()) != (seen.dev(), seen.ino()) {
             return Err(SaveError::Link(path)); // swapped for a link after the look
         }
+        let too_large = |size| SaveError::TooLarge {
+            path: path.clone(),
+            size,
+            max,
+        };
+        if opened.len() > max {
+            return Err(too_large(opened.len()));
+        }
         let mut text = String::new();
-        file.read_to_string(&mut text).map_err(read_error)?;
+        file.take(max.saturating_add(1))
+            .read_to_string(&mut text)
+            .map_err(read_error)?;
+        if text.len() as u64 > max {
+            return Err(too_large(text.len() as u64)); // grew after the look
+        }
         Ok(text)
     }
 }

@@ -159,7 +159,13 @@ impl ServerState {
         let options = self.options(self.next_execution_id(), RunRequest::default());
         let restored = async {
             let dir = dir.map_err(|e| e.to_string())?;
-            let text = dir.read(&args.name).map_err(|e| e.to_string())?;
+            // A save is its journal as JSON (what the cap counts) and a few fields more.
+            let max = self
+                .sessions
+                .limits()
+                .journal_bytes
+                .saturating_add(64 << 10);
+            let text = dir.read(&args.name, max).map_err(|e| e.to_string())?;
             let snapshot: sandpy::SessionSnapshot =
                 serde_json::from_str(&text).map_err(|e| format!("not a saved session: {e}"))?;
             self.sessions

@@ -332,7 +332,7 @@ fn one_tenant_filling_its_caps_leaves_room_for_others_and_busy_names_the_cap() {
 }
 
 #[test]
-fn a_link_planted_in_save_dir_is_not_followed() {
+fn a_link_or_a_huge_file_planted_in_save_dir_is_not_followed_nor_read() {
     block_on(async {
         let tenants =
             json!({"tenants": {"agent-a": {"token": "token-a"}, "agent-b": {"token": "token-b"}}});
@@ -377,6 +377,20 @@ fn a_link_planted_in_save_dir_is_not_followed() {
             "{restored}"
         );
         assert_eq!(a.listed().await, ["main"], "nothing restored");
+
+        // A file planted under a save's name, larger than any save may be: not read whole.
+        let huge = std::fs::File::create(a_dir.join("huge.session.json")).expect("create");
+        huge.set_len(1 << 30).expect("a sparse GiB");
+        let restored = a
+            .result(
+                "restore_session",
+                json!({"name": "huge", "session_id": "huge"}),
+            )
+            .await;
+        assert!(
+            text(&restored).contains("holds 1073741824 bytes, more than a saved session may"),
+            "{restored}"
+        );
 
         // A tenant's folder planted as a link to a folder outside: neither written nor read.
         std::os::unix::fs::symlink(outside.path(), served.saved.path().join("agent-b"))
