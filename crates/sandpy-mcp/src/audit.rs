@@ -57,10 +57,12 @@ impl AuditLog {
         }
     }
 
-    /// One finished execution.
+    /// One finished execution, with the tenant that asked for it (`local` over stdio,
+    /// `client-<n>` for an MCP session over HTTP, `tenant:<name>` for a configured token).
     pub fn execution(
         &self,
         execution_id: &str,
+        tenant: &str,
         code: &str,
         limits: &sandpy::Limits,
         execution: &sandpy::Execution,
@@ -68,6 +70,7 @@ impl AuditLog {
         self.append(json!({
             "kind": "execution",
             "execution_id": execution_id,
+            "tenant": tenant,
             "code_sha256": code_hash(code),
             "code_bytes": code.len(),
             "limits": {

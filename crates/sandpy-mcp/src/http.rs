@@ -1,10 +1,14 @@
-//! Serving MCP over streamable HTTP, with a bearer token.
+//! Serving MCP over streamable HTTP, with bearer tokens.
 //!
-//! A token is required when the address is not loopback, and checked whenever one is set.
+//! A token is required when the address is not loopback, and checked whenever one is set:
+//! the single `--token` (which only lets a client in), or a token of a tenant the config
+//! names (`sandpy.tenants`), which also says whose sessions the client's calls reach
+//! (the request carries the tenant's name to the server, see [`crate::SandpyServer`]).
+//! Each MCP session gets its own handler ([`SandpyServer::connection`]).
 //! A client's `DELETE` of its session is answered 204 No Content (see
 //! [`deleted_is_no_content`]).
 
-use crate::server::SandpyServer;
+use crate::server::{SandpyServer, TokenTenantName};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
@@ -55,9 +59,51 @@ fn bearer_token(value: &str) -> Option<&str> {
         .then(|| token.trim_start_matches(' '))
 }
 
+/// The tokens that let a client in: the single one, and the tenants' (each with the
+/// tenant's name).
+#[derive(Default)]
+pub(crate) struct Access {
+    token: Option<String>,
+    tenants: Vec<(String, Arc<str>)>,
+}
+
+impl Access {
+    /// Only `token`, if any.
+    pub(crate) fn token(token: Option<String>) -> Access {
+        Access {
+            token,
+            tenants: Vec::new(),
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        self.token.is_none() && self.tenants.is_empty()
+    }
+
+    /// Whom `presented` lets in: `Some(None)` for the single token, `Some(Some(name))` for
+    /// a tenant's. Every token is compared, in equal time, whichever matches.
+    fn admit(&self, presented: &str) -> Option<Option<Arc<str>>> {
+        let presented = presented.as_bytes();
+        let mut found = None;
+        if let Some(token) = &self.token {
+            if same(presented, token.as_bytes()) {
+                found = Some(None);
+            }
+        }
+        for (token, name) in &self.tenants {
+            if same(presented, token.as_bytes()) {
+                found = Some(Some(name.clone()));
+            }
+        }
+        found
+    }
+}
+
+/// Let in a request with a known bearer token; one with a tenant's token carries the
+/// tenant's name on ([`TokenTenantName`]).
 async fn require_bearer(
-    State(expected): State<Arc<str>>,
-    request: Request,
+    State(access): State<Arc<Access>>,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let presented = request
@@ -65,13 +111,17 @@ async fn require_bearer(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(bearer_token);
-    if !presented.is_some_and(|token| same(token.as_bytes(), expected.as_bytes())) {
+    let admitted = presented.and_then(|token| access.admit(token));
+    let Some(tenant) = admitted else {
         return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],
             "missing or wrong bearer token\n",
         )
             .into_response();
+    };
+    if let Some(name) = tenant {
+        request.extensions_mut().insert(TokenTenantName(name));
     }
     next.run(request).await
 }
@@ -91,16 +141,16 @@ async fn deleted_is_no_content(request: Request, next: Next) -> Response {
     response
 }
 
-/// The MCP endpoint at `/mcp` serving a clone of `server` to each session, behind the
-/// bearer check when `token` is set; and the token that ends its open streams on shutdown.
-/// Beyond loopback any `Host` is accepted (the token guards it).
+/// The MCP endpoint at `/mcp` serving a handler from `handler` to each session, behind the
+/// bearer check when `access` has tokens; and the token that ends its open streams on
+/// shutdown. Beyond loopback any `Host` is accepted (the token guards it).
 pub(crate) fn mcp_router<S>(
-    server: S,
-    token: Option<String>,
+    handler: impl Fn() -> S + Send + Sync + 'static,
+    access: Access,
     loopback: bool,
 ) -> (Router, CancellationToken)
 where
-    S: ServerHandler + Clone + Send + Sync + 'static,
+    S: ServerHandler + Send + Sync + 'static,
 {
     let mut config = StreamableHttpServerConfig::default();
     if !loopback {
@@ -108,16 +158,16 @@ where
     }
     let cancel = config.cancellation_token.clone();
     let service: StreamableHttpService<S, LocalSessionManager> = StreamableHttpService::new(
-        move || Ok(server.clone()),
+        move || Ok(handler()),
         Arc::new(LocalSessionManager::default()),
         config,
     );
     let mut app = Router::new()
         .nest_service("/mcp", service)
         .layer(middleware::from_fn(deleted_is_no_content));
-    if let Some(token) = token {
+    if !access.is_open() {
         app = app.layer(middleware::from_fn_with_state(
-            Arc::<str>::from(token),
+            Arc::new(access),
             require_bearer,
         ));
     }
@@ -127,22 +177,35 @@ where
 /// A bound listener, so callers learn the port (`127.0.0.1:0`) before serving.
 pub struct HttpListener {
     listener: tokio::net::TcpListener,
-    token: Option<String>,
+    access: Access,
 }
 
 impl HttpListener {
-    /// Bind `addr`; refuses a non-loopback address without a token, and an empty token.
-    pub async fn bind(addr: SocketAddr, token: Option<String>) -> Result<HttpListener, HttpError> {
+    /// Bind `addr` for clients with `token` or a token of one of `tenants` (from the
+    /// config, already checked non-empty and distinct); refuses a non-loopback address
+    /// without any token, and an empty `token`.
+    pub async fn bind(
+        addr: SocketAddr,
+        token: Option<String>,
+        tenants: &[sandpy::TokenTenant],
+    ) -> Result<HttpListener, HttpError> {
         if token.as_deref() == Some("") {
             return Err(HttpError::EmptyToken);
         }
-        if token.is_none() && !addr.ip().is_loopback() {
+        let access = Access {
+            token,
+            tenants: tenants
+                .iter()
+                .map(|t| (t.token.clone(), Arc::from(t.name.as_str())))
+                .collect(),
+        };
+        if access.is_open() && !addr.ip().is_loopback() {
             return Err(HttpError::TokenRequired(addr));
         }
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| HttpError::Bind { addr, source })?;
-        Ok(HttpListener { listener, token })
+        Ok(HttpListener { listener, access })
     }
 
     /// The bound address.
@@ -161,7 +224,7 @@ impl HttpListener {
             .local_addr()
             .map(|a| a.ip().is_loopback())
             .unwrap_or(false);
-        let (app, cancel) = mcp_router(server, self.token, loopback);
+        let (app, cancel) = mcp_router(move || server.connection(), self.access, loopback);
         axum::serve(self.listener, app)
             .with_graceful_shutdown(async move {
                 shutdown.await;
@@ -191,9 +254,22 @@ mod tests {
         }
     }
 
+    #[test]
+    fn every_token_is_checked_and_a_tenants_names_it() {
+        let access = Access {
+            token: Some("single".into()),
+            tenants: vec![("ta".into(), "a".into()), ("tb".into(), "b".into())],
+        };
+        assert_eq!(access.admit("single"), Some(None));
+        assert_eq!(access.admit("tb"), Some(Some("b".into())));
+        for wrong in ["", "t", "tab", "Single", "ta "] {
+            assert_eq!(access.admit(wrong), None, "{wrong:?}");
+        }
+    }
+
     #[tokio::test]
     async fn an_empty_token_is_refused() {
-        let bound = HttpListener::bind(([127, 0, 0, 1], 0).into(), Some(String::new())).await;
+        let bound = HttpListener::bind(([127, 0, 0, 1], 0).into(), Some(String::new()), &[]).await;
         assert!(matches!(bound, Err(HttpError::EmptyToken)));
     }
 }

@@ -26,6 +26,7 @@ mod expand;
 mod http;
 mod hub;
 mod names;
+mod saves;
 mod schema;
 mod server;
 mod summary;

@@ -9,8 +9,14 @@
 //!   `restore_session` and `fork_session`.
 //!
 //! Python errors and limits are tool results with `isError: true` (the model reads them);
-//! only malformed requests are protocol errors (`invalid_params`): arguments are checked
-//! against the tool's input schema before it runs, so the error names every field at fault.
+//! only malformed requests are protocol errors (`invalid_params`): arguments are parsed
+//! into the tool's parameter struct before it runs, so the error names the field at fault
+//! (the first one serde meets).
+//!
+//! Every call is made by a tenant ([`Caller`]), who owns the `run_python` sessions it
+//! makes: the process over stdio; over HTTP, the client's bearer token when the config
+//! names it in `sandpy.tenants`, else the client's MCP session (each MCP session gets its
+//! own handler, [`SandpyServer::connection`], whose sessions close when it ends).
 
 mod discovery;
 mod run;
@@ -18,7 +24,6 @@ mod sessions;
 
 use crate::audit::AuditLog;
 use crate::hub::Hub;
-use crate::schema::ArgumentSchema;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
@@ -27,10 +32,14 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{tool_handler, ErrorData, RoleServer, ServerHandler};
-use sandpy::{LimitOverrides, ModelOutput, Resolved, RunOptions, Sandbox, Sessions};
+use sandpy::{
+    LimitOverrides, ModelOutput, Resolved, RunOptions, Sandbox, Sessions, Tenant, TenantQuota,
+};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::num::NonZeroU64;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -43,18 +52,102 @@ pub struct ServerState {
     /// How much of a run's result the model is shown.
     model_output: ModelOutput,
     sessions: Sessions,
-    session_dir: Option<std::path::PathBuf>,
+    session_dir: Option<PathBuf>,
+    /// The config's tenants known by their tokens, by name.
+    token_tenants: HashMap<Arc<str>, Tenant>,
     audit: Option<AuditLog>,
     executions: AtomicU64,
+    /// Connections so far, to name each one's tenant.
+    connections: AtomicU64,
     /// Every tool, from the three routers.
     tools: ToolRouter<ServerState>,
-    /// Each tool's input schema, compiled to check arguments before the call.
-    schemas: HashMap<String, ArgumentSchema>,
+    /// Each tool's argument check: parsing into its parameter struct.
+    checks: HashMap<&'static str, Check>,
+}
+
+/// Parses a tool's arguments as its parameter struct would be; the message names the
+/// field at fault.
+type Check = fn(&Value) -> Result<(), String>;
+
+/// `arguments` parse as a `T`; else where and why not, the place as a JSON pointer
+/// (`at /files/0: missing field `path``).
+fn parses_as<T: DeserializeOwned>(arguments: &Value) -> Result<(), String> {
+    match serde_path_to_error::deserialize::<_, T>(arguments) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let mut at = String::new();
+            for segment in e.path().iter() {
+                use serde_path_to_error::Segment;
+                at.push('/');
+                match segment {
+                    Segment::Seq { index } => at.push_str(&index.to_string()),
+                    Segment::Map { key } => at.push_str(key),
+                    Segment::Enum { variant } => at.push_str(variant),
+                    Segment::Unknown => at.push('?'),
+                }
+            }
+            let why = e.into_inner();
+            Err(if at.is_empty() {
+                why.to_string()
+            } else {
+                format!("at {at}: {why}")
+            })
+        }
+    }
+}
+
+/// The tenant a tool call is made for, and where its saved sessions go; put in the
+/// request's extensions by [`SandpyServer::call_tool`] for the tools to read.
+#[derive(Clone)]
+struct Caller {
+    tenant: Tenant,
+    saves: Saves,
+}
+
+/// Where a tenant's saved sessions are.
+#[derive(Clone)]
+enum Saves {
+    /// In the config's `save_dir` (which may not exist yet), in the tenant's own folder
+    /// there if it has one.
+    In {
+        root: PathBuf,
+        tenant: Option<String>,
+    },
+    /// Nowhere, for this reason.
+    Off(&'static str),
+}
+
+/// The tenant a request's bearer token names (from `sandpy.tenants`), put in the HTTP
+/// request's extensions by the bearer check.
+#[derive(Clone, Debug)]
+pub(crate) struct TokenTenantName(pub(crate) Arc<str>);
+
+/// Who a handler serves: the process (stdio), or one MCP session over HTTP, whose
+/// sessions are closed when its handler goes.
+struct Client {
+    state: Arc<ServerState>,
+    tenant: Tenant,
+    /// Whether the tenant's sessions end with the handler (an MCP session's).
+    closes_sessions: bool,
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if self.closes_sessions {
+            let closed = self.state.sessions.close_tenant(&self.tenant.id);
+            if closed > 0 {
+                tracing::debug!("{}: closed {closed} sessions", self.tenant.id);
+            }
+        }
+    }
 }
 
 /// One MCP session's handler (they all share one [`ServerState`]).
 #[derive(Clone)]
-pub struct SandpyServer(Arc<ServerState>);
+pub struct SandpyServer {
+    state: Arc<ServerState>,
+    client: Arc<Client>,
+}
 
 /// The order tools are listed in: running code first, then finding upstream tools, then
 /// sessions. A tool missing here is listed after these, by name.
@@ -111,33 +204,97 @@ impl SandpyServer {
         let tools = ServerState::run_tools()
             + ServerState::discovery_tools()
             + ServerState::session_tools();
-        let schemas = tools
-            .list_all()
+        let checks = run::CHECKS
             .into_iter()
-            .map(|tool| {
-                let schema = Value::Object(tool.input_schema.as_ref().clone());
-                let compiled = ArgumentSchema::compile(&tool.name, &schema);
-                (tool.name.into_owned(), compiled)
+            .chain(discovery::CHECKS)
+            .chain(sessions::CHECKS)
+            .collect();
+        let token_tenants = settings
+            .tenants
+            .iter()
+            .map(|t| {
+                let tenant = Tenant::new(format!("tenant:{}", t.name), t.quota);
+                (Arc::<str>::from(t.name.as_str()), tenant)
             })
             .collect();
-        let state = ServerState {
+        let state = Arc::new(ServerState {
             sandbox,
             hub,
             run: resolved.run_options(),
             model_output: settings.model_output.clone(),
             sessions,
             session_dir: settings.session_dir.clone(),
+            token_tenants,
             audit,
             executions: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
             tools,
-            schemas,
-        };
-        Ok(SandpyServer(Arc::new(state)))
+            checks,
+        });
+        let client = Arc::new(Client {
+            state: state.clone(),
+            tenant: Tenant::new("local", TenantQuota::UNLIMITED),
+            closes_sessions: false,
+        });
+        Ok(SandpyServer { state, client })
+    }
+
+    /// A handler for one more MCP session (over HTTP): a tenant of its own, named
+    /// `client-<n>`, with the per-tenant quota; its sessions close when it is dropped.
+    /// A request whose bearer token names a configured tenant is that tenant's instead.
+    pub fn connection(&self) -> SandpyServer {
+        let state = self.state.clone();
+        let n = state.connections.fetch_add(1, Ordering::Relaxed);
+        let quota = state.sessions.limits().per_tenant;
+        let client = Arc::new(Client {
+            state: state.clone(),
+            tenant: Tenant::new(format!("client-{n}"), quota),
+            closes_sessions: true,
+        });
+        SandpyServer { state, client }
     }
 
     /// The hub, e.g. to shut it down.
     pub fn hub(&self) -> &Hub {
-        &self.0.hub
+        &self.state.hub
+    }
+
+    /// Who makes a call that came with `context`: the tenant its bearer token names, else
+    /// this handler's own.
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Caller {
+        let state = &self.state;
+        let named = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<TokenTenantName>())
+            .and_then(|name| Some((name, state.token_tenants.get(&name.0)?)));
+        const NO_SAVES: &str = "saving sessions is off: set sandpy.sessions.save_dir in the config";
+        const NO_OWNER: &str = "saving sessions over HTTP needs a tenant known by its bearer token \
+             (sandpy.tenants in the config): a save outlives the MCP session, so it needs an owner that does too";
+        let saves = |tenant: Option<&str>| match &state.session_dir {
+            None => Saves::Off(NO_SAVES),
+            Some(root) => Saves::In {
+                root: root.clone(),
+                tenant: tenant.map(str::to_string),
+            },
+        };
+        match named {
+            Some((name, tenant)) => Caller {
+                tenant: tenant.clone(),
+                saves: saves(Some(&name.0)),
+            },
+            None if self.client.closes_sessions => Caller {
+                tenant: self.client.tenant.clone(),
+                saves: match state.session_dir {
+                    None => Saves::Off(NO_SAVES),
+                    Some(_) => Saves::Off(NO_OWNER),
+                },
+            },
+            None => Caller {
+                tenant: self.client.tenant.clone(),
+                saves: saves(None),
+            },
+        }
     }
 
     /// The tools in [`LISTED`] order, `run_python`'s description completed with the
@@ -149,12 +306,12 @@ impl SandpyServer {
                 .position(|name| *name == tool.name)
                 .unwrap_or(LISTED.len())
         };
-        let mut tools = self.0.tools.list_all();
+        let mut tools = self.state.tools.list_all();
         tools.sort_by_key(rank); // stable: the unlisted stay sorted by name
         for tool in &mut tools {
             if tool.name == "run_python" {
                 let guide = tool.description.as_deref().unwrap_or_default();
-                tool.description = Some(format!("{guide}\n{}", self.0.servers_line()).into());
+                tool.description = Some(format!("{guide}\n{}", self.state.servers_line()).into());
             }
         }
         tools
@@ -207,7 +364,7 @@ impl ServerState {
 }
 
 #[tool_handler(
-    router = self.0.tools,
+    router = self.state.tools,
     name = "sandpy",
     instructions = "Write one Python program that orchestrates many tools instead of calling them one by one: \
                     use run_python; find tools with search_tools."
@@ -221,28 +378,71 @@ impl ServerHandler for SandpyServer {
         Ok(ListToolsResult::with_all_items(self.tools()))
     }
 
-    /// Check the arguments against the tool's schema, then call it. Unlike the router's
-    /// own `call`, which turns arguments that do not parse into an `isError` result, a
-    /// malformed request stays a protocol error (`invalid_params`).
+    /// Check the arguments by parsing them as the tool's parameters, then call it for its
+    /// caller. Unlike the router's own `call`, which turns arguments that do not parse
+    /// into an `isError` result, a malformed request stays a protocol error
+    /// (`invalid_params`).
     async fn call_tool(
         &self,
         mut request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
+        mut context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let state = self.0.as_ref();
+        let state = self.state.as_ref();
         let name = request.name.as_ref();
         let route = state
             .tools
             .map
             .get(name)
             .ok_or_else(|| invalid(format!("unknown tool {name:?}")))?;
-        if let Some(schema) = state.schemas.get(name) {
+        if let Some(check) = state.checks.get(name) {
             let arguments = Value::Object(request.arguments.take().unwrap_or_default());
-            schema.check(name, &arguments).map_err(invalid)?;
+            check(&arguments).map_err(|why| {
+                invalid(format!(
+                    "arguments of {name} do not fit its inputSchema: {why}"
+                ))
+            })?;
             if let Value::Object(arguments) = arguments {
                 request.arguments = Some(arguments);
             }
         }
+        let caller = self.caller(&context);
+        context.extensions.insert(caller);
         (route.call)(ToolCallContext::new(state, request, context)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tool with arguments but no check would take malformed requests to the router,
+    /// which answers them as `isError` results instead of protocol errors.
+    #[test]
+    fn every_tool_with_arguments_has_a_check_and_no_check_is_stray() {
+        let tools = ServerState::run_tools()
+            + ServerState::discovery_tools()
+            + ServerState::session_tools();
+        let checks: HashMap<&str, Check> = run::CHECKS
+            .into_iter()
+            .chain(discovery::CHECKS)
+            .chain(sessions::CHECKS)
+            .collect();
+        let listed = tools.list_all();
+        for tool in &listed {
+            let has_arguments = tool
+                .input_schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .is_some_and(|properties| !properties.is_empty());
+            assert_eq!(
+                checks.contains_key(tool.name.as_ref()),
+                has_arguments,
+                "{}",
+                tool.name
+            );
+        }
+        assert!(checks
+            .keys()
+            .all(|name| listed.iter().any(|tool| tool.name == *name)));
     }
 }

@@ -13,7 +13,7 @@
 //! # Ok(()) }
 //! ```
 
-use crate::http::mcp_router;
+use crate::http::{mcp_router, Access};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -160,7 +160,8 @@ impl TestServer {
         let echo = Echo {
             tools: Echo::echo_tools(),
         };
-        let (app, cancel) = mcp_router(echo, token.map(str::to_string), true);
+        let access = Access::token(token.map(str::to_string));
+        let (app, cancel) = mcp_router(move || echo.clone(), access, true);
         let stop = CancellationToken::new();
         let shutdown = {
             let stop = stop.clone();

@@ -9,7 +9,7 @@
 //! A [`Policy`] (least privilege, checked before and enforced during a run) can narrow
 //! what code may import and use, and bring its own limits; `Sandbox::validate` runs only
 //! the check. A [`Session`] keeps one interpreter's state across runs (it is a run that
-//! keeps its instance); [`Sessions`] keeps them by id.
+//! keeps its instance); [`Sessions`] keeps them by owner ([`Tenant`]) and id.
 //!
 //! Limits given by people (a config file, a policy, CLI flags, a request) take one shape,
 //! [`LimitOverrides`], put over [`Limits`] in that order ([`RunOptions::effective_limits`]).
@@ -78,8 +78,12 @@ pub use policy::{Policy, Violation};
 pub use sandbox::{GuestFailure, ModuleReport, Sandbox};
 pub use search::{search as search_tools, ToolSummary};
 pub use session::{Cell, Session, SessionError, SessionSnapshot};
-pub use sessions::{SessionInfo, SessionLimits, Sessions};
-pub use settings::{ConfigError, ConfigFile, Resolved, Settings, UnknownPolicy};
+pub use sessions::{
+    SessionCap, SessionInfo, SessionLimits, Sessions, Tenant, TenantQuota, TenantSessions,
+};
+pub use settings::{
+    is_plain_name, ConfigError, ConfigFile, Resolved, Settings, TokenTenant, UnknownPolicy,
+};
 pub use tools::{
     validate_tool_pattern, Allowlist, ToolError, ToolFuture, ToolHost, ToolInfo, ToolPatternError,
 };

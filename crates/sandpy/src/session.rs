@@ -153,9 +153,9 @@ pub enum SessionError {
     /// A session with this id exists.
     #[error("session {0:?} already exists; close it first")]
     Exists(String),
-    /// The set holds as many sessions as it may.
-    #[error("the session limit ({0}) is reached")]
-    Full(usize),
+    /// A new session would pass a cap: the tenant's or the server's (named).
+    #[error("{0}; close a session or wait for one to expire")]
+    Full(crate::SessionCap),
 }
 
 /// One run of a session, as its journal keeps it.

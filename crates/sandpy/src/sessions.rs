@@ -1,5 +1,11 @@
-//! [`Sessions`]: a set of [`Session`]s by id, for servers, with an idle TTL, a maximum
-//! count and a memory cap each.
+//! [`Sessions`]: a set of [`Session`]s by owner and id, for servers, with an idle TTL, a
+//! memory cap each, and caps on how many sessions the whole set and each owner hold.
+//!
+//! A session belongs to the [`Tenant`] that made it: an id is only unique within its
+//! tenant (two tenants may both have a `"main"`), and a tenant can reach only its own
+//! sessions, through [`Sessions::of`]. Another tenant's session is answered exactly like a
+//! missing one, so that ids cannot be probed. The per-tenant caps keep one client from
+//! taking every slot; a refusal names the cap it met ([`SessionCap`]).
 
 use crate::execution::{Execution, Status};
 use crate::{RunOptions, Sandbox, Session, SessionError, SessionSnapshot};
@@ -8,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// What [`Sessions::list`] reports of one session.
+/// What [`TenantSessions::list`] reports of one session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SessionInfo {
     /// The caller's id.
@@ -27,19 +33,109 @@ pub struct SessionInfo {
     pub saveable: bool,
 }
 
+/// How much one tenant's sessions may hold at once. Defaults: 8 sessions and 2048 MiB,
+/// so that with the default 64 sessions of 256 MiB a server serves at least eight
+/// tenants' sessions at once, and one tenant reaches its count before its memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantQuota {
+    /// Sessions the tenant holds at once.
+    pub max_sessions: usize,
+    /// Memory the tenant's sessions may reserve together: each reserves its cap
+    /// ([`SessionLimits::memory_bytes`]), whether it has used it yet or not.
+    pub memory_bytes: usize,
+}
+
+impl TenantQuota {
+    /// No cap of the tenant's own: only the set's caps apply (one process's own sessions).
+    pub const UNLIMITED: TenantQuota = TenantQuota {
+        max_sessions: usize::MAX,
+        memory_bytes: usize::MAX,
+    };
+}
+
+impl Default for TenantQuota {
+    fn default() -> Self {
+        TenantQuota {
+            max_sessions: 8,
+            memory_bytes: 2048 << 20,
+        }
+    }
+}
+
+/// Who owns sessions: an id unique within the server (a connection, a token's name) and
+/// its quota.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant {
+    /// The owner's id; sessions are kept under it.
+    pub id: Arc<str>,
+    /// What the owner may hold.
+    pub quota: TenantQuota,
+}
+
+impl Tenant {
+    /// The tenant `id` with `quota`.
+    pub fn new(id: impl Into<Arc<str>>, quota: TenantQuota) -> Tenant {
+        Tenant {
+            id: id.into(),
+            quota,
+        }
+    }
+
+    /// The one owner of a set that serves a single client (`local`, unlimited quota):
+    /// what the [`Sessions`] methods without a tenant use.
+    pub fn local() -> Tenant {
+        Tenant::new("local", TenantQuota::UNLIMITED)
+    }
+}
+
+/// Which cap a new session would go past, for the `busy` answer to name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionCap {
+    /// The server's sessions, all tenants together ([`SessionLimits::max_sessions`]).
+    #[error("the server's session limit ({0}) is reached")]
+    Server(usize),
+    /// The tenant's own count ([`TenantQuota::max_sessions`]).
+    #[error("this client's session limit ({0}) is reached")]
+    TenantSessions(usize),
+    /// The server's session memory, all tenants together
+    /// ([`SessionLimits::total_memory_bytes`]).
+    #[error("the server's session memory ({} MiB, {} MiB a session) is reached", .total >> 20, .session >> 20)]
+    ServerMemory {
+        /// The server's total.
+        total: usize,
+        /// What each session reserves.
+        session: usize,
+    },
+    /// The tenant's own memory ([`TenantQuota::memory_bytes`]).
+    #[error("this client's session memory ({} MiB, {} MiB a session) is reached", .tenant >> 20, .session >> 20)]
+    TenantMemory {
+        /// The tenant's memory quota.
+        tenant: usize,
+        /// What each session reserves.
+        session: usize,
+    },
+}
+
 /// Settings of a [`Sessions`] set. Defaults: 10 minutes idle TTL, 64 sessions, 256 MiB
-/// of memory and a 16 MiB journal each.
+/// of memory and a 16 MiB journal each, no total memory cap beyond that (64 x 256 MiB),
+/// and each tenant the default [`TenantQuota`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionLimits {
     /// A session idle this long is closed (checked on every access).
     pub idle_ttl: Duration,
-    /// Sessions alive at once; a run for a new id beyond it ends `busy`.
+    /// Sessions alive at once, all tenants together; a new one beyond it is `busy`.
     pub max_sessions: usize,
     /// Memory cap of each session's instance.
     pub memory_bytes: usize,
     /// Cap of each session's journal (the runs kept for save and fork, in host memory);
     /// see [`Session`](crate::Session) for what happens past it.
     pub journal_bytes: u64,
+    /// Memory all sessions together may reserve (each reserves `memory_bytes`); `None`
+    /// leaves it at `max_sessions` x `memory_bytes`.
+    pub total_memory_bytes: Option<usize>,
+    /// What each tenant may hold, unless the server gives a tenant a quota of its own.
+    pub per_tenant: TenantQuota,
 }
 
 impl Default for SessionLimits {
@@ -49,6 +145,8 @@ impl Default for SessionLimits {
             max_sessions: 64,
             memory_bytes: 256 << 20,
             journal_bytes: 16 << 20,
+            total_memory_bytes: None,
+            per_tenant: TenantQuota::default(),
         }
     }
 }
@@ -59,6 +157,13 @@ struct Entry {
 }
 
 impl Entry {
+    fn new(session: Session) -> Arc<Entry> {
+        Arc::new(Entry {
+            session: Arc::new(session),
+            last_used: Mutex::new(Instant::now()),
+        })
+    }
+
     fn touch(&self) {
         *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
@@ -71,11 +176,92 @@ impl Entry {
     }
 }
 
-/// Sessions by id, for servers: `run` creates a session on first use.
+/// Each tenant's sessions by id.
+#[derive(Default)]
+struct Owners {
+    by_tenant: HashMap<Arc<str>, HashMap<String, Arc<Entry>>>,
+    /// Sessions of all tenants together.
+    count: usize,
+}
+
+impl Owners {
+    fn get(&self, tenant: &str, id: &str) -> Option<Arc<Entry>> {
+        self.by_tenant.get(tenant)?.get(id).cloned()
+    }
+
+    fn contains(&self, tenant: &str, id: &str) -> bool {
+        self.by_tenant
+            .get(tenant)
+            .is_some_and(|sessions| sessions.contains_key(id))
+    }
+
+    /// The cap a new session of `tenant` would go past, if any.
+    fn full(&self, tenant: &Tenant, limits: &SessionLimits) -> Option<SessionCap> {
+        let held = self.by_tenant.get(&tenant.id).map_or(0, HashMap::len);
+        let quota = tenant.quota;
+        if held >= quota.max_sessions {
+            return Some(SessionCap::TenantSessions(quota.max_sessions));
+        }
+        let reserved = (held + 1).saturating_mul(limits.memory_bytes);
+        if reserved > quota.memory_bytes {
+            return Some(SessionCap::TenantMemory {
+                tenant: quota.memory_bytes,
+                session: limits.memory_bytes,
+            });
+        }
+        if self.count >= limits.max_sessions {
+            return Some(SessionCap::Server(limits.max_sessions));
+        }
+        if let Some(total) = limits.total_memory_bytes {
+            if (self.count + 1).saturating_mul(limits.memory_bytes) > total {
+                return Some(SessionCap::ServerMemory {
+                    total,
+                    session: limits.memory_bytes,
+                });
+            }
+        }
+        None
+    }
+
+    fn insert(&mut self, tenant: &Tenant, id: &str, entry: Arc<Entry>) {
+        let sessions = self.by_tenant.entry(tenant.id.clone()).or_default();
+        if sessions.insert(id.to_string(), entry).is_none() {
+            self.count += 1;
+        }
+    }
+
+    fn remove(&mut self, tenant: &str, id: &str) -> bool {
+        let Some(sessions) = self.by_tenant.get_mut(tenant) else {
+            return false;
+        };
+        let removed = sessions.remove(id).is_some();
+        if sessions.is_empty() {
+            self.by_tenant.remove(tenant);
+        }
+        if removed {
+            self.count -= 1;
+        }
+        removed
+    }
+
+    /// Drop every session idle `ttl` or longer that no call is using.
+    fn expire(&mut self, ttl: Duration) {
+        let mut count = 0;
+        self.by_tenant.retain(|_, sessions| {
+            sessions.retain(|_, entry| entry.idle() < ttl || Arc::strong_count(entry) > 1);
+            count += sessions.len();
+            !sessions.is_empty()
+        });
+        self.count = count;
+    }
+}
+
+/// Sessions by owner and id, for servers: a tenant's `run` creates a session on first use.
 pub struct Sessions {
     sandbox: Sandbox,
     limits: SessionLimits,
-    entries: Mutex<HashMap<String, Arc<Entry>>>,
+    owners: Mutex<Owners>,
+    local: Tenant,
 }
 
 impl Sessions {
@@ -84,41 +270,119 @@ impl Sessions {
         Sessions {
             sandbox: sandbox.clone(),
             limits,
-            entries: Mutex::new(HashMap::new()),
+            owners: Mutex::new(Owners::default()),
+            local: Tenant::local(),
         }
     }
 
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Entry>>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    /// The limits the set was made with.
+    pub fn limits(&self) -> &SessionLimits {
+        &self.limits
+    }
+
+    /// `tenant`'s sessions: the only ones it can run in, list, reset, close, save or fork.
+    pub fn of<'a>(&'a self, tenant: &'a Tenant) -> TenantSessions<'a> {
+        TenantSessions {
+            sessions: self,
+            tenant,
+        }
+    }
+
+    /// Close every session of `tenant` (its connection ended); how many there were.
+    pub fn close_tenant(&self, tenant: &str) -> usize {
+        let mut owners = self.owners();
+        let closed = owners.by_tenant.remove(tenant).map_or(0, |s| s.len());
+        owners.count -= closed;
+        closed
+    }
+
+    fn owners(&self) -> std::sync::MutexGuard<'_, Owners> {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Close sessions idle longer than the TTL.
     fn expire(&self) {
-        let ttl = self.limits.idle_ttl;
-        self.entries()
-            .retain(|_, entry| entry.idle() < ttl || Arc::strong_count(entry) > 1);
+        self.owners().expire(self.limits.idle_ttl);
     }
 
-    /// Run `code` in session `id`, creating it if needed.
+    /// Run `code` in the local tenant's session `id` (see [`TenantSessions::run`]).
     pub async fn run(&self, id: &str, code: &str, options: &RunOptions) -> Execution {
-        self.expire();
+        self.of(&self.local).run(id, code, options).await
+    }
+
+    /// The local tenant's sessions (see [`TenantSessions::list`]).
+    pub async fn list(&self) -> Vec<SessionInfo> {
+        self.of(&self.local).list().await
+    }
+
+    /// Reset the local tenant's session `id` (see [`TenantSessions::reset`]).
+    pub async fn reset(&self, id: &str) -> bool {
+        self.of(&self.local).reset(id).await
+    }
+
+    /// Close the local tenant's session `id` (see [`TenantSessions::close`]).
+    pub fn close(&self, id: &str) -> bool {
+        self.of(&self.local).close(id)
+    }
+
+    /// The journal of the local tenant's session `id` (see [`TenantSessions::snapshot`]).
+    pub async fn snapshot(&self, id: &str) -> Result<SessionSnapshot, SessionError> {
+        self.of(&self.local).snapshot(id).await
+    }
+
+    /// A new local session `id` from `snapshot` (see [`TenantSessions::restore`]).
+    pub async fn restore(
+        &self,
+        id: &str,
+        snapshot: &SessionSnapshot,
+        options: &RunOptions,
+    ) -> Result<(), SessionError> {
+        self.of(&self.local).restore(id, snapshot, options).await
+    }
+
+    /// Fork the local tenant's session `from` (see [`TenantSessions::fork`]).
+    pub async fn fork(
+        &self,
+        from: &str,
+        to: &str,
+        options: &RunOptions,
+    ) -> Result<(), SessionError> {
+        self.of(&self.local).fork(from, to, options).await
+    }
+}
+
+/// One tenant's view of a [`Sessions`] set (from [`Sessions::of`]): every id is looked up
+/// among the tenant's own sessions only.
+pub struct TenantSessions<'a> {
+    sessions: &'a Sessions,
+    tenant: &'a Tenant,
+}
+
+impl TenantSessions<'_> {
+    fn get(&self, id: &str) -> Result<Arc<Entry>, SessionError> {
+        self.sessions
+            .owners()
+            .get(&self.tenant.id, id)
+            .ok_or_else(|| SessionError::NotFound(id.to_string()))
+    }
+
+    /// Run `code` in session `id`, creating it if needed; `busy`, naming the cap, when a
+    /// new session would pass the tenant's or the server's.
+    pub async fn run(&self, id: &str, code: &str, options: &RunOptions) -> Execution {
+        let sessions = self.sessions;
+        sessions.expire();
         let entry = {
-            let mut entries = self.entries();
-            match entries.get(id) {
-                Some(entry) => entry.clone(),
-                None if entries.len() >= self.limits.max_sessions => {
-                    let message = format!(
-                        "the session limit ({}) is reached; close a session or wait for one to expire",
-                        self.limits.max_sessions
-                    );
-                    return Execution::refused(Status::Busy, message);
-                }
+            let mut owners = sessions.owners();
+            match owners.get(&self.tenant.id, id) {
+                Some(entry) => entry,
                 None => {
-                    let entry = Arc::new(Entry {
-                        session: Arc::new(Session::new(&self.sandbox, &self.limits)),
-                        last_used: Mutex::new(Instant::now()),
-                    });
-                    entries.insert(id.to_string(), entry.clone());
+                    if let Some(cap) = owners.full(self.tenant, &sessions.limits) {
+                        let message = format!("{cap}; close a session or wait for one to expire");
+                        return Execution::refused(Status::Busy, message);
+                    }
+                    let session = Session::new(&sessions.sandbox, &sessions.limits);
+                    let entry = Entry::new(session);
+                    owners.insert(self.tenant, id, entry.clone());
                     entry
                 }
             }
@@ -129,14 +393,21 @@ impl Sessions {
         execution
     }
 
-    /// Every live session, by id.
+    /// The tenant's live sessions, by id.
     pub async fn list(&self) -> Vec<SessionInfo> {
-        self.expire();
+        self.sessions.expire();
         let entries: Vec<(String, Arc<Entry>)> = self
-            .entries()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+            .sessions
+            .owners()
+            .by_tenant
+            .get(&self.tenant.id)
+            .map(|sessions| {
+                sessions
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut out = Vec::with_capacity(entries.len());
         for (id, entry) in entries {
             out.push(entry.session.info(&id, entry.idle()).await);
@@ -145,44 +416,32 @@ impl Sessions {
         out
     }
 
-    /// Reset session `id` to a fresh interpreter; false if there is none.
+    /// Reset session `id` to a fresh interpreter; false if the tenant has none.
     pub async fn reset(&self, id: &str) -> bool {
-        let entry = self.entries().get(id).cloned();
-        match entry {
-            Some(entry) => {
+        match self.get(id) {
+            Ok(entry) => {
                 entry.session.reset().await;
                 entry.touch();
                 true
             }
-            None => false,
+            Err(_) => false,
         }
     }
 
-    /// Close session `id`, freeing its instance; false if there is none.
+    /// Close session `id`, freeing its instance; false if the tenant has none.
     pub fn close(&self, id: &str) -> bool {
-        self.entries().remove(id).is_some()
-    }
-
-    fn get(&self, id: &str) -> Result<Arc<Entry>, SessionError> {
-        self.entries()
-            .get(id)
-            .cloned()
-            .ok_or_else(|| SessionError::NotFound(id.to_string()))
+        self.sessions.owners().remove(&self.tenant.id, id)
     }
 
     fn insert(&self, id: &str, session: Session) -> Result<(), SessionError> {
-        let mut entries = self.entries();
-        if entries.contains_key(id) {
+        let mut owners = self.sessions.owners();
+        if owners.contains(&self.tenant.id, id) {
             return Err(SessionError::Exists(id.to_string()));
         }
-        if entries.len() >= self.limits.max_sessions {
-            return Err(SessionError::Full(self.limits.max_sessions));
+        if let Some(cap) = owners.full(self.tenant, &self.sessions.limits) {
+            return Err(SessionError::Full(cap));
         }
-        let entry = Entry {
-            session: Arc::new(session),
-            last_used: Mutex::new(Instant::now()),
-        };
-        entries.insert(id.to_string(), Arc::new(entry));
+        owners.insert(self.tenant, id, Entry::new(session));
         Ok(())
     }
 
@@ -193,18 +452,27 @@ impl Sessions {
         entry.session.snapshot().await
     }
 
-    /// A new session `id` rebuilt from `snapshot`.
+    /// A new session `id` rebuilt from `snapshot`; refused before the replay when the id
+    /// is taken or a cap would be passed.
     pub async fn restore(
         &self,
         id: &str,
         snapshot: &SessionSnapshot,
         options: &RunOptions,
     ) -> Result<(), SessionError> {
-        self.expire();
-        if self.entries().contains_key(id) {
-            return Err(SessionError::Exists(id.to_string()));
+        let sessions = self.sessions;
+        sessions.expire();
+        {
+            let owners = sessions.owners();
+            if owners.contains(&self.tenant.id, id) {
+                return Err(SessionError::Exists(id.to_string()));
+            }
+            if let Some(cap) = owners.full(self.tenant, &sessions.limits) {
+                return Err(SessionError::Full(cap));
+            }
         }
-        let session = Session::restore(&self.sandbox, snapshot, &self.limits, options).await?;
+        let session =
+            Session::restore(&sessions.sandbox, snapshot, &sessions.limits, options).await?;
         self.insert(id, session)
     }
 

@@ -14,7 +14,11 @@
 //!     "model_output": { "text_bytes": 20000 },
 //!     "allowed_tools": ["mcp__everything__*"],
 //!     "audit_log": "sandpy-audit.jsonl",
-//!     "audit_arguments": false
+//!     "audit_arguments": false,
+//!     "sessions": { "max_sessions": 64, "memory_mb": 256, "idle_ttl_ms": 600000,
+//!                   "total_memory_mb": 8192, "tenant_max_sessions": 8, "tenant_memory_mb": 2048,
+//!                   "save_dir": "saved-sessions" },
+//!     "tenants": { "agent-a": { "token_env": "AGENT_A_TOKEN", "max_sessions": 16 } }
 //!   }
 //! }
 //! ```
@@ -24,6 +28,7 @@
 
 use crate::{
     Config, LimitOverrides, Limits, ModelOutput, Mount, Policy, RunOptions, SessionLimits,
+    TenantQuota,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -68,7 +73,8 @@ pub struct UnknownPolicy {
 /// sandpy's settings from a config file. Defaults: default limits (the 60 s tool-call
 /// timeout among them), default model output (20,000 bytes a text), every tool allowed,
 /// no audit log, no policies of its own and none by default, default session limits with
-/// saving off, default concurrency, no mounts, the built-in runtime, no extra packages.
+/// saving off, no tenants of their own, default concurrency, no mounts, the built-in
+/// runtime, no extra packages.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Settings {
     /// Limits of every run (a policy's and the run's own go over them).
@@ -89,6 +95,9 @@ pub struct Settings {
     pub sessions: SessionLimits,
     /// Folder where saved sessions are written and read; none disables saving.
     pub session_dir: Option<PathBuf>,
+    /// HTTP clients known by their bearer tokens (`sandpy.tenants`), each with its own
+    /// sessions, quota, saved sessions and audit field.
+    pub tenants: Vec<TokenTenant>,
     /// Runs executing at once (default: the number of cores).
     pub max_concurrent_runs: Option<usize>,
     /// Runs waiting for a slot before new ones are answered `busy` (default 256).
@@ -101,6 +110,30 @@ pub struct Settings {
     pub packages: Vec<String>,
     /// The file this came from, if any.
     pub source: Option<PathBuf>,
+}
+
+/// A tenant of `sandpy serve --http` known by its bearer token: the sessions made with
+/// the token are its own, whichever MCP session (connection) made them, so that they
+/// survive a client reconnecting.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenTenant {
+    /// Its name: the audit log's `tenant` field and its folder under `save_dir`.
+    pub name: String,
+    /// The bearer token that identifies it.
+    pub token: String,
+    /// What its sessions may hold.
+    pub quota: TenantQuota,
+}
+
+impl std::fmt::Debug for TokenTenant {
+    /// The token is a secret: never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenTenant")
+            .field("name", &self.name)
+            .field("token", &"<secret>")
+            .field("quota", &self.quota)
+            .finish()
+    }
 }
 
 /// A config file as read: sandpy's settings, and the `mcpServers` entries left for the
@@ -148,6 +181,8 @@ struct RawSandpy {
     default_policy: Option<String>,
     #[serde(default)]
     sessions: RawSessions,
+    #[serde(default)]
+    tenants: BTreeMap<String, RawTenant>,
     max_concurrent_runs: Option<usize>,
     max_queued_runs: Option<usize>,
     /// Guest path -> host folder (relative to the config file), read-only.
@@ -165,7 +200,19 @@ struct RawSessions {
     max_sessions: Option<usize>,
     memory_mb: Option<u64>,
     journal_mb: Option<u64>,
+    total_memory_mb: Option<u64>,
+    tenant_max_sessions: Option<usize>,
+    tenant_memory_mb: Option<u64>,
     save_dir: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    token: Option<String>,
+    token_env: Option<String>,
+    max_sessions: Option<usize>,
+    memory_mb: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -291,6 +338,35 @@ impl Settings {
             }
             sessions.journal_bytes = mb.saturating_mul(1 << 20);
         }
+        if let Some(mb) = raw_sessions.total_memory_mb {
+            let total = mb.saturating_mul(1 << 20) as usize;
+            if total < sessions.memory_bytes {
+                let message = format!(
+                    "must be at least sandpy.sessions.memory_mb ({}), the memory of one session",
+                    sessions.memory_bytes >> 20
+                );
+                return Err(invalid("sandpy.sessions.total_memory_mb", message));
+            }
+            sessions.total_memory_bytes = Some(total);
+        }
+        if let Some(max) = raw_sessions.tenant_max_sessions {
+            sessions.per_tenant.max_sessions = max;
+        }
+        match raw_sessions.tenant_memory_mb {
+            Some(mb) => sessions.per_tenant.memory_bytes = mb.saturating_mul(1 << 20) as usize,
+            // Sessions bigger than the default tenant memory: room for one at least.
+            None => {
+                let one = sessions.memory_bytes;
+                sessions.per_tenant.memory_bytes = sessions.per_tenant.memory_bytes.max(one);
+            }
+        }
+        check_quota(
+            &sessions.per_tenant,
+            &sessions,
+            "sandpy.sessions.tenant_",
+            invalid,
+        )?;
+        let tenants = tenants(raw.tenants, &sessions, invalid)?;
         let session_dir = raw_sessions.save_dir.map(|dir| base.join(dir));
         let mounts: Vec<Mount> = raw
             .mounts
@@ -311,6 +387,7 @@ impl Settings {
             default_policy: raw.default_policy,
             sessions,
             session_dir,
+            tenants,
             max_concurrent_runs: raw.max_concurrent_runs,
             max_queued_runs: raw.max_queued_runs,
             mounts,
@@ -353,6 +430,89 @@ impl Settings {
             policy,
         })
     }
+}
+
+/// Whether a name can be a folder name as it is: letters, digits, `-`, `_` and `.`, at
+/// most 64, not starting with `.` (the rule of saved-session names too).
+pub fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// A quota lets its tenant hold at least one session. `key` is the keys' prefix
+/// (`max_sessions` and `memory_mb` follow it).
+fn check_quota(
+    quota: &TenantQuota,
+    sessions: &SessionLimits,
+    key: &str,
+    invalid: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    if quota.max_sessions == 0 {
+        return Err(invalid(
+            &format!("{key}max_sessions"),
+            "must be at least 1".into(),
+        ));
+    }
+    if quota.memory_bytes < sessions.memory_bytes {
+        let message = format!(
+            "must be at least sandpy.sessions.memory_mb ({}), the memory of one session",
+            sessions.memory_bytes >> 20
+        );
+        return Err(invalid(&format!("{key}memory_mb"), message));
+    }
+    Ok(())
+}
+
+/// The `tenants` section: names plain, each with exactly one non-empty token (given, or
+/// read from the environment), no token shared; quotas default to the per-tenant ones.
+fn tenants(
+    raw: BTreeMap<String, RawTenant>,
+    sessions: &SessionLimits,
+    invalid: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<Vec<TokenTenant>, ConfigError> {
+    let mut tenants: Vec<TokenTenant> = Vec::with_capacity(raw.len());
+    for (name, raw) in raw {
+        let key = format!("sandpy.tenants.{name}");
+        if !is_plain_name(&name) {
+            let message =
+                "a tenant's name may use letters, digits, `-`, `_` and `.` (at most 64, not starting with `.`)";
+            return Err(invalid(&key, message.into()));
+        }
+        let token = match (raw.token, raw.token_env) {
+            (Some(token), None) => token,
+            (None, Some(var)) => std::env::var(&var).map_err(|_| {
+                invalid(
+                    &format!("{key}.token_env"),
+                    format!("the environment variable `{var}` is not set (or not UTF-8)"),
+                )
+            })?,
+            _ => {
+                let message = "needs exactly one of `token` and `token_env`".to_string();
+                return Err(invalid(&key, message));
+            }
+        };
+        if token.is_empty() {
+            return Err(invalid(&key, "the token is empty".into()));
+        }
+        if let Some(other) = tenants.iter().find(|t| t.token == token) {
+            let message = format!("has the same token as tenant `{}`", other.name);
+            return Err(invalid(&key, message));
+        }
+        let mut quota = sessions.per_tenant;
+        if let Some(max) = raw.max_sessions {
+            quota.max_sessions = max;
+        }
+        if let Some(mb) = raw.memory_mb {
+            quota.memory_bytes = mb.saturating_mul(1 << 20) as usize;
+        }
+        check_quota(&quota, sessions, &format!("{key}."), invalid)?;
+        tenants.push(TokenTenant { name, token, quota });
+    }
+    Ok(tenants)
 }
 
 impl Resolved {
@@ -424,5 +584,77 @@ mod tests {
             parse(r#"{"sandpy": {"limits": {"tool_timeout_ms": 0}}}"#).unwrap_err(),
             "config `/x/sandpy.json`: at `sandpy.limits.tool_timeout_ms`: must be at least 1"
         );
+    }
+
+    #[test]
+    fn tenants_and_their_quotas_are_read_and_checked() {
+        let set = parse(
+            r#"{"sandpy": {"sessions": {"tenant_max_sessions": 3, "memory_mb": 100},
+                "tenants": {"agent-a": {"token": "ta"}, "agent-b": {"token": "tb", "max_sessions": 5, "memory_mb": 1000}}}}"#,
+        )
+        .unwrap();
+        assert_eq!(set.sessions.per_tenant.max_sessions, 3);
+        assert_eq!(set.sessions.per_tenant.memory_bytes, 2048 << 20, "default");
+        let a = &set.tenants[0];
+        assert_eq!((a.name.as_str(), a.token.as_str()), ("agent-a", "ta"));
+        assert_eq!(
+            a.quota, set.sessions.per_tenant,
+            "the per-tenant quota by default"
+        );
+        let b = &set.tenants[1];
+        assert_eq!(
+            b.quota,
+            TenantQuota {
+                max_sessions: 5,
+                memory_bytes: 1000 << 20
+            }
+        );
+        assert!(!format!("{set:?}").contains("tb"), "tokens are not printed");
+        let total = parse(r#"{"sandpy": {"sessions": {"total_memory_mb": 1024}}}"#).unwrap();
+        assert_eq!(total.sessions.total_memory_bytes, Some(1 << 30));
+        assert_eq!(
+            parse(r#"{"sandpy": {"sessions": {"total_memory_mb": 100}}}"#).unwrap_err(),
+            "config `/x/sandpy.json`: at `sandpy.sessions.total_memory_mb`: must be at least sandpy.sessions.memory_mb (256), the memory of one session"
+        );
+        let big = parse(r#"{"sandpy": {"sessions": {"memory_mb": 4096}}}"#).unwrap();
+        assert_eq!(
+            big.sessions.per_tenant.memory_bytes,
+            4096 << 20,
+            "the default tenant memory holds one session at least"
+        );
+
+        for (text, expected) in [
+            (
+                r#"{"sandpy": {"tenants": {"a": {"token": "t"}, "b": {"token": "t"}}}}"#,
+                "at `sandpy.tenants.b`: has the same token as tenant `a`",
+            ),
+            (
+                r#"{"sandpy": {"tenants": {"a": {}}}}"#,
+                "at `sandpy.tenants.a`: needs exactly one of `token` and `token_env`",
+            ),
+            (
+                r#"{"sandpy": {"tenants": {"a": {"token": ""}}}}"#,
+                "at `sandpy.tenants.a`: the token is empty",
+            ),
+            (
+                r#"{"sandpy": {"tenants": {"../x": {"token": "t"}}}}"#,
+                "at `sandpy.tenants.../x`: a tenant's name may use",
+            ),
+            (
+                r#"{"sandpy": {"tenants": {"a": {"token_env": "SANDPY_TEST_NO_SUCH_VAR"}}}}"#,
+                "at `sandpy.tenants.a.token_env`: the environment variable `SANDPY_TEST_NO_SUCH_VAR` is not set",
+            ),
+            (
+                r#"{"sandpy": {"tenants": {"a": {"token": "t", "memory_mb": 10}}}}"#,
+                "at `sandpy.tenants.a.memory_mb`: must be at least sandpy.sessions.memory_mb (256)",
+            ),
+            (
+                r#"{"sandpy": {"sessions": {"tenant_max_sessions": 0}}}"#,
+                "at `sandpy.sessions.tenant_max_sessions`: must be at least 1",
+            ),
+        ] {
+            let error = parse(text).unwrap_err();
+            assert!(error.contains(expected), "{text}: {error}");
+        }
     }
 }

@@ -50,7 +50,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
                 _ = shutdown_signal() => Ok(()),
             },
             Some(addr) => {
-                let listener = sandpy_mcp::HttpListener::bind(addr, args.token).await?;
+                let tenants = &resolved.settings.tenants;
+                let listener = sandpy_mcp::HttpListener::bind(addr, args.token, tenants).await?;
                 eprintln!(
                     "sandpy: serving MCP at http://{}/mcp",
                     listener.local_addr()?

@@ -1,7 +1,8 @@
 //! A bounded load test of `sandpy serve --http` on loopback: many concurrent MCP clients
-//! (rmcp), each with its own session. Every response must match its request, sessions must
-//! not see each other, the full queue must answer `busy`, and memory must stay flat
-//! between two identical rounds. Prints its figures.
+//! (rmcp), each with its own session, and a second tenant looking for them. Every response
+//! must match its request, sessions must not see each other, the other tenant must never
+//! see, reach or close the clients' sessions, the full queue must answer `busy`, and memory
+//! must stay flat between two identical rounds. Prints its figures.
 
 use crate::sandpy;
 use crate::serve::http_server;
@@ -30,12 +31,98 @@ struct Round {
     latencies_ms: Vec<f64>,
 }
 
-async fn client(url: String, me: usize, round: usize) -> Round {
+type Client = rmcp::service::RunningService<rmcp::RoleClient, ()>;
+
+async fn connect(url: String) -> Client {
     // rmcp's default reqwest client uses rustls's process-wide provider, and none is picked
     // by itself: the workspace builds rustls with `ring` alone (see sandpy-mcp).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let transport = StreamableHttpClientTransport::from_uri(url);
-    let client = ().serve(transport).await.expect("connect");
+    ().serve(transport).await.expect("connect")
+}
+
+/// `tool`'s structured content, or its text when it failed.
+async fn call(client: &Client, tool: &'static str, args: Value) -> Result<Value, String> {
+    let Value::Object(args) = args else {
+        unreachable!("an object")
+    };
+    let result = client
+        .call_tool(CallToolRequestParams::new(tool).with_arguments(args))
+        .await
+        .expect("call");
+    if result.is_error == Some(true) {
+        let text = result.content.first().and_then(|c| c.as_text());
+        return Err(text.map(|t| t.text.clone()).unwrap_or_default());
+    }
+    Ok(result.structured_content.unwrap_or_default())
+}
+
+/// The session ids `list_sessions` shows `client`.
+async fn listed(client: &Client) -> Vec<String> {
+    let listed = call(client, "list_sessions", json!({}))
+        .await
+        .expect("list");
+    listed["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .filter_map(|s| s["id"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Another tenant (its own MCP session) during a round: it must never list, reset, close,
+/// fork or run in the clients' sessions, whose ids it knows. How many looks it took.
+async fn other_tenant(
+    url: String,
+    round: usize,
+    done: tokio::sync::watch::Receiver<bool>,
+) -> usize {
+    let client = connect(url).await;
+    let mut looks = 0;
+    while !*done.borrow() {
+        let me = looks % CLIENTS;
+        let theirs = format!("client-{me}-round-{round}");
+        assert_eq!(
+            listed(&client).await,
+            Vec::<String>::new(),
+            "the other tenant lists none"
+        );
+        for (tool, args) in [
+            ("reset_session", json!({"session_id": theirs})),
+            ("close_session", json!({"session_id": theirs})),
+            (
+                "fork_session",
+                json!({"session_id": theirs, "new_session_id": "mine"}),
+            ),
+        ] {
+            let answer = call(&client, tool, args).await;
+            assert_eq!(answer, Err(format!("no session {theirs:?}")), "{tool}");
+        }
+        looks += 1;
+        // A few looks a round: often enough to meet every phase of the clients' runs,
+        // rarely enough not to load the server beyond the clients' own figures.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let ran = call(
+        &client,
+        "run_python",
+        json!({"code": "'me' in globals()", "session_id": format!("client-0-round-{round}")}),
+    )
+    .await;
+    if let Ok(execution) = ran {
+        if execution["status"] == "ok" {
+            assert_eq!(
+                execution["return_value"], false,
+                "a session of its own, not client 0's"
+            );
+        }
+    }
+    let _ = client.cancel().await;
+    looks
+}
+
+async fn client(url: String, me: usize, round: usize) -> Round {
+    let client = connect(url).await;
     let session = format!("client-{me}-round-{round}");
     let mut out = Round::default();
     let call = |code: String| {
@@ -61,6 +148,11 @@ async fn client(url: String, me: usize, round: usize) -> Round {
         assert_eq!(status, Some(json!("busy")), "{result:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert_eq!(
+        listed(&client).await,
+        std::slice::from_ref(&session),
+        "a client lists its own only"
+    );
     for request in 0..REQUESTS_PER_CLIENT {
         let token = format!("{me}-{round}-{request}");
         let started = Instant::now();
@@ -100,6 +192,8 @@ async fn client(url: String, me: usize, round: usize) -> Round {
 
 async fn round(url: &str, round: usize) -> (Round, Duration) {
     let started = Instant::now();
+    let (done, watching) = tokio::sync::watch::channel(false);
+    let other = tokio::spawn(other_tenant(url.to_string(), round, watching));
     let tasks: Vec<_> = (0..CLIENTS)
         .map(|me| tokio::spawn(client(url.to_string(), me, round)))
         .collect();
@@ -110,7 +204,15 @@ async fn round(url: &str, round: usize) -> (Round, Duration) {
         total.busy += r.busy;
         total.latencies_ms.extend(r.latencies_ms);
     }
-    (total, started.elapsed())
+    let took = started.elapsed();
+    let _ = done.send(true);
+    let looks = other.await.expect("the other tenant");
+    assert!(looks > 0, "the other tenant looked during the round");
+    println!(
+        "load round {}: the other tenant looked {looks} times (4 calls each), saw nothing",
+        round + 1
+    );
+    (total, took)
 }
 
 #[test]

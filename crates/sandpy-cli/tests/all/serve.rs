@@ -11,7 +11,8 @@ fn config_file(dir: &std::path::Path, marker: &str) -> String {
     let path = dir.join("sandpy.mcp.json");
     let text = format!(
         r#"{{"mcpServers": {{"everything": {{"command": "npx", "args": ["-y", "{EVERYTHING_PKG}"], "env": {{"SANDPY_MARKER": "{marker}"}}}}}},
-            "sandpy": {{"audit_log": "audit.jsonl", "sessions": {{"save_dir": "saved"}}}}}}"#
+            "sandpy": {{"audit_log": "audit.jsonl", "sessions": {{"save_dir": "saved"}},
+                        "tenants": {{"agent": {{"token": "agent-token"}}}}}}}}"#
     );
     std::fs::write(&path, text).expect("config");
     path.display().to_string()
@@ -304,13 +305,37 @@ fn http_serves_a_real_client_with_a_bearer_token() {
     let marker = format!("sandpy-http-{}", std::process::id());
     let config = config_file(dir.path(), &marker);
     let (mut server, url) = http_server(&["--config", &config, "--token", "s3cret"]);
-    let (out, status, stderr) = mcp_client(&["http", &url, "s3cret"], &requests());
+    // A configured tenant's token: sessions, saves (in the tenant's folder) and all.
+    let (out, status, stderr) = mcp_client(&["http", &url, "agent-token"], &requests());
     assert_eq!(status, 0, "{out}");
     check_responses(&out);
     assert!(
         !stderr.contains("Session termination failed"),
         "the session's DELETE must answer 200 or 204: {stderr}"
     );
+    assert!(dir.path().join("saved/agent/nb.session.json").is_file());
+    // The single token lets a client in as a tenant of its own (its MCP session): it sees
+    // none of the agent's sessions, and cannot save (a save would outlive its owner).
+    let (out, status, _) = mcp_client(
+        &["http", &url, "s3cret"],
+        &json!([
+            {"method": "call_tool", "name": "list_sessions", "arguments": {}},
+            {"method": "call_tool", "name": "run_python", "arguments": {"code": "'y' in globals()", "session_id": "s4"}},
+            {"method": "call_tool", "name": "save_session", "arguments": {"session_id": "s4", "name": "nb"}}
+        ]),
+    );
+    assert_eq!(status, 0, "{out}");
+    assert_eq!(out[0]["structuredContent"]["sessions"], json!([]), "{out}");
+    assert_eq!(out[1]["structuredContent"]["return_value"], false, "{out}");
+    assert!(
+        out[2]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("sandpy.tenants")),
+        "{out}"
+    );
+    let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).expect("audit log");
+    assert!(audit.contains(r#""tenant":"tenant:agent""#), "{audit}");
+    assert!(audit.contains(r#""tenant":"client-"#), "{audit}");
     let (out, status, _) = mcp_client(&["http", &url, "wrong"], &json!([{"method": "list_tools"}]));
     assert_eq!(status, 3, "a wrong token must not connect: {out}");
     let (out, status, _) = mcp_client(&["http", &url], &json!([{"method": "list_tools"}]));

@@ -1,7 +1,7 @@
 //! The discovery tools: `search_tools` and `get_tool_schema`, over the upstream tools the
 //! server's allowlist lets runs call.
 
-use super::{structured, tool_error, ServerState};
+use super::{parses_as, structured, tool_error, Check, ServerState};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::{tool, tool_router};
@@ -13,6 +13,12 @@ use std::num::NonZeroUsize;
 
 /// How many tools `search_tools` returns when not told.
 const SEARCH_LIMIT: usize = 10;
+
+/// The argument checks of these tools.
+pub(super) const CHECKS: [(&str, Check); 2] = [
+    ("search_tools", parses_as::<SearchTools>),
+    ("get_tool_schema", parses_as::<GetToolSchema>),
+];
 
 /// `search_tools`' arguments.
 #[derive(Deserialize, JsonSchema)]

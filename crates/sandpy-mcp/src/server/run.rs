@@ -1,8 +1,9 @@
 //! The run tools: `run_python` (a program, alone or in a session) and
 //! `call_python_function` (one function of a module, with JSON arguments).
 
-use super::{invalid, RunRequest, ServerState};
+use super::{invalid, parses_as, Caller, Check, RunRequest, ServerState};
 use crate::summary::summarize;
+use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use rmcp::{tool, tool_router, ErrorData};
@@ -25,6 +26,12 @@ Call MCP tools from the code (no imports needed):\n\
 - `await asyncio.gather(...)` over calls runs them concurrently; failures raise `ToolError`.\n\
 Results are the tool's structured content, else its text (JSON-decoded when it is JSON).\n\
 Pass `session_id` to keep globals and imports between runs (like notebook cells).";
+
+/// The argument checks of these tools.
+pub(super) const CHECKS: [(&str, Check); 2] = [
+    ("run_python", parses_as::<RunPython>),
+    ("call_python_function", parses_as::<CallPythonFunction>),
+];
 
 /// `run_python`'s arguments.
 #[derive(Deserialize, JsonSchema)]
@@ -156,6 +163,7 @@ impl ServerState {
     async fn run_python(
         &self,
         Parameters(args): Parameters<RunPython>,
+        Extension(caller): Extension<Caller>,
     ) -> Result<CallToolResult, ErrorData> {
         let id = self.next_execution_id();
         let request = RunRequest {
@@ -166,9 +174,12 @@ impl ServerState {
         let options = self.options(id.clone(), request);
         let execution = match &args.session_id {
             None => self.sandbox.run_with(&args.code, &options).await,
-            Some(session) => self.sessions.run(session, &args.code, &options).await,
+            Some(session) => {
+                let sessions = self.sessions.of(&caller.tenant);
+                sessions.run(session, &args.code, &options).await
+            }
         };
-        Ok(self.execution_result(&id, &args.code, &options, execution))
+        Ok(self.execution_result(&id, &caller, &args.code, &options, execution))
     }
 
     #[tool(
@@ -178,6 +189,7 @@ impl ServerState {
     async fn call_python_function(
         &self,
         Parameters(args): Parameters<CallPythonFunction>,
+        Extension(caller): Extension<Caller>,
     ) -> Result<CallToolResult, ErrorData> {
         let id = self.next_execution_id();
         let request = RunRequest {
@@ -191,7 +203,7 @@ impl ServerState {
             .sandbox
             .call_function(&args.code, &args.function, &arguments, &options)
             .await;
-        Ok(self.execution_result(&id, &args.code, &options, execution))
+        Ok(self.execution_result(&id, &caller, &args.code, &options, execution))
     }
 }
 
@@ -199,16 +211,19 @@ impl ServerState {
     /// An execution as a tool result: its summary, then its output files; `isError` unless
     /// it ended `ok`. The summary and the structured content are the execution bounded by
     /// the config's `model_output` (long texts cut and marked, `truncated` listing them;
-    /// file bytes only in the file blocks). Audited, whole, when the config asks.
+    /// file bytes only in the file blocks). Audited, whole and with the caller's tenant,
+    /// when the config asks.
     fn execution_result(
         &self,
         id: &str,
+        caller: &Caller,
         code: &str,
         options: &RunOptions,
         execution: Execution,
     ) -> CallToolResult {
         if let Some(audit) = &self.audit {
-            audit.execution(id, code, &options.effective_limits(), &execution);
+            let tenant = &caller.tenant.id;
+            audit.execution(id, tenant, code, &options.effective_limits(), &execution);
         }
         let bounded = self.model_output.bound(&execution);
         let ok = execution.is_ok();

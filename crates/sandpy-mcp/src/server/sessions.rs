@@ -1,18 +1,31 @@
 //! The session tools: list, reset and close `run_python` sessions, save one under a name,
-//! restore it later, fork it.
+//! restore it later, fork it; each over the caller's own sessions and saves only.
 //!
-//! A session the call names but the server does not hold is an `isError` result (the model
-//! may have closed it); a save name that could leave the configured folder is a protocol
-//! error, like any malformed argument.
+//! A session the call names but the caller does not hold is an `isError` result (the model
+//! may have closed it), the same whether another tenant has one by that id or not; a save
+//! name that could leave the configured folder is a protocol error, like any malformed
+//! argument.
 
-use super::{invalid, structured, tool_error, RunRequest, ServerState};
+use super::{
+    invalid, parses_as, structured, tool_error, Caller, Check, RunRequest, Saves, ServerState,
+};
+use crate::saves::SaveDir;
+use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::{tool, tool_router, ErrorData};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::path::PathBuf;
+
+/// The argument checks of these tools (`list_sessions` has none).
+pub(super) const CHECKS: [(&str, Check); 5] = [
+    ("reset_session", parses_as::<ResetSession>),
+    ("close_session", parses_as::<CloseSession>),
+    ("save_session", parses_as::<SaveSession>),
+    ("restore_session", parses_as::<RestoreSession>),
+    ("fork_session", parses_as::<ForkSession>),
+];
 
 /// `reset_session`'s arguments.
 #[derive(Deserialize, JsonSchema)]
@@ -75,19 +88,32 @@ fn session_result(session: &str, found: bool, done: &str) -> CallToolResult {
 #[tool_router(router = session_tools, vis = "pub(super)")]
 impl ServerState {
     #[tool(description = "Live run_python sessions: id, runs, idle time, whether poisoned.")]
-    async fn list_sessions(&self) -> CallToolResult {
-        structured(json!({"sessions": self.sessions.list().await}))
+    async fn list_sessions(&self, Extension(caller): Extension<Caller>) -> CallToolResult {
+        let sessions = self.sessions.of(&caller.tenant).list().await;
+        structured(json!({"sessions": sessions}))
     }
 
     #[tool(description = "Give a session a fresh interpreter (needed after a limit poisoned it).")]
-    async fn reset_session(&self, Parameters(args): Parameters<ResetSession>) -> CallToolResult {
-        let found = self.sessions.reset(&args.session_id).await;
+    async fn reset_session(
+        &self,
+        Parameters(args): Parameters<ResetSession>,
+        Extension(caller): Extension<Caller>,
+    ) -> CallToolResult {
+        let found = self
+            .sessions
+            .of(&caller.tenant)
+            .reset(&args.session_id)
+            .await;
         session_result(&args.session_id, found, "reset")
     }
 
     #[tool(description = "Close a session and free its memory.")]
-    async fn close_session(&self, Parameters(args): Parameters<CloseSession>) -> CallToolResult {
-        let found = self.sessions.close(&args.session_id);
+    async fn close_session(
+        &self,
+        Parameters(args): Parameters<CloseSession>,
+        Extension(caller): Extension<Caller>,
+    ) -> CallToolResult {
+        let found = self.sessions.of(&caller.tenant).close(&args.session_id);
         session_result(&args.session_id, found, "closed")
     }
 
@@ -97,18 +123,22 @@ impl ServerState {
     async fn save_session(
         &self,
         Parameters(args): Parameters<SaveSession>,
+        Extension(caller): Extension<Caller>,
     ) -> Result<CallToolResult, ErrorData> {
-        let path = self.snapshot_path(&args.name)?;
+        let dir = saves(&caller, &args.name)?;
         let session = args.session_id.as_str();
         let saved = async {
+            let dir = dir.map_err(|e| e.to_string())?;
             let snapshot = self
                 .sessions
+                .of(&caller.tenant)
                 .snapshot(session)
                 .await
                 .map_err(|e| e.to_string())?;
             let text = serde_json::to_string(&snapshot).map_err(|e| e.to_string())?;
-            std::fs::write(&path, &text)
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            let path = dir
+                .write(&args.name, text.as_bytes())
+                .map_err(|e| e.to_string())?;
             Ok::<_, String>(
                 json!({"session_id": session, "saved": path.display().to_string(), "bytes": text.len(), "cells": snapshot.cells.len()}),
             )
@@ -122,16 +152,24 @@ impl ServerState {
     async fn restore_session(
         &self,
         Parameters(args): Parameters<RestoreSession>,
+        Extension(caller): Extension<Caller>,
     ) -> Result<CallToolResult, ErrorData> {
-        let path = self.snapshot_path(&args.name)?;
+        let dir = saves(&caller, &args.name)?;
         let session = args.session_id.as_str();
         let options = self.options(self.next_execution_id(), RunRequest::default());
         let restored = async {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let dir = dir.map_err(|e| e.to_string())?;
+            // A save is its journal as JSON (what the cap counts) and a few fields more.
+            let max = self
+                .sessions
+                .limits()
+                .journal_bytes
+                .saturating_add(64 << 10);
+            let text = dir.read(&args.name, max).map_err(|e| e.to_string())?;
             let snapshot: sandpy::SessionSnapshot =
                 serde_json::from_str(&text).map_err(|e| format!("not a saved session: {e}"))?;
             self.sessions
+                .of(&caller.tenant)
                 .restore(session, &snapshot, &options)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -145,11 +183,16 @@ impl ServerState {
     #[tool(
         description = "Copy a session's state into a new session_id; the two then go their own ways."
     )]
-    async fn fork_session(&self, Parameters(args): Parameters<ForkSession>) -> CallToolResult {
+    async fn fork_session(
+        &self,
+        Parameters(args): Parameters<ForkSession>,
+        Extension(caller): Extension<Caller>,
+    ) -> CallToolResult {
         let (from, to) = (args.session_id.as_str(), args.new_session_id.as_str());
         let options = self.options(self.next_execution_id(), RunRequest::default());
         let forked = self
             .sessions
+            .of(&caller.tenant)
             .fork(from, to, &options)
             .await
             .map(|()| json!({"session_id": to, "forked_from": from}))
@@ -158,25 +201,21 @@ impl ServerState {
     }
 }
 
-impl ServerState {
-    /// Where a saved session named `name` lives; names are plain, so they cannot leave
-    /// the configured folder.
-    fn snapshot_path(&self, name: &str) -> Result<PathBuf, ErrorData> {
-        let dir = self.session_dir.as_ref().ok_or_else(|| {
-            invalid("saving sessions is off: set sandpy.sessions.save_dir in the config")
-        })?;
-        let plain = !name.is_empty()
-            && name.len() <= 64
-            && !name.starts_with('.')
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !plain {
-            return Err(invalid("`name` may use letters, digits, `-`, `_` and `.` (at most 64, not starting with `.`)"));
-        }
-        std::fs::create_dir_all(dir).map_err(|e| {
-            ErrorData::internal_error(format!("cannot create {}: {e}", dir.display()), None)
-        })?;
-        Ok(dir.join(format!("{name}.session.json")))
+/// The caller's save folder for a save named `name`: a protocol error when saving is off
+/// or the name is not plain (so it cannot leave the folder); the folder's own failure (a
+/// planted link, say) is the call's result.
+fn saves(
+    caller: &Caller,
+    name: &str,
+) -> Result<Result<SaveDir, crate::saves::SaveError>, ErrorData> {
+    let (root, tenant) = match &caller.saves {
+        Saves::Off(why) => return Err(invalid(*why)),
+        Saves::In { root, tenant } => (root, tenant.as_deref()),
+    };
+    if !sandpy::is_plain_name(name) {
+        return Err(invalid(
+            "`name` may use letters, digits, `-`, `_` and `.` (at most 64, not starting with `.`)",
+        ));
     }
+    Ok(SaveDir::open(root, tenant))
 }

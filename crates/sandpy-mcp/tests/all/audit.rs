@@ -22,7 +22,7 @@ fn one_line_per_execution_and_per_tool_call_without_argument_values() {
             ..RunOptions::default()
         };
         let execution = sandbox().run_with(code, &options).await;
-        audit.execution("x1", code, &options.limits, &execution);
+        audit.execution("x1", "tenant:agent-a", code, &options.limits, &execution);
         hub.shutdown().await;
     });
     let text = std::fs::read_to_string(&path).expect("log");
@@ -49,6 +49,7 @@ fn one_line_per_execution_and_per_tool_call_without_argument_values() {
         .contains("unknown tool"));
     assert_eq!(records[3]["kind"], "execution");
     assert_eq!(records[3]["status"], "ok");
+    assert_eq!(records[3]["tenant"], "tenant:agent-a");
     assert_eq!(records[3]["tool_calls"], 3);
     assert_eq!(records[3]["code_sha256"].as_str().map(str::len), Some(64));
     assert!(records.iter().all(|r| r["execution_id"] == "x1"));

@@ -1,11 +1,13 @@
 //! sandpy-mcp's integration tests: the hub against real upstream MCP servers from the npm
 //! registry (started with `npx`), driven by real Python in the sandbox, and the sandpy MCP
-//! server through an in-process rmcp client; https upstreams against a local TLS server;
-//! attacks by a misbehaving upstream written here (`tests/hostile_upstream.py`).
+//! server through an in-process rmcp client and over HTTP with several clients (tenants);
+//! https upstreams against a local TLS server; attacks by a misbehaving upstream written
+//! here (`tests/hostile_upstream.py`).
 
 mod audit;
 mod hostile_upstream;
 mod server;
+mod tenants;
 mod tls;
 mod upstream;
 

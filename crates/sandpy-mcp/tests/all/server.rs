@@ -494,7 +494,7 @@ fn malformed_requests_are_protocol_errors_naming_the_field() {
     block_on(async {
         let connection = Connection::open().await;
         for (tool, arguments, names) in [
-            ("run_python", json!({}), "\"code\" is a required property"),
+            ("run_python", json!({}), "missing field `code`"),
             ("run_python", json!({"code": 5}), "at /code"),
             (
                 "run_python",
@@ -539,37 +539,32 @@ fn malformed_requests_are_protocol_errors_naming_the_field() {
             (
                 "call_python_function",
                 json!({"code": "1"}),
-                "\"function\" is a required property",
+                "missing field `function`",
             ),
             (
                 "search_tools",
                 json!({"query": "x", "limit": 0}),
                 "at /limit",
             ),
-            (
-                "search_tools",
-                json!({}),
-                "\"query\" is a required property",
-            ),
-            (
-                "get_tool_schema",
-                json!({}),
-                "\"name\" is a required property",
-            ),
-            (
-                "reset_session",
-                json!({}),
-                "\"session_id\" is a required property",
-            ),
+            ("search_tools", json!({}), "missing field `query`"),
+            ("get_tool_schema", json!({}), "missing field `name`"),
+            ("reset_session", json!({}), "missing field `session_id`"),
             (
                 "fork_session",
                 json!({"session_id": "a"}),
-                "\"new_session_id\" is a required property",
+                "missing field `new_session_id`",
             ),
             ("no_such_tool", json!({}), "unknown tool \"no_such_tool\""),
         ] {
             let message = connection.invalid(tool, arguments.clone()).await;
             assert!(message.contains(names), "{tool} {arguments}: {message}");
         }
+        // The whole message: the tool, where, what was found and what was expected.
+        assert_eq!(
+            connection
+                .invalid("run_python", json!({"code": "1", "files": [{"path": 3, "text": "a"}]}))
+                .await,
+            "arguments of run_python do not fit its inputSchema: at /files/0/path: invalid type: integer `3`, expected a string"
+        );
     });
 }

@@ -1,7 +1,9 @@
-//! Sessions: shared state, call order, poisoning, reset, close, TTL and limits.
+//! Sessions: shared state, call order, poisoning, reset, close, TTL and limits; tenants.
 
 use crate::{block_on, sandbox};
-use sandpy::{Limits, RunOptions, SessionLimits, Sessions, Status};
+use sandpy::{
+    Limits, RunOptions, SessionError, SessionLimits, Sessions, Status, Tenant, TenantQuota,
+};
 use serde_json::json;
 use std::time::Duration;
 
@@ -177,6 +179,84 @@ fn close_ttl_and_the_session_limit() {
             e.return_value,
             Some(json!(false)),
             "an expired id starts fresh"
+        );
+    });
+}
+
+#[test]
+fn a_tenant_reaches_only_its_own_sessions_and_caps_are_its_own() {
+    let limits = SessionLimits {
+        max_sessions: 3,
+        memory_bytes: 64 << 20,
+        ..SessionLimits::default()
+    };
+    let sessions = Sessions::new(sandbox(), limits);
+    let quota = TenantQuota {
+        max_sessions: 2,
+        memory_bytes: 1 << 30,
+    };
+    let (a, b) = (Tenant::new("a", quota), Tenant::new("b", quota));
+    block_on(async {
+        let (mine, theirs) = (sessions.of(&a), sessions.of(&b));
+        mine.run("main", "secret = 'a'", &opts()).await;
+        let e = theirs.run("main", "'secret' in globals()", &opts()).await;
+        assert_eq!(e.return_value, Some(json!(false)), "the same id, b's own");
+        mine.run("only-a", "1", &opts()).await;
+        let busy = mine.run("third", "1", &opts()).await;
+        assert_eq!(busy.status, Status::Busy);
+        assert_eq!(
+            busy.error.expect("error").message,
+            "this client's session limit (2) is reached; close a session or wait for one to expire"
+        );
+        let missing = SessionError::NotFound("only-a".into());
+        assert_eq!(theirs.snapshot("only-a").await, Err(missing.clone()));
+        assert_eq!(theirs.fork("only-a", "x", &opts()).await, Err(missing));
+        assert!(!theirs.reset("only-a").await && !theirs.close("only-a"));
+        let ids: Vec<String> = theirs.list().await.into_iter().map(|s| s.id).collect();
+        assert_eq!(ids, ["main"]);
+        let server = theirs.run("second", "1", &opts()).await;
+        assert_eq!(
+            server.error.expect("error").message,
+            "the server's session limit (3) is reached; close a session or wait for one to expire"
+        );
+        assert_eq!(sessions.close_tenant("a"), 2, "a's two sessions");
+        assert_eq!(sessions.close_tenant("a"), 0, "none left");
+        assert_eq!(theirs.run("second", "1", &opts()).await.status, Status::Ok);
+        assert_eq!(
+            mine.run("main", "'secret' in globals()", &opts())
+                .await
+                .return_value,
+            Some(json!(false)),
+            "closed with its tenant"
+        );
+    });
+}
+
+#[test]
+fn the_servers_session_memory_caps_all_tenants_together() {
+    let limits = SessionLimits {
+        memory_bytes: 64 << 20,
+        total_memory_bytes: Some(128 << 20),
+        ..SessionLimits::default()
+    };
+    let sessions = Sessions::new(sandbox(), limits);
+    let (a, b) = (
+        Tenant::new("a", TenantQuota::UNLIMITED),
+        Tenant::new("b", TenantQuota::UNLIMITED),
+    );
+    block_on(async {
+        assert_eq!(
+            sessions.of(&a).run("1", "1", &opts()).await.status,
+            Status::Ok
+        );
+        assert_eq!(
+            sessions.of(&b).run("1", "1", &opts()).await.status,
+            Status::Ok
+        );
+        let busy = sessions.of(&a).run("2", "1", &opts()).await;
+        assert_eq!(
+            busy.error.expect("error").message,
+            "the server's session memory (128 MiB, 64 MiB a session) is reached; close a session or wait for one to expire"
         );
     });
 }
