@@ -98,6 +98,19 @@ impl ToolAccess {
         }
     }
 
+    /// Let the host make `missing` tools (or, when empty, any tools it is still
+    /// starting) available, within the time a call may take.
+    async fn prepare(&self, missing: &[String]) {
+        let Some(host) = &self.host else {
+            return;
+        };
+        let prepared = host.prepare(missing);
+        match self.call_timeout() {
+            None => prepared.await,
+            Some(limit) => drop(tokio::time::timeout(limit, prepared).await),
+        }
+    }
+
     fn allowed_tools(&self) -> Vec<ToolInfo> {
         let Some(host) = &self.host else {
             return Vec::new();
@@ -189,8 +202,17 @@ impl ToolsHost for HostState {
             }
             return Ok(answers);
         }
-        let known = access.allowed_tools();
+        let mut known = access.allowed_tools();
         let timeout = access.call_timeout();
+        let missing: Vec<String> = calls
+            .iter()
+            .filter(|c| access.allowlist.allows(&c.name) && !known.iter().any(|t| t.name == c.name))
+            .map(|c| c.name.clone())
+            .collect();
+        if !missing.is_empty() {
+            access.prepare(&missing).await;
+            known = access.allowed_tools();
+        }
         let mut results: Vec<Option<Result<serde_json::Value, String>>> = vec![None; calls.len()];
         let mut pending = FuturesUnordered::new();
         for (i, call) in calls.iter().enumerate() {
@@ -261,6 +283,7 @@ impl ToolsHost for HostState {
     }
 
     async fn list_tools(&mut self) -> wasmtime::Result<String> {
+        self.tools.prepare(&[]).await;
         Ok(serde_json::to_string(&self.tools.allowed_tools())?)
     }
 
@@ -268,6 +291,7 @@ impl ToolsHost for HostState {
         if !self.tools.allowlist.allows(&name) {
             return Ok(Err(self.tools.allowlist.refusal(&name)));
         }
+        self.tools.prepare(&[]).await;
         let found = self
             .tools
             .allowed_tools()
@@ -281,6 +305,7 @@ impl ToolsHost for HostState {
     }
 
     async fn search_tools(&mut self, query: String, limit: u32) -> wasmtime::Result<String> {
+        self.tools.prepare(&[]).await;
         let allowed = self.tools.allowed_tools();
         let found: Vec<ToolSummary> = search::search(&allowed, &query, limit as usize)
             .into_iter()

@@ -81,5 +81,6 @@ pub use session::{Cell, Session, SessionError, SessionSnapshot};
 pub use sessions::{SessionInfo, SessionLimits, Sessions};
 pub use settings::{ConfigError, ConfigFile, Resolved, Settings, UnknownPolicy};
 pub use tools::{
-    validate_tool_pattern, Allowlist, ToolError, ToolFuture, ToolHost, ToolInfo, ToolPatternError,
+    validate_tool_pattern, Allowlist, PrepareFuture, ToolError, ToolFuture, ToolHost, ToolInfo,
+    ToolPatternError,
 };
