@@ -21,9 +21,11 @@
 
 mod audit;
 mod config;
+mod connections;
 mod expand;
 mod http;
 mod hub;
+mod mcp_sessions;
 mod schema;
 mod server;
 mod summary;
@@ -33,6 +35,7 @@ mod tls;
 
 pub use audit::AuditLog;
 pub use config::{Config, ServerSpec};
+pub use connections::HttpLimits;
 pub use expand::Expansions;
 pub use http::{HttpError, HttpListener};
 pub use hub::{Hub, ServerStatus};

@@ -160,7 +160,12 @@ impl TestServer {
         let echo = Echo {
             tools: Echo::echo_tools(),
         };
-        let (app, cancel) = mcp_router(echo, token.map(str::to_string), true);
+        let (app, cancel) = mcp_router(
+            echo,
+            token.map(str::to_string),
+            true,
+            &crate::HttpLimits::default(),
+        );
         let stop = CancellationToken::new();
         let shutdown = {
             let stop = stop.clone();
