@@ -3,6 +3,7 @@
 //! server through an in-process rmcp client; https upstreams against a local TLS server.
 
 mod audit;
+mod http_limits;
 mod server;
 mod tls;
 mod upstream;
