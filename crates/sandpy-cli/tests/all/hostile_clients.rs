@@ -71,12 +71,18 @@ fn idle_and_half_sent_connections_neither_exhaust_descriptors_nor_lock_out_a_rea
     }
     assert!(sockets.len() > 1000, "only {} connected", sockets.len());
     let opened = Instant::now();
-    assert!(
-        open_fds(server.0.id()) < 1024,
-        "the server is at its descriptor limit"
+    let fds = open_fds(server.0.id());
+    eprintln!(
+        "{} slow sockets connected; the server has {fds} descriptors open",
+        sockets.len()
     );
+    assert!(fds < 1024, "the server is at its descriptor limit");
 
     assert_eq!(real_client_runs_code(&url), json!(45));
+    eprintln!(
+        "the real client ran code {:?} after the flood",
+        opened.elapsed()
+    );
 
     // Every slow socket is closed by the server: at the cap to make room, else after the
     // 10 s header timeout.
@@ -100,6 +106,10 @@ fn idle_and_half_sent_connections_neither_exhaust_descriptors_nor_lock_out_a_rea
             opened.elapsed()
         );
     }
+    eprintln!(
+        "every slow socket closed {:?} after the flood",
+        opened.elapsed()
+    );
     assert_eq!(
         real_client_runs_code(&url),
         json!(45),
@@ -159,6 +169,10 @@ fn an_initialize_flood_from_one_client_keeps_memory_bounded_and_the_server_answe
     // Each new session past the client's cap closes its least recently used one.
     assert_eq!(codes, [(200, 8000)].into_iter().collect(), "{codes:?}");
     let peak_mib = vm_kib(pid, "VmHWM:") / 1024;
+    eprintln!(
+        "8,000 initializes: {codes:?}, peak RSS {peak_mib} MiB, now {} MiB",
+        vm_kib(pid, "VmRSS:") / 1024
+    );
     assert!(
         peak_mib < 300,
         "peak RSS {peak_mib} MiB after 8,000 initializes"
