@@ -1,7 +1,7 @@
 """A misbehaving MCP server over stdio (raw JSON-RPC, one message per line), for tests.
 
     python3 fake_upstream.py [--grandchild PIDFILE] [--pidfile PIDFILE] [--starts FILE]
-                             [--need FILE] [--silent]
+                             [--need FILE] [--silent] [--calls FILE]
 
 --grandchild PIDFILE  start `sleep 1000` in the background (same process group) and write
                       its pid to PIDFILE: what an upstream's own children look like.
@@ -9,6 +9,7 @@
 --starts FILE         append a line to FILE at each start.
 --need FILE           exit 1 at once unless FILE exists (a server that fails to start).
 --silent              read stdin and never answer (a server that never does the handshake).
+--calls FILE          append the name of each tool called to FILE.
 
 Tools: `ping` answers "pong"; `crash` exits the server without an answer (its background
 child stays, as after a real crash).
@@ -71,6 +72,10 @@ def main():
                 ]
             }
         elif method == "tools/call":
+            calls = option("--calls")
+            if calls:
+                with open(calls, "a") as f:
+                    f.write(message["params"]["name"] + "\n")
             if message["params"]["name"] == "crash":
                 os._exit(3)
             result = {"content": [{"type": "text", "text": "pong"}]}

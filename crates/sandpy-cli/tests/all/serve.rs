@@ -397,13 +397,14 @@ fn http_beyond_loopback_requires_a_token() {
 
 /// A config whose one server, `fake`, is `sandpy-mcp/tests/fake_upstream.py` started with a
 /// background child: returns the config's path and the files the server and its child
-/// write their pids to.
+/// write their pids to (it also writes each tool called to `calls` in `dir`).
 fn fake_upstream_config(dir: &std::path::Path) -> (String, PathBuf, PathBuf) {
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sandpy-mcp/tests/fake_upstream.py");
     let (server, child) = (dir.join("server.pid"), dir.join("child.pid"));
+    let calls = dir.join("calls");
     let config = json!({"mcpServers": {"fake": {"command": "python3", "args": [
-        script, "--pidfile", server, "--grandchild", child]}}});
+        script, "--pidfile", server, "--grandchild", child, "--calls", calls]}}});
     let path = dir.join("fake.mcp.json");
     std::fs::write(&path, config.to_string()).expect("config");
     (path.to_string_lossy().into_owned(), server, child)
@@ -422,6 +423,18 @@ fn read_pid(path: &std::path::Path) -> u32 {
         std::thread::sleep(Duration::from_millis(50));
     }
     panic!("no pid in {}", path.display());
+}
+
+/// Wait for `path` to have some text.
+fn wait_for_text(path: &std::path::Path) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < until {
+        if std::fs::read_to_string(path).is_ok_and(|t| !t.is_empty()) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nothing in {}", path.display());
 }
 
 /// Whether `pid` runs (a zombie does not).
@@ -503,11 +516,12 @@ fn sigint_ends_http_serve_during_a_run_and_kills_the_upstream_group() {
     let (mut serve, url) = http_server(&["--config", &config]);
     let pids = [read_pid(&server_pid), read_pid(&child_pid)];
     let client = std::thread::spawn(move || {
+        let code = "call_mcp_tool('mcp__fake__ping', {})\nimport time\ntime.sleep(120)";
         let long = json!([{"method": "call_tool", "name": "run_python",
-                           "arguments": {"code": "import time\ntime.sleep(120)"}}]);
+                           "arguments": {"code": code}}]);
         mcp_client(&["http", &url], &long)
     });
-    std::thread::sleep(Duration::from_secs(4)); // the client is in, its run going
+    wait_for_text(&dir.path().join("calls")); // the run is going: it called the tool
     signal(serve.0.id(), "INT");
     let status = exits_within(&mut serve.0, Duration::from_secs(15))
         .expect("sandpy serve --http still runs 15 s after SIGINT during a run");
@@ -516,6 +530,9 @@ fn sigint_ends_http_serve_during_a_run_and_kills_the_upstream_group() {
         none_left(&pids),
         "the upstream or its child outlived the server: {pids:?}"
     );
-    let (_, client_status, _) = client.join().expect("client");
-    assert_ne!(client_status, 0, "the run was cut short, not answered");
+    let (out, _, _) = client.join().expect("client");
+    assert!(
+        !out.to_string().contains(r#""status":"ok""#),
+        "the run was cut short, not answered: {out}"
+    );
 }
