@@ -398,6 +398,11 @@ impl BoundedChild {
             child: Some(child),
         })
     }
+
+    /// The child's process id (also its process group's), while it has not been reaped.
+    pub fn id(&self) -> Option<u32> {
+        self.child.as_ref().and_then(|child| child.id())
+    }
 }
 
 impl Transport<RoleClient> for BoundedChild {

@@ -6,8 +6,12 @@
 //! (the request carries the tenant's name to the server, see [`crate::SandpyServer`]).
 //! Each MCP session gets its own handler ([`SandpyServer::connection`]).
 //! A client's `DELETE` of its session is answered 204 No Content (see
-//! [`deleted_is_no_content`]).
+//! [`deleted_is_no_content`]). Connections are timed and capped ([`crate::connections`]),
+//! MCP sessions counted per client and in all ([`crate::mcp_sessions`]), both within
+//! [`HttpLimits`].
 
+use crate::connections::{self, HttpLimits};
+use crate::mcp_sessions::{self, CappedSessions};
 use crate::server::{SandpyServer, TokenTenantName};
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -15,7 +19,6 @@ use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::ServerHandler;
 use std::net::SocketAddr;
@@ -142,12 +145,14 @@ async fn deleted_is_no_content(request: Request, next: Next) -> Response {
 }
 
 /// The MCP endpoint at `/mcp` serving a handler from `handler` to each session, behind the
-/// bearer check when `access` has tokens; and the token that ends its open streams on
-/// shutdown. Beyond loopback any `Host` is accepted (the token guards it).
+/// bearer check when `access` has tokens, bodies read and sessions counted within
+/// `limits`; and the token that ends its open streams on shutdown. Beyond loopback any
+/// `Host` is accepted (the token guards it).
 pub(crate) fn mcp_router<S>(
     handler: impl Fn() -> S + Send + Sync + 'static,
     access: Access,
     loopback: bool,
+    limits: &HttpLimits,
 ) -> (Router, CancellationToken)
 where
     S: ServerHandler + Send + Sync + 'static,
@@ -157,14 +162,21 @@ where
         config = config.disable_allowed_hosts(); // reached by any name; the token guards it
     }
     let cancel = config.cancellation_token.clone();
-    let service: StreamableHttpService<S, LocalSessionManager> = StreamableHttpService::new(
-        move || Ok(handler()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let body_limit = (limits.body_timeout, config.max_request_body_bytes);
+    let sessions = Arc::new(CappedSessions::new(limits));
+    let service: StreamableHttpService<S, CappedSessions> =
+        StreamableHttpService::new(move || Ok(handler()), sessions.clone(), config);
     let mut app = Router::new()
         .nest_service("/mcp", service)
-        .layer(middleware::from_fn(deleted_is_no_content));
+        .layer(middleware::from_fn(deleted_is_no_content))
+        .layer(middleware::from_fn_with_state(
+            sessions,
+            mcp_sessions::admit,
+        ))
+        .layer(middleware::from_fn_with_state(
+            body_limit,
+            connections::read_body_in_time,
+        ));
     if !access.is_open() {
         app = app.layer(middleware::from_fn_with_state(
             Arc::new(access),
@@ -178,6 +190,7 @@ where
 pub struct HttpListener {
     listener: tokio::net::TcpListener,
     access: Access,
+    limits: HttpLimits,
 }
 
 impl HttpListener {
@@ -205,7 +218,17 @@ impl HttpListener {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| HttpError::Bind { addr, source })?;
-        Ok(HttpListener { listener, access })
+        Ok(HttpListener {
+            listener,
+            access,
+            limits: HttpLimits::default(),
+        })
+    }
+
+    /// Serve within `limits` instead of [`HttpLimits::default`].
+    pub fn with_limits(mut self, limits: HttpLimits) -> HttpListener {
+        self.limits = limits;
+        self
     }
 
     /// The bound address.
@@ -213,7 +236,8 @@ impl HttpListener {
         self.listener.local_addr()
     }
 
-    /// Serve MCP at `/mcp` until `shutdown` completes.
+    /// Serve MCP at `/mcp` until `shutdown` completes; then requests still being answered
+    /// get [`HttpLimits::drain`] to finish.
     pub async fn serve(
         self,
         server: SandpyServer,
@@ -224,12 +248,18 @@ impl HttpListener {
             .local_addr()
             .map(|a| a.ip().is_loopback())
             .unwrap_or(false);
-        let (app, cancel) = mcp_router(move || server.connection(), self.access, loopback);
-        axum::serve(self.listener, app)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                cancel.cancel();
-            })
+        let (app, cancel) = mcp_router(
+            move || server.connection(),
+            self.access,
+            loopback,
+            &self.limits,
+        );
+        let stop = cancel.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            stop.cancel();
+        });
+        connections::serve(self.listener, app, &self.limits, cancel)
             .await
             .map_err(HttpError::Serve)
     }

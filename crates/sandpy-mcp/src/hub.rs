@@ -6,6 +6,21 @@
 //! refuses tools for every run. The sandbox times each call (`tool_timeout_ms`, cut to
 //! what the run has left), so the hub does not.
 //!
+//! Lifecycle:
+//! - A stdio server runs in its own process group, and the whole group is killed when the
+//!   hub lets go of it (the server exited or crashed, it is restarted, the hub shuts down),
+//!   so that nothing it started (`npx`'s server, a script's background job) outlives it.
+//! - A server that failed to start (or whose restart failed) is retried on its next use: a
+//!   call naming one of its tools waits for the retry ([`ToolHost::prepare`]); listing or
+//!   searching tools starts one in the background. Retries back off (1 s, doubling, at
+//!   most 60 s) so a dead server is not started on every call.
+//! - The MCP handshake has a time limit: 15 s, well under an MCP client's own request
+//!   timeout; only a stdio server's first start gets 60 s, because `npx`/`uvx` may
+//!   download the package before the server can answer (the hub cannot tell a download
+//!   from a server that never answers, so the first start is the generous one, and later
+//!   starts have the package cached). [`Hub::launch`] starts the servers in the
+//!   background, so that a front end can answer its own clients meanwhile.
+//!
 //! Every message about a server (its status, the errors its calls raise, the log) shows
 //! values the config took from the environment as their `${VAR}` text
 //! ([`ServerSpec::hide`]): they may be tokens.
@@ -36,15 +51,16 @@ use rmcp::service::{ClientCacheConfig, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{Peer, RoleClient, ServiceError, ServiceExt};
-use sandpy::{Allowlist, ToolError, ToolFuture, ToolHost, ToolInfo};
+use sandpy::{Allowlist, PrepareFuture, ToolError, ToolFuture, ToolHost, ToolInfo};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 type Client = RunningService<RoleClient, ClientConfig>;
 
-/// How long a server may take to start and list its tools (npx may download it first).
+/// How long a server may take to list its tools.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The most `tools/list` pages read from one server (a server may always say there are more).
@@ -68,14 +84,88 @@ fn message_limit(result_bytes: usize) -> usize {
     result_bytes.saturating_mul(2).saturating_add(64 * 1024)
 }
 
+/// The hub's time limits for starting servers (see the module doc); tests shorten them.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    /// A stdio server's first start, which may download it (`npx -y`).
+    first_start: Duration,
+    /// Every other start: an HTTP server, a restart, a retry.
+    handshake: Duration,
+    /// The wait before the first retry of a failed server; doubled after each failure.
+    backoff: Duration,
+    /// The longest wait between retries.
+    max_backoff: Duration,
+    /// How long a stopping server may take to exit on its own before its group is killed.
+    stop_grace: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            first_start: Duration::from_secs(60),
+            handshake: Duration::from_secs(15),
+            backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+            stop_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// An upstream's process group (its id is the server's pid), killed whole (`SIGKILL`)
+/// when dropped: the server and everything it started, even after the server itself
+/// exited. Linux does not give a process-group id to a new process while any process of
+/// that group is alive, so the signal reaches only what this server started.
+struct ProcessGroupKill(Option<u32>);
+
+impl Drop for ProcessGroupKill {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(pgid) = self.0.and_then(|id| libc::pid_t::try_from(id).ok()) {
+            // SAFETY: killpg has no memory effects; a group that is gone gives ESRCH.
+            unsafe { libc::killpg(pgid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// A live connection and, for a stdio server, its process group.
+struct Connection {
+    client: Client,
+    group: ProcessGroupKill,
+}
+
+impl Connection {
+    /// Close the connection (a stdio server gets `grace` to exit after its stdin closes),
+    /// then kill whatever is left of its process group.
+    async fn stop(self, grace: Duration) {
+        let Connection { client, group } = self;
+        let _ = tokio::time::timeout(grace, client.cancel()).await;
+        drop(group);
+    }
+}
+
+/// When a failed server may be tried again.
+#[derive(Debug, Default)]
+struct Retry {
+    /// Failed starts in a row.
+    failures: u32,
+    /// Not before this instant; `None` when the last start succeeded.
+    next: Option<Instant>,
+}
+
 /// One upstream server and its live connection.
 struct Upstream {
     name: String,
     spec: ServerSpec,
     /// The largest message read from the server ([`message_limit`]).
     message_limit: usize,
-    client: tokio::sync::Mutex<Option<Client>>,
+    client: tokio::sync::Mutex<Option<Connection>>,
     status: RwLock<String>,
+    timing: Timing,
+    /// Whether a start ever succeeded: only a stdio server's first start gets
+    /// [`Timing::first_start`].
+    connected_once: AtomicBool,
+    /// Held while the server is being started or retried, so other users wait for it.
+    retry: tokio::sync::Mutex<Retry>,
 }
 
 /// One listed tool: what the guest sees of it, where its calls go, and its argument
@@ -102,6 +192,10 @@ struct Inner {
     /// `max_tool_result_bytes` of the config: results and error texts above it are refused
     /// as they arrive.
     result_bytes: usize,
+    /// How many servers finished their first start (ready or not).
+    started: tokio::sync::watch::Sender<usize>,
+    /// Set by [`Hub::shutdown`]: no more starts.
+    closing: AtomicBool,
 }
 
 /// The hub; cheap to clone, and a [`ToolHost`] for the sandbox.
@@ -125,7 +219,12 @@ fn client_config() -> ClientConfig {
 }
 
 /// Start or reach the server. Error texts may hold expanded values: callers hide them.
-async fn connect(name: &str, spec: &ServerSpec, limit: usize) -> Result<Client, String> {
+async fn connect(
+    name: &str,
+    spec: &ServerSpec,
+    message_limit: usize,
+    handshake: Duration,
+) -> Result<Connection, String> {
     match spec {
         ServerSpec::Stdio {
             command,
@@ -142,12 +241,15 @@ async fn connect(name: &str, spec: &ServerSpec, limit: usize) -> Result<Client, 
             });
             // Its own process group, killed whole on drop: `npx` and the server it starts.
             wrap.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-            let transport = BoundedChild::spawn(wrap, name, limit)
+            let transport = BoundedChild::spawn(wrap, name, message_limit)
                 .map_err(|e| format!("cannot start `{command}`: {e}"))?;
-            client_config()
-                .serve(transport)
+            // Made before the handshake, so a server that never answers is killed whole.
+            let group = ProcessGroupKill(transport.id());
+            let client = tokio::time::timeout(handshake, client_config().serve(transport))
                 .await
-                .map_err(|e| format!("MCP handshake failed: {e}"))
+                .map_err(|_| handshake_timeout(handshake))?
+                .map_err(|e| format!("MCP handshake failed: {e}"))?;
+            Ok(Connection { client, group })
         }
         ServerSpec::Http {
             url,
@@ -167,15 +269,29 @@ async fn connect(name: &str, spec: &ServerSpec, limit: usize) -> Result<Client, 
             let client = tls::http_client(url.starts_with("https://"), ca_file.as_ref())?;
             let config = StreamableHttpClientTransportConfig::with_uri(url.clone())
                 .custom_headers(custom)
-                .max_json_response_size(limit)
-                .max_sse_event_size(limit);
+                .max_json_response_size(message_limit)
+                .max_sse_event_size(message_limit);
             let transport = StreamableHttpClientTransport::with_client(client, config);
-            client_config().serve(transport).await.map_err(|e| {
-                tls::explain(name, url, ca_file.as_ref(), &e)
-                    .unwrap_or_else(|| format!("cannot connect to {url}: {e}"))
+            let client = tokio::time::timeout(handshake, client_config().serve(transport))
+                .await
+                .map_err(|_| handshake_timeout(handshake))?
+                .map_err(|e| {
+                    tls::explain(name, url, ca_file.as_ref(), &e)
+                        .unwrap_or_else(|| format!("cannot connect to {url}: {e}"))
+                })?;
+            Ok(Connection {
+                client,
+                group: ProcessGroupKill(None),
             })
         }
     }
+}
+
+fn handshake_timeout(limit: Duration) -> String {
+    format!(
+        "no answer to the MCP handshake within {} s",
+        limit.as_secs_f64()
+    )
 }
 
 fn is_connection_error(error: &ServiceError) -> bool {
@@ -356,6 +472,22 @@ async fn list_tools(peer: &Peer<RoleClient>, server: &str) -> Result<Listed, Ser
     Ok(listed)
 }
 
+impl Retry {
+    /// After a start: forget the failures, or wait longer before the next try.
+    fn record(&mut self, ready: bool, timing: &Timing) {
+        if ready {
+            *self = Retry::default();
+            return;
+        }
+        let wait = timing
+            .backoff
+            .saturating_mul(1u32 << self.failures.min(16))
+            .min(timing.max_backoff);
+        self.failures = self.failures.saturating_add(1);
+        self.next = Some(Instant::now() + wait);
+    }
+}
+
 impl Upstream {
     fn set_status(&self, status: String) {
         *self.status.write().unwrap_or_else(|e| e.into_inner()) = status;
@@ -365,29 +497,36 @@ impl Upstream {
     /// Returns whether it reconnected, so the caller can refresh the tool list.
     async fn peer(&self) -> Result<(Peer<RoleClient>, bool), String> {
         let mut slot = self.client.lock().await;
-        if let Some(client) = slot.as_ref() {
-            if !client.is_transport_closed() {
-                return Ok((client.peer().clone(), false));
+        if let Some(live) = slot.as_ref() {
+            if !live.client.is_transport_closed() {
+                return Ok((live.client.peer().clone(), false));
             }
         }
         if let Some(dead) = slot.take() {
             tracing::warn!("upstream {} died; restarting it", self.name);
-            tokio::spawn(async move { drop(dead.cancel().await) });
+            tokio::spawn(dead.stop(self.timing.stop_grace));
         }
-        let connecting = connect(&self.name, &self.spec, self.message_limit);
-        let client = tokio::time::timeout(STARTUP_TIMEOUT, connecting)
+        let first_stdio = matches!(self.spec, ServerSpec::Stdio { .. })
+            && !self.connected_once.load(Ordering::Relaxed);
+        let limit = match first_stdio {
+            true => self.timing.first_start,
+            false => self.timing.handshake,
+        };
+        let live = connect(&self.name, &self.spec, self.message_limit, limit)
             .await
-            .map_err(|_| {
-                format!(
-                    "server {} did not start within {} s",
-                    self.name,
-                    STARTUP_TIMEOUT.as_secs()
-                )
-            })?
             .map_err(|e| self.spec.hide(&e))?;
-        let peer = client.peer().clone();
-        *slot = Some(client);
+        self.connected_once.store(true, Ordering::Relaxed);
+        let peer = live.client.peer().clone();
+        *slot = Some(live);
         Ok((peer, true))
+    }
+
+    /// Whether its tools are listed.
+    fn is_ready(&self) -> bool {
+        self.status
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .starts_with("ready")
     }
 
     /// What to do about `error`, when it is a TLS or HTTP authentication failure of an
@@ -405,16 +544,112 @@ impl Upstream {
     /// Drop the connection after a transport error (even one whose transport still looks
     /// open), so that the next call starts the server afresh.
     async fn forget(&self) {
-        if let Some(client) = self.client.lock().await.take() {
-            tokio::spawn(async move { drop(client.cancel().await) });
+        if let Some(live) = self.client.lock().await.take() {
+            tokio::spawn(live.stop(self.timing.stop_grace));
         }
     }
 }
 
 impl Hub {
     /// Start (or connect to) every configured server at once and list their tools. A
-    /// server that fails is reported in [`Hub::servers`] and retried on its next call.
+    /// server that fails is reported in [`Hub::servers`] and retried on its next use.
     pub async fn start(config: &Config) -> Hub {
+        Hub::start_with(config, Timing::default()).await
+    }
+
+    async fn start_with(config: &Config, timing: Timing) -> Hub {
+        let hub = Hub::new(config, timing);
+        let starts = hub
+            .0
+            .upstreams
+            .iter()
+            .map(|u| hub.clone().first_start(u.clone()));
+        futures::future::join_all(starts).await;
+        hub
+    }
+
+    /// [`Hub::start`] in the background: returns at once, each server `starting` until it
+    /// is ready or has failed ([`Hub::wait_started`] waits for them). Needs a tokio runtime.
+    pub fn launch(config: &Config) -> Hub {
+        Hub::launch_with(config, Timing::default())
+    }
+
+    fn launch_with(config: &Config, timing: Timing) -> Hub {
+        let hub = Hub::new(config, timing);
+        for upstream in &hub.0.upstreams {
+            tokio::spawn(hub.clone().first_start(upstream.clone()));
+        }
+        hub
+    }
+
+    /// Wait at most `limit` for every server's first start to end (ready or failed);
+    /// returns whether they all have.
+    pub async fn wait_started(&self, limit: Duration) -> bool {
+        let total = self.0.upstreams.len();
+        let mut started = self.0.started.subscribe();
+        tokio::time::timeout(limit, started.wait_for(|n| *n >= total))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    async fn first_start(self, upstream: Arc<Upstream>) {
+        let mut retry = upstream.retry.lock().await;
+        self.refresh(upstream.clone()).await;
+        retry.record(upstream.is_ready(), &upstream.timing);
+        drop(retry);
+        self.0.started.send_modify(|n| *n += 1);
+    }
+
+    /// Start `upstream` again if it is not ready and its backoff allows; a retry already
+    /// under way is waited for instead.
+    async fn retry(&self, upstream: Arc<Upstream>) {
+        let mut retry = upstream.retry.lock().await;
+        let waiting = retry.next.is_some_and(|next| Instant::now() < next);
+        if upstream.is_ready() || waiting || self.0.closing.load(Ordering::Relaxed) {
+            return;
+        }
+        tracing::info!("upstream {}: retrying its start", upstream.name);
+        self.refresh(upstream.clone()).await;
+        retry.record(upstream.is_ready(), &upstream.timing);
+    }
+
+    /// The servers not ready whose retry is due or under way (the one `name` belongs
+    /// to, or all).
+    fn due(&self, name: Option<&str>) -> Vec<Arc<Upstream>> {
+        if self.0.closing.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let now = Instant::now();
+        self.0
+            .upstreams
+            .iter()
+            .filter(|u| name.is_none_or(|name| name.starts_with(&format!("mcp__{}__", u.name))))
+            .filter(|u| !u.is_ready())
+            .filter(|u| match u.retry.try_lock() {
+                Ok(retry) => retry.next.is_none_or(|next| now >= next),
+                Err(_) => true, // under way: waited for
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Retry the due servers in the background (a listing cannot wait for them).
+    fn retry_in_background(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        // A start under way needs no second task.
+        let due = self
+            .due(None)
+            .into_iter()
+            .filter(|u| u.retry.try_lock().is_ok());
+        for upstream in due {
+            let hub = self.clone();
+            runtime.spawn(async move { hub.retry(upstream).await });
+        }
+    }
+
+    fn new(config: &Config, timing: Timing) -> Hub {
         let allowlist =
             Allowlist::new(config.settings.allowed_tools.as_deref()).unwrap_or_else(|e| {
                 tracing::error!("{e}; allowing no tools");
@@ -430,22 +665,20 @@ impl Hub {
                     message_limit: message_limit(config.settings.limits.tool_result_bytes),
                     client: tokio::sync::Mutex::new(None),
                     status: RwLock::new("starting".into()),
+                    timing,
+                    connected_once: AtomicBool::new(false),
+                    retry: tokio::sync::Mutex::new(Retry::default()),
                 })
             })
             .collect();
-        let hub = Hub(Arc::new(Inner {
+        Hub(Arc::new(Inner {
             upstreams,
             catalog: RwLock::new(Catalog::default()),
             allowlist,
             result_bytes: config.settings.limits.tool_result_bytes,
-        }));
-        let starts = hub
-            .0
-            .upstreams
-            .iter()
-            .map(|upstream| hub.refresh(upstream.clone()));
-        futures::future::join_all(starts).await;
-        hub
+            started: tokio::sync::watch::Sender::new(0),
+            closing: AtomicBool::new(false),
+        }))
     }
 
     /// (Re)connect one server if needed and replace its tools in the catalog.
@@ -518,11 +751,18 @@ impl Hub {
             .collect()
     }
 
-    /// Stop every server the hub started (whole process groups) and close connections.
+    /// Stop every server the hub started and close connections: each stdio server gets
+    /// a moment to exit once its stdin closes, then its whole process group is killed. A
+    /// server still starting is killed when its start is dropped (with the runtime, or
+    /// the last clone of the hub).
     pub async fn shutdown(&self) {
+        self.0.closing.store(true, Ordering::Relaxed);
         let closing = self.0.upstreams.iter().map(|upstream| async move {
-            if let Some(client) = upstream.client.lock().await.take() {
-                let _ = tokio::time::timeout(Duration::from_secs(5), client.cancel()).await;
+            let grace = upstream.timing.stop_grace;
+            if let Ok(mut slot) = tokio::time::timeout(grace, upstream.client.lock()).await {
+                if let Some(live) = slot.take() {
+                    live.stop(grace).await;
+                }
             }
         });
         futures::future::join_all(closing).await;
@@ -608,6 +848,7 @@ impl Hub {
 
 impl ToolHost for Hub {
     fn list_tools(&self) -> Vec<ToolInfo> {
+        self.retry_in_background();
         let catalog = self.0.catalog.read().unwrap_or_else(|e| e.into_inner());
         catalog
             .tools
@@ -644,6 +885,26 @@ impl ToolHost for Hub {
         let hub = self.clone();
         let name = name.to_string();
         Box::pin(async move { hub.call(name, arguments).await.map_err(ToolError::from) })
+    }
+
+    /// Retry the servers of `missing` tools (all servers, before a listing) that are due,
+    /// and wait for them and for starts under way. The retry runs on its own task: a
+    /// caller that stops waiting does not cut it short.
+    fn prepare(&self, missing: &[String]) -> PrepareFuture {
+        let due = match missing {
+            [] => self.due(None),
+            names => names.iter().flat_map(|name| self.due(Some(name))).collect(),
+        };
+        let retries: Vec<_> = due
+            .into_iter()
+            .map(|upstream| {
+                let hub = self.clone();
+                tokio::spawn(async move { hub.retry(upstream).await })
+            })
+            .collect();
+        Box::pin(async move {
+            futures::future::join_all(retries).await;
+        })
     }
 
     fn explain_missing(&self, name: &str) -> String {
@@ -697,6 +958,10 @@ impl ToolHost for AuditedTools {
 
     fn explain_missing(&self, name: &str) -> String {
         self.hub.explain_missing(name)
+    }
+
+    fn prepare(&self, missing: &[String]) -> PrepareFuture {
+        self.hub.prepare(missing)
     }
 
     fn refused(&self, name: &str, reason: &str) {
@@ -763,6 +1028,174 @@ mod tests {
     use std::path::Path;
 
     const SECRET: &str = "sk-live-9f8e7d6c5b4a3210";
+
+    /// A hub config with one server, `fake`: `tests/fake_upstream.py` with `args`.
+    fn fake(args: &[&str]) -> Config {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_upstream.py");
+        let args: Vec<&str> = std::iter::once(script)
+            .chain(args.iter().copied())
+            .collect();
+        let text =
+            serde_json::json!({"mcpServers": {"fake": {"command": "python3", "args": args}}});
+        Config::parse(&text.to_string(), Path::new("t.json")).expect("valid")
+    }
+
+    fn quick() -> Timing {
+        Timing {
+            first_start: Duration::from_secs(10),
+            handshake: Duration::from_secs(10),
+            backoff: Duration::from_millis(300),
+            max_backoff: Duration::from_secs(10),
+            stop_grace: Duration::from_millis(500),
+        }
+    }
+
+    /// The pid a fake server wrote to `path` (waiting for it a little).
+    fn read_pid(path: &Path) -> i32 {
+        for _ in 0..100 {
+            if let Some(pid) = std::fs::read_to_string(path)
+                .ok()
+                .and_then(|t| t.parse().ok())
+            {
+                return pid;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("no pid in {}", path.display());
+    }
+
+    /// Whether `pid` runs (a zombie waiting for its reaper does not).
+    fn alive(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(") ")
+                    .map(|(_, rest)| !rest.starts_with('Z'))
+            })
+            .unwrap_or(false)
+    }
+
+    async fn dies_within(pid: i32, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        while Instant::now() < until {
+            if !alive(pid) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    fn status(hub: &Hub) -> String {
+        hub.servers()[0].status.clone()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upstreams_background_child_dies_with_it_on_crash_restart_and_shutdown() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pids = dir.path().join("grandchild");
+        let pids_arg = pids.to_str().expect("utf-8");
+        let hub = Hub::start_with(&fake(&["--grandchild", pids_arg]), quick()).await;
+        assert!(status(&hub).starts_with("ready"), "{}", status(&hub));
+        let first = read_pid(&pids);
+        assert!(alive(first));
+
+        let crashed = hub
+            .call("mcp__fake__crash".into(), serde_json::json!({}))
+            .await
+            .expect_err("the server exits");
+        assert!(crashed.contains("failed during the call"), "{crashed}");
+        assert!(
+            dies_within(first, Duration::from_secs(10)).await,
+            "the crashed server's child {first} outlived it"
+        );
+
+        std::fs::remove_file(&pids).expect("pid file");
+        let answer = hub
+            .call("mcp__fake__ping".into(), serde_json::json!({}))
+            .await;
+        assert_eq!(
+            answer,
+            Ok(Value::from("pong")),
+            "restarted on the next call"
+        );
+        let second = read_pid(&pids);
+        assert!(alive(second));
+
+        hub.shutdown().await;
+        assert!(
+            dies_within(second, Duration::from_secs(10)).await,
+            "the server's child {second} outlived the hub's shutdown"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_that_never_answers_the_handshake_is_given_up_on_and_killed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pids = dir.path().join("server");
+        let args = ["--silent", "--pidfile", pids.to_str().expect("utf-8")];
+        let timing = Timing {
+            first_start: Duration::from_millis(500),
+            ..quick()
+        };
+        let hub = Hub::launch_with(&fake(&args), timing);
+        assert_eq!(status(&hub), "starting", "launch does not wait");
+        assert!(!hub.wait_started(Duration::from_millis(1)).await);
+        assert!(hub.wait_started(Duration::from_secs(30)).await);
+        assert_eq!(
+            status(&hub),
+            "unavailable: no answer to the MCP handshake within 0.5 s"
+        );
+        let server = read_pid(&pids);
+        assert!(
+            dies_within(server, Duration::from_secs(10)).await,
+            "the silent server {server} was left running"
+        );
+        hub.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_that_failed_to_start_is_retried_on_use_with_backoff() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (need, starts) = (dir.path().join("need"), dir.path().join("starts"));
+        let args = [
+            "--need",
+            need.to_str().expect("utf-8"),
+            "--starts",
+            starts.to_str().expect("utf-8"),
+        ];
+        let count = || {
+            std::fs::read_to_string(&starts)
+                .map(|t| t.lines().count())
+                .unwrap_or(0)
+        };
+        let hub = Hub::start_with(&fake(&args), quick()).await;
+        assert!(status(&hub).starts_with("unavailable"), "{}", status(&hub));
+        assert_eq!(count(), 1);
+        let missing = ["mcp__fake__ping".to_string()];
+
+        hub.prepare(&missing).await;
+        assert_eq!(count(), 1, "retried within its backoff");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        hub.prepare(&missing).await;
+        assert_eq!(count(), 2, "not retried on use once due");
+        assert!(status(&hub).starts_with("unavailable"));
+
+        std::fs::write(&need, "").expect("need");
+        hub.prepare(&missing).await;
+        assert_eq!(count(), 2, "the second wait is longer (600 ms)");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let listed = hub.list_tools(); // a listing retries in the background
+        assert!(listed.is_empty());
+        hub.prepare(&[]).await; // and a listing that can wait, waits for it
+        assert_eq!(count(), 3);
+        assert!(status(&hub).starts_with("ready"), "{}", status(&hub));
+        let answer = hub
+            .call("mcp__fake__ping".into(), serde_json::json!({}))
+            .await;
+        assert_eq!(answer, Ok(Value::from("pong")));
+        hub.shutdown().await;
+    }
 
     #[tokio::test]
     async fn statuses_and_errors_show_the_config_text_not_values_from_the_environment() {

@@ -22,9 +22,11 @@
 mod audit;
 mod bounded;
 mod config;
+mod connections;
 mod expand;
 mod http;
 mod hub;
+mod mcp_sessions;
 mod names;
 mod saves;
 mod schema;
@@ -36,6 +38,7 @@ mod tls;
 
 pub use audit::AuditLog;
 pub use config::{Config, ServerSpec};
+pub use connections::HttpLimits;
 pub use expand::Expansions;
 pub use http::{HttpError, HttpListener};
 pub use hub::{Hub, ServerStatus};

@@ -164,6 +164,10 @@ const LISTED: [&str; 10] = [
     "fork_session",
 ];
 
+/// How long `tools/list` waits for upstream servers still starting before it answers
+/// with their status as it is (`starting`): well under a client's request timeout.
+const STARTING_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn invalid(message: impl Into<String>) -> ErrorData {
     ErrorData::invalid_params(message.into(), None)
 }
@@ -375,6 +379,8 @@ impl ServerHandler for SandpyServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        // Servers still starting: wait a little, so the description says how they are.
+        self.state.hub.wait_started(STARTING_WAIT).await;
         Ok(ListToolsResult::with_all_items(self.tools()))
     }
 

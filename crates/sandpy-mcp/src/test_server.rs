@@ -161,7 +161,12 @@ impl TestServer {
             tools: Echo::echo_tools(),
         };
         let access = Access::token(token.map(str::to_string));
-        let (app, cancel) = mcp_router(move || echo.clone(), access, true);
+        let (app, cancel) = mcp_router(
+            move || echo.clone(),
+            access,
+            true,
+            &crate::HttpLimits::default(),
+        );
         let stop = CancellationToken::new();
         let shutdown = {
             let stop = stop.clone();

@@ -98,6 +98,19 @@ impl ToolAccess {
         }
     }
 
+    /// Let the host make `missing` tools (or, when empty, any tools it is still
+    /// starting) available, within the time a call may take.
+    async fn prepare(&self, missing: &[String]) {
+        let Some(host) = &self.host else {
+            return;
+        };
+        let prepared = host.prepare(missing);
+        match self.call_timeout() {
+            None => prepared.await,
+            Some(limit) => drop(tokio::time::timeout(limit, prepared).await),
+        }
+    }
+
     fn allowed_tools(&self) -> Vec<ToolInfo> {
         let Some(host) = &self.host else {
             return Vec::new();
@@ -190,6 +203,18 @@ impl ToolsHost for HostState {
             return Ok(answers);
         }
         let timeout = access.call_timeout();
+        // Tools the host does not know (yet): it may be starting or retrying their server.
+        let missing: Vec<String> = match &access.host {
+            Some(host) => calls
+                .iter()
+                .filter(|c| access.allowlist.allows(&c.name) && !host.has_tool(&c.name))
+                .map(|c| c.name.clone())
+                .collect(),
+            None => Vec::new(),
+        };
+        if !missing.is_empty() {
+            access.prepare(&missing).await;
+        }
         let mut results: Vec<Option<Result<serde_json::Value, String>>> = vec![None; calls.len()];
         let mut pending = FuturesUnordered::new();
         for (i, call) in calls.iter().enumerate() {
@@ -264,12 +289,18 @@ impl ToolsHost for HostState {
     }
 
     async fn list_tools(&mut self) -> wasmtime::Result<String> {
+        self.tools.prepare(&[]).await;
         Ok(serde_json::to_string(&self.tools.allowed_tools())?)
     }
 
     async fn tool_schema(&mut self, name: String) -> wasmtime::Result<Result<String, String>> {
         if !self.tools.allowlist.allows(&name) {
             return Ok(Err(self.tools.allowlist.refusal(&name)));
+        }
+        if let Some(host) = &self.tools.host {
+            if !host.has_tool(&name) {
+                self.tools.prepare(std::slice::from_ref(&name)).await;
+            }
         }
         let found = self.tools.host.as_ref().and_then(|host| host.tool(&name));
         Ok(match (found, &self.tools.host) {
@@ -280,6 +311,7 @@ impl ToolsHost for HostState {
     }
 
     async fn tool_names(&mut self) -> wasmtime::Result<Vec<String>> {
+        self.tools.prepare(&[]).await;
         let Some(host) = &self.tools.host else {
             return Ok(Vec::new());
         };
@@ -289,6 +321,7 @@ impl ToolsHost for HostState {
     }
 
     async fn search_tools(&mut self, query: String, limit: u32) -> wasmtime::Result<String> {
+        self.tools.prepare(&[]).await;
         let allowed = self.tools.allowed_tools();
         let found: Vec<ToolSummary> = search::search(&allowed, &query, limit as usize)
             .into_iter()

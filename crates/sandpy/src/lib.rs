@@ -85,5 +85,6 @@ pub use settings::{
     is_plain_name, ConfigError, ConfigFile, Resolved, Settings, TokenTenant, UnknownPolicy,
 };
 pub use tools::{
-    validate_tool_pattern, Allowlist, ToolError, ToolFuture, ToolHost, ToolInfo, ToolPatternError,
+    validate_tool_pattern, Allowlist, PrepareFuture, ToolError, ToolFuture, ToolHost, ToolInfo,
+    ToolPatternError,
 };

@@ -26,6 +26,9 @@ pub struct ToolInfo {
 /// The future a [`ToolHost`] returns for one call.
 pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send + 'static>>;
 
+/// What [`ToolHost::prepare`] returns: done when the host has done what it could.
+pub type PrepareFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
 /// A tool's own failure: the guest sees it raised as `ToolError` with this message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[error("{message}")]
@@ -75,6 +78,14 @@ pub trait ToolHost: Send + Sync + 'static {
     /// Why `name` is not among the listed tools (e.g. which rule hides it).
     fn explain_missing(&self, name: &str) -> String {
         format!("unknown tool {name:?}; use discover_mcp_tools() or search_tools() to find one")
+    }
+    /// Called before a batch of calls that names tools not listed (`missing`), and before
+    /// the guest lists, searches or reads the schema of tools (`missing` empty): a host
+    /// whose tools come and go (the MCP hub retries a server that failed to start) can
+    /// make them available; the sandbox then lists the tools again. The call's time
+    /// limits bound the wait. Does nothing by default.
+    fn prepare(&self, _missing: &[String]) -> PrepareFuture {
+        Box::pin(async {})
     }
     /// A call the sandbox refused before it reached this host (allowlist, unknown tool,
     /// size, malformed arguments), e.g. to audit it. Does nothing by default.

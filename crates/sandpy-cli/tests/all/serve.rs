@@ -4,8 +4,10 @@
 use crate::{mcp_client, sandpy, EVERYTHING_PKG};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 fn config_file(dir: &std::path::Path, marker: &str) -> String {
     let path = dir.join("sandpy.mcp.json");
@@ -415,5 +417,147 @@ fn http_beyond_loopback_requires_a_token() {
     assert!(
         stderr.contains("not a loopback address") && stderr.contains("token"),
         "{stderr}"
+    );
+}
+
+/// A config whose one server, `fake`, is `sandpy-mcp/tests/fake_upstream.py` started with a
+/// background child: returns the config's path and the files the server and its child
+/// write their pids to (it also writes each tool called to `calls` in `dir`).
+fn fake_upstream_config(dir: &std::path::Path) -> (String, PathBuf, PathBuf) {
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sandpy-mcp/tests/fake_upstream.py");
+    let (server, child) = (dir.join("server.pid"), dir.join("child.pid"));
+    let calls = dir.join("calls");
+    let config = json!({"mcpServers": {"fake": {"command": "python3", "args": [
+        script, "--pidfile", server, "--grandchild", child, "--calls", calls]}}});
+    let path = dir.join("fake.mcp.json");
+    std::fs::write(&path, config.to_string()).expect("config");
+    (path.to_string_lossy().into_owned(), server, child)
+}
+
+/// The pid written to `path`, waiting for it.
+fn read_pid(path: &std::path::Path) -> u32 {
+    let until = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < until {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| t.parse().ok())
+        {
+            return pid;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("no pid in {}", path.display());
+}
+
+/// Wait for `path` to have some text.
+fn wait_for_text(path: &std::path::Path) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < until {
+        if std::fs::read_to_string(path).is_ok_and(|t| !t.is_empty()) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nothing in {}", path.display());
+}
+
+/// Whether `pid` runs (a zombie does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(") ")
+                .map(|(_, rest)| !rest.starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+fn signal(pid: u32, name: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+}
+
+/// Wait for `child` to exit, at most `limit`.
+fn exits_within(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> Option<std::process::ExitStatus> {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+fn none_left(pids: &[u32]) -> bool {
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        if !pids.iter().any(|pid| alive(*pid)) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn sigterm_ends_stdio_serve_with_stdin_open_and_kills_the_upstream_group() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (config, server_pid, child_pid) = fake_upstream_config(dir.path());
+    let mut serve = Server(
+        sandpy()
+            .args(["serve", "--config", &config])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sandpy serve"),
+    );
+    let stdin = serve.0.stdin.take(); // kept open: the client has not gone
+    let pids = [read_pid(&server_pid), read_pid(&child_pid)];
+    assert!(pids.iter().all(|pid| alive(*pid)));
+    signal(serve.0.id(), "TERM");
+    let status = exits_within(&mut serve.0, Duration::from_secs(10))
+        .expect("sandpy serve still runs 10 s after SIGTERM with its stdin open");
+    assert!(status.success(), "{status}");
+    assert!(
+        none_left(&pids),
+        "the upstream or its child outlived the server: {pids:?}"
+    );
+    drop(stdin);
+}
+
+#[test]
+fn sigint_ends_http_serve_during_a_run_and_kills_the_upstream_group() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (config, server_pid, child_pid) = fake_upstream_config(dir.path());
+    let (mut serve, url) = http_server(&["--config", &config]);
+    let pids = [read_pid(&server_pid), read_pid(&child_pid)];
+    let client = std::thread::spawn(move || {
+        let code = "call_mcp_tool('mcp__fake__ping', {})\nimport time\ntime.sleep(120)";
+        let long = json!([{"method": "call_tool", "name": "run_python",
+                           "arguments": {"code": code}}]);
+        mcp_client(&["http", &url], &long)
+    });
+    wait_for_text(&dir.path().join("calls")); // the run is going: it called the tool
+    signal(serve.0.id(), "INT");
+    let status = exits_within(&mut serve.0, Duration::from_secs(15))
+        .expect("sandpy serve --http still runs 15 s after SIGINT during a run");
+    assert!(status.success(), "{status}");
+    assert!(
+        none_left(&pids),
+        "the upstream or its child outlived the server: {pids:?}"
+    );
+    let (out, _, _) = client.join().expect("client");
+    assert!(
+        !out.to_string().contains(r#""status":"ok""#),
+        "the run was cut short, not answered: {out}"
     );
 }

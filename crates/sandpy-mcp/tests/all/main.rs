@@ -6,6 +6,7 @@
 
 mod audit;
 mod hostile_upstream;
+mod http_limits;
 mod server;
 mod tenants;
 mod tls;

@@ -405,3 +405,54 @@ fn the_search_fixture_is_what_the_reference_servers_list() {
         assert_eq!(live, stored);
     });
 }
+
+/// A config with one server, `fake`: `tests/fake_upstream.py` with `args`.
+pub fn fake_upstream(args: &[&str]) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_upstream.py");
+    let args: Vec<&str> = std::iter::once(script)
+        .chain(args.iter().copied())
+        .collect();
+    json!({"mcpServers": {"fake": {"command": "python3", "args": args}}}).to_string()
+}
+
+#[test]
+fn a_server_that_failed_at_start_is_retried_when_code_uses_it() {
+    block_on(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let need = dir.path().join("need");
+        let hub = Hub::start(&config(&fake_upstream(&[
+            "--need",
+            need.to_str().expect("utf-8"),
+        ])))
+        .await;
+        assert!(
+            hub.servers()[0].status.starts_with("unavailable"),
+            "{:?}",
+            hub.servers()
+        );
+        std::fs::write(&need, "").expect("need");
+        // Past the first backoff (1 s): the next use starts it again and waits for it.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let e = run_with_hub(
+            &hub,
+            "call_mcp_tool('mcp__fake__ping', {})",
+            RunOptions::default(),
+        )
+        .await;
+        assert_eq!(e.status, Status::Ok, "{e:#?}");
+        assert_eq!(e.return_value, Some(json!("pong")));
+        assert!(hub.servers()[0].status.starts_with("ready"));
+        hub.shutdown().await;
+    });
+}
+
+#[test]
+fn a_namespace_lookup_waits_for_a_server_still_starting() {
+    block_on(async {
+        let hub = Hub::launch(&config(&fake_upstream(&[])));
+        let e = run_with_hub(&hub, "await tools.fake.ping()", RunOptions::default()).await;
+        assert_eq!(e.status, Status::Ok, "{e:#?}");
+        assert_eq!(e.return_value, Some(json!("pong")));
+        hub.shutdown().await;
+    });
+}

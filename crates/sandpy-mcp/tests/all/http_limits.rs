@@ -1,0 +1,129 @@
+//! `HttpListener` under small [`HttpLimits`], attacked over raw sockets: the caps and
+//! timeouts answer with a status and a message, and the server answers afterwards.
+
+use crate::{block_on, config, sandbox};
+use sandpy_mcp::{HttpLimits, HttpListener, Hub, SandpyServer};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Serve on a free loopback port without a token, within `limits`.
+async fn serve(limits: HttpLimits) -> SocketAddr {
+    let config = config(r#"{"mcpServers": {}}"#);
+    let hub = Hub::start(&config).await;
+    let resolved = config.settings.resolve(None).expect("resolved");
+    let server = SandpyServer::new(sandbox().clone(), hub, &resolved).expect("server");
+    let listener = HttpListener::bind(([127, 0, 0, 1], 0).into(), None, &[])
+        .await
+        .expect("bind")
+        .with_limits(limits);
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(listener.serve(server, std::future::pending()));
+    address
+}
+
+/// Send `request` on a new connection; the status line and the body, as text.
+async fn send(address: SocketAddr, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(address).await.expect("connect");
+    stream.write_all(request).await.expect("send");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut answer));
+    read.await.expect("an answer in time").expect("read");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// An `initialize` from the client that presents `token`.
+async fn initialize(address: SocketAddr, token: &str) -> String {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    send(address, request.as_bytes()).await
+}
+
+#[test]
+fn past_the_servers_session_cap_initialize_is_refused_with_503_until_sessions_expire() {
+    block_on(async {
+        let address = serve(HttpLimits {
+            max_sessions: 3,
+            session_idle: Duration::from_secs(2),
+            ..HttpLimits::default()
+        })
+        .await;
+        for client in ["a", "b", "c"] {
+            let answer = initialize(address, client).await;
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        }
+        let refused = initialize(address, "d").await;
+        assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+        assert!(
+            refused.contains("the server holds 3 MCP sessions, its most"),
+            "{refused}"
+        );
+        // Unused, they expire and give their places back.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let answer = initialize(address, "d").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    });
+}
+
+#[test]
+fn a_client_at_its_session_cap_displaces_its_own_oldest_session_not_anothers() {
+    block_on(async {
+        let address = serve(HttpLimits {
+            max_sessions_per_client: 2,
+            max_sessions: 3,
+            ..HttpLimits::default()
+        })
+        .await;
+        assert!(initialize(address, "other")
+            .await
+            .starts_with("HTTP/1.1 200"));
+        for _ in 0..20 {
+            let answer = initialize(address, "greedy").await;
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        }
+        // The other client's session was never displaced: the server holds 3, and a new
+        // client would find it full.
+        let refused = initialize(address, "third").await;
+        assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    });
+}
+
+#[test]
+fn a_body_that_stops_halfway_gets_408_within_the_body_timeout() {
+    block_on(async {
+        let address = serve(HttpLimits {
+            body_timeout: Duration::from_secs(1),
+            ..HttpLimits::default()
+        })
+        .await;
+        let started = Instant::now();
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{{\"jsonrpc\""
+        );
+        let answer = send(address, request.as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("did not arrive within 1 s"), "{answer}");
+        assert!(started.elapsed() < Duration::from_secs(20), "not promptly");
+        assert!(initialize(address, "t").await.starts_with("HTTP/1.1 200"));
+    });
+}
+
+#[test]
+fn a_connection_that_sends_no_headers_is_closed_after_the_header_timeout() {
+    block_on(async {
+        let address = serve(HttpLimits {
+            header_timeout: Duration::from_secs(1),
+            ..HttpLimits::default()
+        })
+        .await;
+        let started = Instant::now();
+        let answer = send(address, b"POST /mcp HTTP/1.1\r\nHost: x\r\n").await;
+        assert!(!answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(started.elapsed() < Duration::from_secs(20), "not promptly");
+        assert!(initialize(address, "t").await.starts_with("HTTP/1.1 200"));
+    });
+}
