@@ -123,11 +123,18 @@ async fn require_bearer(
         )
             .into_response();
     };
+    request.extensions_mut().insert(CheckedBearer);
     if let Some(name) = tenant {
         request.extensions_mut().insert(TokenTenantName(name));
     }
     next.run(request).await
 }
+
+/// Marks a request whose bearer token was checked: only then does the token say who the
+/// client is (an unchecked one, on a loopback server without tokens, could be made up per
+/// request to dodge a per-client cap).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CheckedBearer;
 
 /// rmcp answers a successful session `DELETE` with 202 Accepted, but the session is gone
 /// by then, and the official MCP Python SDK takes anything but 200 or 204 as a failure and

@@ -16,6 +16,7 @@
 //! rmcp calls [`SessionManager::create_session`] within the request's own task.
 
 use crate::connections::HttpLimits;
+use crate::http::CheckedBearer;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
@@ -310,15 +311,18 @@ impl SessionManager for CappedSessions {
     }
 }
 
-/// The client a request comes from: its bearer token, else its IP address.
+/// The client a request comes from: its bearer token when the server checked it, else
+/// its IP address.
 fn client_key(request: &Request) -> ClientKey {
     let mut hash = Sha256::new();
+    let checked = request.extensions().get::<CheckedBearer>().is_some();
     let token = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split_once(' '))
-        .map(|(_, token)| token.trim_start_matches(' '));
+        .map(|(_, token)| token.trim_start_matches(' '))
+        .filter(|_| checked);
     match (token, request.extensions().get::<ConnectInfo<SocketAddr>>()) {
         (Some(token), _) => {
             hash.update(b"token\0");
@@ -463,6 +467,32 @@ mod tests {
         assert_eq!(
             (book.total, book.clients.len(), book.owner.len()),
             (0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn a_bearer_value_the_server_did_not_check_does_not_make_a_new_client() {
+        let request = |token: &str, checked: bool| {
+            let mut request = Request::builder()
+                .header(header::AUTHORIZATION, format!("Bearer {token}"))
+                .body(axum::body::Body::empty())
+                .expect("a request");
+            let peer: SocketAddr = ([10, 0, 0, 7], 4000).into();
+            request.extensions_mut().insert(ConnectInfo(peer));
+            if checked {
+                request.extensions_mut().insert(CheckedBearer);
+            }
+            request
+        };
+        assert_eq!(
+            client_key(&request("made-up-1", false)),
+            client_key(&request("made-up-2", false)),
+            "unchecked: the peer's address says who it is"
+        );
+        assert_ne!(
+            client_key(&request("token-a", true)),
+            client_key(&request("token-b", true)),
+            "checked tokens are clients of their own"
         );
     }
 }
