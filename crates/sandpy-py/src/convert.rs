@@ -149,8 +149,8 @@ impl RunArgs {
     /// Check the arguments as Python gave them.
     pub fn parse(
         settings: &Settings,
-        timeout_ms: Option<i64>,
-        memory_mb: Option<i64>,
+        timeout_ms: Option<&Bound<'_, PyAny>>,
+        memory_mb: Option<&Bound<'_, PyAny>>,
         stdin: Option<&Bound<'_, PyAny>>,
         files: Option<&Bound<'_, PyAny>>,
         allowed_tools: Option<Vec<String>>,
@@ -211,9 +211,21 @@ impl RunArgs {
     }
 }
 
-fn positive(name: &str, value: Option<i64>) -> PyResult<Option<u64>> {
-    match value {
-        None => Ok(None),
+/// An optional whole number of at least 1 (`None` means unset).
+fn positive(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    if !value.is_instance_of::<PyInt>() || value.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int, not {}",
+            type_name(value)
+        )));
+    }
+    match value.extract::<i64>().ok() {
+        None => Err(PyValueError::new_err(format!(
+            "{name} is out of range: {value}"
+        ))),
         Some(v) if v >= 1 => Ok(Some(v as u64)),
         Some(v) => Err(PyValueError::new_err(format!(
             "{name} must be at least 1, got {v}"
