@@ -20,6 +20,7 @@ use std::sync::OnceLock;
 mod convert;
 mod execution;
 mod sandbox;
+mod session;
 
 pyo3::create_exception!(
     sandpy,
@@ -32,6 +33,13 @@ pyo3::create_exception!(
     ConfigError,
     SandboxError,
     "The config file cannot be used: it names the file, the key and what is wrong."
+);
+
+pyo3::create_exception!(
+    sandpy,
+    SessionError,
+    SandboxError,
+    "A session could not be saved, restored or forked (e.g. its journal passed its cap, or a replayed run ended differently)."
 );
 
 /// A `SandboxError` with `message`.
@@ -131,7 +139,9 @@ fn _sandpy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("SandboxError", py.get_type::<SandboxError>())?;
     m.add("ConfigError", py.get_type::<ConfigError>())?;
+    m.add("SessionError", py.get_type::<SessionError>())?;
     m.add_class::<sandbox::PySandbox>()?;
+    m.add_class::<session::PySession>()?;
     m.add_class::<execution::PyExecution>()?;
     m.add_class::<execution::PyErrorInfo>()?;
     m.add_class::<execution::PyViolation>()?;

@@ -3,6 +3,7 @@
 
 use crate::convert::{parse_policy, py_to_json, type_name, RunArgs};
 use crate::execution::{PyExecution, PyViolation};
+use crate::session::PySession;
 use crate::{config_error, runtime, sandbox_error, without_gil};
 use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -302,6 +303,16 @@ impl PySandbox {
             .into_iter()
             .map(|inner| PyViolation { inner })
             .collect())
+    }
+
+    /// A new `Session`: one interpreter that keeps its state between runs (its limits are
+    /// the config's `sandpy.sessions`).
+    fn session(&self) -> PySession {
+        let session = sandpy::Session::new(
+            &self.shared.sandbox,
+            &self.shared.resolved.settings.sessions,
+        );
+        PySession::new(self.shared.clone(), session)
     }
 
     /// The compiled runtime's cache file (shared with the `sandpy` CLI).
