@@ -21,6 +21,7 @@ mod convert;
 mod execution;
 mod sandbox;
 mod session;
+mod tools;
 
 pyo3::create_exception!(
     sandpy,

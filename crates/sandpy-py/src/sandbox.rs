@@ -4,8 +4,9 @@
 use crate::convert::{parse_policy, py_to_json, type_name, RunArgs};
 use crate::execution::{PyExecution, PyViolation};
 use crate::session::PySession;
+use crate::tools::HostTools;
 use crate::{config_error, runtime, sandbox_error, without_gil};
-use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use sandpy::{Mount, Policy, RunOptions};
@@ -36,9 +37,15 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The options of one run: the config's, then `args` over them; the tools are the
-    /// config's upstream servers.
-    pub fn options(&self, args: RunArgs) -> RunOptions {
+    /// The options of one run: the config's, then `args` over them. The tools are the
+    /// host functions in `tools` (if any) and the config's upstream servers; `locals` is
+    /// the caller's event loop (`run_async`), for coroutine host functions.
+    pub fn options(
+        &self,
+        args: RunArgs,
+        tools: Option<&Bound<'_, PyAny>>,
+        locals: Option<pyo3_async_runtimes::TaskLocals>,
+    ) -> PyResult<RunOptions> {
         let mut options = self.resolved.run_options();
         options.limit_overrides = args.overrides;
         options.stdin = args.stdin;
@@ -47,11 +54,15 @@ impl Shared {
         if args.policy.is_some() {
             options.policy = args.policy;
         }
-        if let Some(hub) = &self.hub {
+        let upstream = self.hub.as_ref().map(|hub| {
             let n = self.runs.fetch_add(1, Ordering::Relaxed);
-            options.tools = Some(hub.for_execution(format!("python-{n}"), self.audit.clone()));
-        }
-        options
+            hub.for_execution(format!("python-{n}"), self.audit.clone())
+        });
+        options.tools = match HostTools::parse(tools, upstream.clone(), locals)? {
+            Some(host) => Some(Arc::new(host) as Arc<dyn sandpy::ToolHost>),
+            None => upstream,
+        };
+        Ok(options)
     }
 }
 
@@ -60,17 +71,6 @@ impl Drop for Shared {
         if let (Some(hub), Ok(rt)) = (self.hub.take(), runtime()) {
             rt.spawn(async move { hub.shutdown().await });
         }
-    }
-}
-
-/// Refuse `tools=` until host tools are built (the argument is in the signature so that
-/// the API keeps its final shape).
-fn no_host_tools(tools: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-    match tools.filter(|t| !t.is_none()) {
-        None => Ok(()),
-        Some(_) => Err(PyNotImplementedError::new_err(
-            "host tools (tools=) are not available in this version of sandpy",
-        )),
     }
 }
 
@@ -175,7 +175,6 @@ impl PySandbox {
         allowed_tools: Option<Vec<String>>,
         policy: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyExecution> {
-        no_host_tools(tools)?;
         let args = RunArgs::parse(
             &self.shared.resolved.settings,
             timeout_ms,
@@ -185,7 +184,7 @@ impl PySandbox {
             allowed_tools,
             policy,
         )?;
-        let options = self.shared.options(args);
+        let options = self.shared.options(args, tools, None)?;
         let shared = self.shared.clone();
         let rt = runtime()?;
         let execution = without_gil(py, move || {
@@ -210,7 +209,6 @@ impl PySandbox {
         allowed_tools: Option<Vec<String>>,
         policy: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        no_host_tools(tools)?;
         let args = RunArgs::parse(
             &self.shared.resolved.settings,
             timeout_ms,
@@ -220,9 +218,13 @@ impl PySandbox {
             allowed_tools,
             policy,
         )?;
-        let options = self.shared.options(args);
-        let shared = self.shared.clone();
         runtime()?;
+        let locals = match tools {
+            Some(_) => pyo3_async_runtimes::tokio::get_current_locals(py).ok(),
+            None => None,
+        };
+        let options = self.shared.options(args, tools, locals)?;
+        let shared = self.shared.clone();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let execution = shared.sandbox.run_with(&code, &options).await;
             Ok(PyExecution::from(execution))
@@ -249,7 +251,6 @@ impl PySandbox {
         allowed_tools: Option<Vec<String>>,
         policy: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyExecution> {
-        no_host_tools(tools)?;
         let arguments = call_arguments(args, kwargs)?;
         let run_args = RunArgs::parse(
             &self.shared.resolved.settings,
@@ -260,7 +261,7 @@ impl PySandbox {
             allowed_tools,
             policy,
         )?;
-        let options = self.shared.options(run_args);
+        let options = self.shared.options(run_args, tools, None)?;
         let shared = self.shared.clone();
         let rt = runtime()?;
         let execution = without_gil(py, move || {

@@ -63,7 +63,7 @@ impl PySession {
             allowed_tools,
             policy,
         )?;
-        let options = self.shared.options(args);
+        let options = self.shared.options(args, None, None)?;
         let rt = runtime()?;
         let execution = without_gil(py, move || {
             rt.block_on(async move { session.run(&code, &options).await })
@@ -91,7 +91,7 @@ impl PySession {
         let snapshot: sandpy::SessionSnapshot = serde_json::from_slice(data)
             .map_err(|e| PyValueError::new_err(format!("not a saved sandpy session: {e}")))?;
         let shared = sandbox.shared.clone();
-        let options = shared.options(RunArgs::default());
+        let options = shared.options(RunArgs::default(), None, None)?;
         let rt = runtime()?;
         let limits = shared.resolved.settings.sessions.clone();
         let sandbox = shared.sandbox.clone();
@@ -107,7 +107,7 @@ impl PySession {
     /// A second, independent session with this one's state.
     fn fork(&self, py: Python<'_>) -> PyResult<PySession> {
         let session = self.open()?;
-        let options = self.shared.options(RunArgs::default());
+        let options = self.shared.options(RunArgs::default(), None, None)?;
         let rt = runtime()?;
         let forked = without_gil(py, move || {
             rt.block_on(async move { session.fork(&options).await })

@@ -28,7 +28,6 @@ def test_exception_tree():
     ({"policy": "nope"}, ValueError, "unknown policy \"nope\""),
     ({"policy": {"denied_modulez": []}}, ValueError, "denied_modulez"),
     ({"allowed_tools": ["["]}, ValueError, "allowed_tools"),
-    ({"tools": {"f": print}}, NotImplementedError, "host tools"),
 ])
 def test_bad_run_arguments(sb, kwargs, exc, words):
     with pytest.raises(exc) as info:

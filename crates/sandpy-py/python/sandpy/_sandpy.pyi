@@ -5,7 +5,7 @@ Read this file for the API: every public name is here, with its documentation.
 
 import os
 import pathlib
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 __version__: str
@@ -16,6 +16,9 @@ JSON: TypeAlias = None | bool | int | float | str | list["JSON"] | dict[str, "JS
 #: config's policy shape (`allowed_modules`, `denied_modules`, `denied_builtins`,
 #: `denied_attributes`, `allowed_tools` and limit keys such as `timeout_ms`).
 PolicyArg: TypeAlias = str | Mapping[str, Any]
+#: Host tools: name -> function (sync or `async def`), called by the sandboxed code as
+#: `tools.host.<name>(**kwargs)` or `call_mcp_tool("mcp__host__<name>", {...})`.
+HostTools: TypeAlias = Mapping[str, Callable[..., Any]]
 #: How a run ended. Only "ok" and "error" are decided by the program.
 Status: TypeAlias = Literal[
     "ok", "error", "timeout", "memory_limit", "output_limit", "tool_call_limit",
@@ -164,7 +167,7 @@ class Sandbox:
         memory_mb: int | None = None,
         stdin: str | bytes | None = None,
         files: Mapping[str, str | bytes] | None = None,
-        tools: None = None,
+        tools: HostTools | None = None,
         allowed_tools: Sequence[str] | None = None,
         policy: PolicyArg | None = None,
     ) -> Execution:
@@ -173,8 +176,11 @@ class Sandbox:
         `timeout_ms`/`memory_mb` override the config's and the policy's limits; `stdin` is
         what the program reads; `files` are written to `/tmp/<path>` first;
         `allowed_tools` (names or globs) narrows the tools it may call; `policy` replaces
-        the sandbox's for this run. `tools` (host functions) is not available yet and
-        raises `NotImplementedError`. Never raises for what the code does.
+        the sandbox's for this run. `tools` gives the code Python functions as the MCP
+        server `host` (beside the config's servers): arguments and results cross as JSON
+        (the arguments object becomes keyword arguments), an exception reaches the code
+        as `ToolError` with its type and message, and calls the code makes together
+        (`asyncio.gather`) run concurrently. Never raises for what the code does.
         """
     def run_async(
         self,
@@ -184,12 +190,13 @@ class Sandbox:
         memory_mb: int | None = None,
         stdin: str | bytes | None = None,
         files: Mapping[str, str | bytes] | None = None,
-        tools: None = None,
+        tools: HostTools | None = None,
         allowed_tools: Sequence[str] | None = None,
         policy: PolicyArg | None = None,
     ) -> Awaitable[Execution]:
         """`run` on the running asyncio loop: the run executes on sandpy's threads, and
-        cancelling the awaiting task stops it. Call it from a coroutine."""
+        cancelling the awaiting task stops it. `async def` host tools run on this loop.
+        Call it from a coroutine."""
     def call_function(
         self,
         source: str,
@@ -201,7 +208,7 @@ class Sandbox:
         memory_mb: int | None = None,
         stdin: str | bytes | None = None,
         files: Mapping[str, str | bytes] | None = None,
-        tools: None = None,
+        tools: HostTools | None = None,
         allowed_tools: Sequence[str] | None = None,
         policy: PolicyArg | None = None,
     ) -> Execution:
