@@ -1,7 +1,8 @@
 //! Host tools: Python callables the sandboxed code calls like MCP tools, as the server
 //! `host` (`tools.host.<name>(...)`, `call_mcp_tool("mcp__host__<name>", {...})`).
 //!
-//! Arguments and results cross as JSON (the arguments object becomes keyword arguments);
+//! Arguments and results cross as JSON (the arguments object becomes keyword arguments,
+//! checked first against the function's JSON schema when it is given as `(fn, schema)`);
 //! an exception in the function reaches the guest as `ToolError` with its type and
 //! message. A sync function runs on a blocking thread with the GIL; a coroutine function
 //! runs on the caller's event loop for `run_async`, and on its own `asyncio.run` for a
@@ -10,9 +11,10 @@
 use crate::convert::{json_to_py, py_to_json, type_name};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3_async_runtimes::TaskLocals;
 use sandpy::{ToolError, ToolFuture, ToolHost, ToolInfo};
+use sandpy_mcp::ArgumentSchema;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +27,8 @@ struct HostTool {
     function: Py<PyAny>,
     is_async: bool,
     info: ToolInfo,
+    /// Checks the arguments before the function is called, when a schema was given.
+    schema: Option<ArgumentSchema>,
 }
 
 /// The host functions of one run, and where the rest of its tool calls go (the config's
@@ -79,6 +83,23 @@ impl HostTools {
                     "tools: {name:?} is not a usable tool name (an ASCII identifier not starting with `_`, as in tools.host.{name})"
                 )));
             }
+            let (function, schema) = match function.cast::<PyTuple>() {
+                Ok(pair) if pair.len() == 2 => {
+                    let schema = pair.get_item(1)?;
+                    if !schema.is_instance_of::<PyDict>() {
+                        return Err(PyTypeError::new_err(format!(
+                            "tools[{name:?}]: the schema of (function, schema) must be a dict, not {}",
+                            type_name(&schema)
+                        )));
+                    }
+                    let json = py_to_json(&schema, &format!("tools[{name:?}] schema"))?;
+                    let checker = ArgumentSchema::strict(&json).map_err(|why| {
+                        PyValueError::new_err(format!("tools[{name:?}]: the schema: {why}"))
+                    })?;
+                    (pair.get_item(0)?, Some((json, checker)))
+                }
+                _ => (function, None),
+            };
             if !function.is_callable() {
                 return Err(PyTypeError::new_err(format!(
                     "tools[{name:?}] must be callable, not {}",
@@ -94,10 +115,14 @@ impl HostTools {
                 .ok()
                 .flatten()
                 .unwrap_or_default();
+            let (input_schema, schema) = match schema {
+                Some((json, checker)) => (json, Some(checker)),
+                None => (serde_json::json!({"type": "object"}), None),
+            };
             let info = ToolInfo {
                 name: format!("{PREFIX}{name}"),
                 description,
-                input_schema: serde_json::json!({"type": "object"}),
+                input_schema,
             };
             parsed.insert(
                 info.name.clone(),
@@ -105,6 +130,7 @@ impl HostTools {
                     function: function.unbind(),
                     is_async,
                     info,
+                    schema,
                 },
             );
         }
@@ -187,6 +213,11 @@ impl ToolHost for HostTools {
                 }
             };
         };
+        if let Some(schema) = &tool.schema {
+            if let Err(why) = schema.check(name, &arguments) {
+                return Box::pin(async move { Err(ToolError::from(why)) });
+            }
+        }
         let function = Python::attach(|py| tool.function.clone_ref(py));
         match (tool.is_async, &self.locals) {
             (false, _) => Box::pin(async move {

@@ -92,3 +92,37 @@ def test_allowed_tools_narrow_host_tools(sb):
 def test_bad_tools(sb, tools, exc, words):
     with pytest.raises(exc, match=words):
         sb.run("1", tools=tools)
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"key": {"type": "string"}},
+    "required": ["key"],
+    "additionalProperties": False,
+}
+
+
+def test_a_schema_checks_arguments_before_the_call(sb):
+    calls = []
+
+    def checked(key):
+        calls.append(key)
+        return key
+
+    tools = {"checked": (checked, SCHEMA)}
+    assert sb.run("tools.host.checked(key='ok')", tools=tools).return_value == "ok"
+    r = sb.run("tools.host.checked(key=5)", tools=tools)
+    assert r.error.type == "ToolError" and "inputSchema" in r.error.message
+    assert "5 is not of type" in r.error.message
+    assert calls == ["ok"], "a call with bad arguments must not reach the function"
+    r = sb.run("get_tool_schema('mcp__host__checked')", tools=tools)
+    assert r.return_value == SCHEMA
+
+
+@pytest.mark.parametrize("schema, exc, words", [
+    ([1], TypeError, "must be a dict"),
+    ({"type": 5}, ValueError, "the schema: it does not compile"),
+])
+def test_bad_schemas(sb, schema, exc, words):
+    with pytest.raises(exc, match=words):
+        sb.run("1", tools={"f": (lookup, schema)})

@@ -16,9 +16,13 @@ JSON: TypeAlias = None | bool | int | float | str | list["JSON"] | dict[str, "JS
 #: config's policy shape (`allowed_modules`, `denied_modules`, `denied_builtins`,
 #: `denied_attributes`, `allowed_tools` and limit keys such as `timeout_ms`).
 PolicyArg: TypeAlias = str | Mapping[str, Any]
-#: Host tools: name -> function (sync or `async def`), called by the sandboxed code as
-#: `tools.host.<name>(**kwargs)` or `call_mcp_tool("mcp__host__<name>", {...})`.
-HostTools: TypeAlias = Mapping[str, Callable[..., Any]]
+#: Host tools: name -> function (sync or `async def`), or -> (function, JSON schema of its
+#: arguments object), called by the sandboxed code as `tools.host.<name>(**kwargs)` or
+#: `call_mcp_tool("mcp__host__<name>", {...})`. With a schema, arguments that do not fit
+#: fail as `ToolError` (listing every violation) before the function is called.
+HostTools: TypeAlias = Mapping[
+    str, Callable[..., Any] | tuple[Callable[..., Any], Mapping[str, Any]]
+]
 #: How a run ended. Only "ok" and "error" are decided by the program.
 Status: TypeAlias = Literal[
     "ok", "error", "timeout", "memory_limit", "output_limit", "tool_call_limit",
