@@ -42,14 +42,18 @@ impl PySession {
 #[pymethods]
 impl PySession {
     /// Run `code` in the session's namespace (its last expression is `return_value`).
-    /// `files` are added to the session's `/tmp`; the memory limit is the session's.
-    #[pyo3(signature = (code, *, timeout_ms=None, files=None, allowed_tools=None, policy=None))]
+    /// `files` are added to the session's `/tmp`; the memory limit is the session's;
+    /// `tools` are host tools as for `Sandbox.run` (a restore answers their calls from the
+    /// journal).
+    #[pyo3(signature = (code, *, timeout_ms=None, files=None, tools=None, allowed_tools=None, policy=None))]
+    #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
         py: Python<'_>,
         code: String,
         timeout_ms: Option<&Bound<'_, PyAny>>,
         files: Option<&Bound<'_, PyAny>>,
+        tools: Option<&Bound<'_, PyAny>>,
         allowed_tools: Option<Vec<String>>,
         policy: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyExecution> {
@@ -63,12 +67,47 @@ impl PySession {
             allowed_tools,
             policy,
         )?;
-        let options = self.shared.options(args, None, None)?;
+        let options = self.shared.options(args, tools, None)?;
         let rt = runtime()?;
         let execution = without_gil(py, move || {
             rt.block_on(async move { session.run(&code, &options).await })
         })?;
         Ok(execution.into())
+    }
+
+    /// `run` as a coroutine on the running asyncio loop (runs of one session still go one
+    /// at a time, in call order).
+    #[pyo3(signature = (code, *, timeout_ms=None, files=None, tools=None, allowed_tools=None, policy=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn run_async<'py>(
+        &self,
+        py: Python<'py>,
+        code: String,
+        timeout_ms: Option<&Bound<'py, PyAny>>,
+        files: Option<&Bound<'py, PyAny>>,
+        tools: Option<&Bound<'py, PyAny>>,
+        allowed_tools: Option<Vec<String>>,
+        policy: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.open()?;
+        let args = RunArgs::parse(
+            &self.shared.resolved.settings,
+            timeout_ms,
+            None,
+            None,
+            files,
+            allowed_tools,
+            policy,
+        )?;
+        runtime()?;
+        let locals = match tools {
+            Some(_) => pyo3_async_runtimes::tokio::get_current_locals(py).ok(),
+            None => None,
+        };
+        let options = self.shared.options(args, tools, locals)?;
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            Ok(PyExecution::from(session.run(&code, &options).await))
+        })
     }
 
     /// The session's journal as bytes (JSON), for `Session.restore`. Raises
@@ -86,12 +125,21 @@ impl PySession {
     /// A new session in `sandbox` rebuilt from `data` (from `save()`) by replaying its
     /// runs. Raises `ValueError` for data that is not a saved session and `SessionError`
     /// when the replay fails (another runtime, or a run that ends differently).
+    ///
+    /// Give the `tools` the saved runs used: their calls are answered from the journal,
+    /// not made again, but the code must find the same tools.
     #[staticmethod]
-    fn restore(py: Python<'_>, sandbox: &PySandbox, data: &[u8]) -> PyResult<PySession> {
+    #[pyo3(signature = (sandbox, data, *, tools=None))]
+    fn restore(
+        py: Python<'_>,
+        sandbox: &PySandbox,
+        data: &[u8],
+        tools: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PySession> {
         let snapshot: sandpy::SessionSnapshot = serde_json::from_slice(data)
             .map_err(|e| PyValueError::new_err(format!("not a saved sandpy session: {e}")))?;
         let shared = sandbox.shared.clone();
-        let options = shared.options(RunArgs::default(), None, None)?;
+        let options = shared.options(RunArgs::default(), tools, None)?;
         let rt = runtime()?;
         let limits = shared.resolved.settings.sessions.clone();
         let sandbox = shared.sandbox.clone();
@@ -104,10 +152,12 @@ impl PySession {
         Ok(PySession::new(shared, session))
     }
 
-    /// A second, independent session with this one's state.
-    fn fork(&self, py: Python<'_>) -> PyResult<PySession> {
+    /// A second, independent session with this one's state (its runs are replayed: give
+    /// the `tools` they used, as for `restore`).
+    #[pyo3(signature = (*, tools=None))]
+    fn fork(&self, py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<PySession> {
         let session = self.open()?;
-        let options = self.shared.options(RunArgs::default(), None, None)?;
+        let options = self.shared.options(RunArgs::default(), tools, None)?;
         let rt = runtime()?;
         let forked = without_gil(py, move || {
             rt.block_on(async move { session.fork(&options).await })

@@ -57,3 +57,31 @@ def test_closed_and_bad_data_raise(sb):
     with pytest.raises(sandpy.SessionError, match="unknown session format"):
         sandpy.Session.restore(sb, data)
     assert issubclass(sandpy.SessionError, sandpy.SandboxError)
+
+
+def test_run_async_and_host_tools_in_a_session(sb):
+    import asyncio
+
+    seen = []
+
+    def record(value):
+        seen.append(value)
+        return value * 2
+
+    async def main():
+        s = sb.session()
+        await s.run_async("total = 0")
+        await s.run_async("total += tools.host.record(value=5)", tools={"record": record})
+        r = await s.run_async("total")
+        return s, r
+
+    s, r = asyncio.run(main())
+    assert r.return_value == 10 and seen == [5]
+    with pytest.raises(sandpy.SessionError, match="no MCP server 'host'"):
+        sandpy.Session.restore(sb, s.save())
+    restored = sandpy.Session.restore(sb, s.save(), tools={"record": record})
+    fork = s.fork(tools={"record": record})
+    assert restored.run("total").return_value == 10 and fork.run("total").return_value == 10
+    assert seen == [5], "a restore answers tool calls from the journal"
+    for one in (s, restored, fork):
+        one.close()

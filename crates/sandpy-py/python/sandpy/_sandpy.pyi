@@ -244,18 +244,37 @@ class Session:
         *,
         timeout_ms: int | None = None,
         files: Mapping[str, str | bytes] | None = None,
+        tools: HostTools | None = None,
         allowed_tools: Sequence[str] | None = None,
         policy: PolicyArg | None = None,
     ) -> Execution:
-        """Run `code` in the session's namespace (its last expression is `return_value`)."""
+        """Run `code` in the session's namespace (its last expression is `return_value`).
+        `files` are added to the session's `/tmp`; the memory limit is the session's;
+        `tools` are host tools as for `Sandbox.run` (a restore answers their calls from the
+        journal)."""
+    def run_async(
+        self,
+        code: str,
+        *,
+        timeout_ms: int | None = None,
+        files: Mapping[str, str | bytes] | None = None,
+        tools: HostTools | None = None,
+        allowed_tools: Sequence[str] | None = None,
+        policy: PolicyArg | None = None,
+    ) -> Awaitable[Execution]:
+        """`run` as a coroutine on the running asyncio loop (runs of one session still go
+        one at a time, in call order)."""
     def save(self) -> bytes:
         """The session's journal (JSON bytes), for `Session.restore`."""
     @staticmethod
-    def restore(sandbox: Sandbox, data: bytes) -> Session:
+    def restore(sandbox: Sandbox, data: bytes, *, tools: HostTools | None = None) -> Session:
         """A new session rebuilt from `data` by replaying its runs (`ValueError` for data
-        that is not a saved session, `SessionError` when the replay fails)."""
-    def fork(self) -> Session:
-        """A second, independent session with this one's state."""
+        that is not a saved session, `SessionError` when the replay fails). Give the
+        `tools` the saved runs used: their calls are answered from the journal, not made
+        again, but the code must find the same tools."""
+    def fork(self, *, tools: HostTools | None = None) -> Session:
+        """A second, independent session with this one's state (its runs are replayed:
+        give the `tools` they used, as for `restore`)."""
     def reset(self) -> None:
         """Forget all state: the next run starts from a fresh interpreter."""
     def close(self) -> None:
