@@ -3,7 +3,9 @@
     python crates/sandpy-py/bench.py [RUNS] [SECONDS]
 
 Prints the p50/p99 of `Sandbox.run("print('hello')")` from one thread, then fresh runs per
-second from 1 and 2 Python threads and from `run_async` (16 in flight) for SECONDS each.
+second from 1 and 2 Python threads and from `run_async` (16 in flight) for SECONDS each,
+then the round trip of a host tool (sandboxed code calling a Python function), timed
+inside the sandbox over 1,000 sequential calls.
 """
 
 import asyncio
@@ -64,6 +66,24 @@ def async_throughput(sb, in_flight, seconds):
     return asyncio.run(main())
 
 
+TOOL_LOOP = """
+import time
+start = time.perf_counter()
+for i in range(1000):
+    tools.host.echo(v=i)
+(time.perf_counter() - start) / 1000 * 1000
+"""
+
+
+def tool_round_trip(sb):
+    def echo(v):
+        return v
+
+    r = sb.run(TOOL_LOOP, tools={"echo": echo})
+    assert r.ok, r.error
+    return r.return_value
+
+
 if __name__ == "__main__":
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 300
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 3.0
@@ -74,3 +94,4 @@ if __name__ == "__main__":
     for n in (1, 2):
         print(f"fresh runs/s from {n} Python thread(s): {threads_throughput(sb, n, seconds):.0f}")
     print(f"fresh runs/s from run_async, 16 in flight: {async_throughput(sb, 16, seconds):.0f}")
+    print(f"host tool round trip (sync Python function): {tool_round_trip(sb):.3f} ms per call")
