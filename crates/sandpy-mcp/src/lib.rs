@@ -43,6 +43,7 @@ pub use expand::Expansions;
 pub use http::{HttpError, HttpListener};
 pub use hub::{Hub, ServerStatus};
 pub use sandpy::{ConfigError, UnknownPolicy};
+pub use schema::ArgumentSchema;
 pub use server::SandpyServer;
 pub use summary::summarize;
 pub use tls::{CaFile, CaFileError};

@@ -72,6 +72,16 @@ pub fn holds_depth_marker(value: &Value) -> bool {
 pub struct ArgumentSchema(Option<jsonschema::Validator>);
 
 impl ArgumentSchema {
+    /// Compile a schema the caller vouches for (a host tool's, given in code): an error
+    /// says why it cannot check arguments (it does not compile, or its `$ref`s could loop)
+    /// where [`ArgumentSchema::compile`] only logs it.
+    pub fn strict(schema: &Value) -> Result<ArgumentSchema, String> {
+        refs_terminate(schema)?;
+        jsonschema::validator_for(schema)
+            .map(|validator| ArgumentSchema(Some(validator)))
+            .map_err(|e| format!("it does not compile: {e}"))
+    }
+
     /// Compile `schema` for `tool`.
     pub fn compile(tool: &str, schema: &Value) -> ArgumentSchema {
         if let Err(why) = refs_terminate(schema) {

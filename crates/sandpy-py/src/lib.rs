@@ -1,0 +1,152 @@
+//! The extension module `sandpy._sandpy` of the `sandpy` Python package: a thin layer
+//! over the `sandpy` library (and `sandpy-mcp` for a config's upstream servers).
+//!
+//! - `Sandbox` ([`sandbox`]) resolves a config once and runs code through the library's
+//!   one run path; `Execution` ([`execution`]) is the library's `Execution` read from Python.
+//! - Threads: one tokio runtime per process ([`runtime`]), shared by every Sandbox. A
+//!   synchronous run releases the GIL and drives its run on the calling thread
+//!   (`block_on`), so runs from many Python threads run in parallel; `run_async` spawns
+//!   the run on the runtime's workers and hands asyncio a future (pyo3-async-runtimes).
+//! - Errors: the sandbox's own failures raise `SandboxError` (and its subclasses), bad
+//!   arguments `ValueError`/`TypeError`; what the code does is in the `Execution`.
+//! - The runtime component is inside this library (the `sandpy` crate embeds it), so the
+//!   wheel carries it; the first Sandbox compiles it into the same `.cwasm` cache as the
+//!   CLI (`warmup()` does it ahead of time).
+
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use std::sync::OnceLock;
+
+mod convert;
+mod execution;
+mod sandbox;
+mod session;
+mod tools;
+
+pyo3::create_exception!(
+    sandpy,
+    SandboxError,
+    PyException,
+    "The sandbox itself could not be set up or failed (never raised for what the code in it does)."
+);
+pyo3::create_exception!(
+    sandpy,
+    ConfigError,
+    SandboxError,
+    "The config file cannot be used: it names the file, the key and what is wrong."
+);
+
+pyo3::create_exception!(
+    sandpy,
+    SessionError,
+    SandboxError,
+    "A session could not be saved, restored or forked (e.g. its journal passed its cap, or a replayed run ended differently)."
+);
+
+/// A `SandboxError` with `message`.
+pub(crate) fn sandbox_error(message: String) -> PyErr {
+    SandboxError::new_err(message)
+}
+
+/// A library setup error as `SandboxError`, its causes on one line.
+pub(crate) fn library_error(error: sandpy::Error) -> PyErr {
+    SandboxError::new_err(format!("{:#}", anyhow::Error::from(error)))
+}
+
+/// A config error as `ConfigError`, its causes on one line.
+pub(crate) fn config_error(error: sandpy::ConfigError) -> PyErr {
+    ConfigError::new_err(format!("{:#}", anyhow::Error::from(error)))
+}
+
+static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+
+/// The process's tokio runtime (made on first use; also the one `run_async` uses).
+pub(crate) fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
+    if let Some(rt) = RUNTIME.get() {
+        return Ok(rt);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("sandpy")
+        .build()
+        .map_err(|e| sandbox_error(format!("cannot start sandpy's tokio runtime: {e}")))?;
+    // Another thread may have won the race: its runtime is the one.
+    let rt = RUNTIME.get_or_init(|| rt);
+    let _ = pyo3_async_runtimes::tokio::init_with_runtime(rt);
+    Ok(rt)
+}
+
+/// Run `f` with the GIL released, refusing to block a thread of sandpy's own runtime
+/// (a synchronous run called from inside a run would deadlock it).
+pub(crate) fn without_gil<T: Send, F: FnOnce() -> T + Send>(py: Python<'_>, f: F) -> PyResult<T> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(sandbox_error(
+            "a synchronous sandpy call cannot run on one of sandpy's own threads; use the async form"
+                .into(),
+        ));
+    }
+    Ok(py.detach(f))
+}
+
+/// The library's settings for this process: progress messages on Python's stderr.
+pub(crate) fn library_config() -> sandpy::Config {
+    sandpy::Config {
+        progress: Some(std::sync::Arc::new(|message: &str| {
+            Python::attach(|py| {
+                if let Ok(stderr) = py.import("sys").and_then(|sys| sys.getattr("stderr")) {
+                    let _ = stderr.call_method1("write", (format!("{message}\n"),));
+                    let _ = stderr.call_method0("flush");
+                }
+            })
+        })),
+        ..sandpy::Config::default()
+    }
+}
+
+/// Compile the Python runtime into the cache now (it takes a while once per machine and
+/// sandpy version), printing a progress line on stderr; returns the cache file's path.
+#[pyfunction]
+fn warmup(py: Python<'_>) -> PyResult<std::path::PathBuf> {
+    let started = std::time::Instant::now();
+    let sandbox =
+        without_gil(py, || sandpy::Sandbox::new(library_config()))?.map_err(library_error)?;
+    let path = sandbox.cache_file().to_path_buf();
+    let line = format!(
+        "sandpy: runtime ready in {:.1} s (cache: `{}`)\n",
+        started.elapsed().as_secs_f64(),
+        path.display()
+    );
+    let stderr = py.import("sys")?.getattr("stderr")?;
+    stderr.call_method1("write", (line,))?;
+    Ok(path)
+}
+
+/// With `SANDPY_LOG` set (e.g. `debug`, `sandpy=trace`), the library's log goes to stderr,
+/// filtered as the CLI filters it; unset, nothing is installed (the application may have
+/// its own tracing subscriber).
+fn init_log() {
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("SANDPY_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(filter)
+            .try_init();
+    }
+}
+
+#[pymodule]
+fn _sandpy(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    init_log();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("SandboxError", py.get_type::<SandboxError>())?;
+    m.add("ConfigError", py.get_type::<ConfigError>())?;
+    m.add("SessionError", py.get_type::<SessionError>())?;
+    m.add_class::<sandbox::PySandbox>()?;
+    m.add_class::<session::PySession>()?;
+    m.add_class::<execution::PyExecution>()?;
+    m.add_class::<execution::PyErrorInfo>()?;
+    m.add_class::<execution::PyViolation>()?;
+    m.add_class::<execution::PyOutputFile>()?;
+    m.add_function(wrap_pyfunction!(warmup, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,370 @@
+//! `Sandbox`: the Python face of `sandpy::Sandbox`, with the config's settings, policy,
+//! mounts and upstream MCP servers resolved once at construction.
+
+use crate::convert::{parse_policy, py_to_json, type_name, RunArgs};
+use crate::execution::{PyExecution, PyViolation};
+use crate::session::PySession;
+use crate::tools::HostTools;
+use crate::{config_error, runtime, sandbox_error, without_gil};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use sandpy::{Mount, Policy, RunOptions};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Runs Python code in a WebAssembly sandbox, each run in a brand-new instance.
+///
+/// `config` is a path to the JSON config file the `sandpy` CLI reads (upstream
+/// `mcpServers` and the `sandpy` section); None means no config: default limits, no
+/// tools. `policy` is a policy name (`"strict"`, `"default"` or one the config defines) or
+/// a policy dict, for every run. `mounts` maps guest paths to host folders the code may
+/// read. A Sandbox is safe to share between threads; runs release the GIL.
+#[pyclass(frozen, module = "sandpy", name = "Sandbox")]
+pub struct PySandbox {
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// What every run of one Sandbox uses.
+pub(crate) struct Shared {
+    pub sandbox: sandpy::Sandbox,
+    pub resolved: sandpy::Resolved,
+    hub: Option<sandpy_mcp::Hub>,
+    audit: Option<sandpy_mcp::AuditLog>,
+    runs: AtomicU64,
+}
+
+impl Shared {
+    /// The options of one run: the config's, then `args` over them. The tools are the
+    /// host functions in `tools` (if any) and the config's upstream servers; `locals` is
+    /// the caller's event loop (`run_async`), for coroutine host functions.
+    pub fn options(
+        &self,
+        args: RunArgs,
+        tools: Option<&Bound<'_, PyAny>>,
+        locals: Option<pyo3_async_runtimes::TaskLocals>,
+    ) -> PyResult<RunOptions> {
+        let mut options = self.resolved.run_options();
+        options.limit_overrides = args.overrides;
+        options.stdin = args.stdin;
+        options.files = args.files;
+        options.allowed_tools = args.allowed_tools;
+        if args.policy.is_some() {
+            options.policy = args.policy;
+        }
+        let upstream = self.hub.as_ref().map(|hub| {
+            let n = self.runs.fetch_add(1, Ordering::Relaxed);
+            hub.for_execution(format!("python-{n}"), self.audit.clone())
+        });
+        options.tools = match HostTools::parse(tools, upstream.clone(), locals)? {
+            Some(host) => Some(Arc::new(host) as Arc<dyn sandpy::ToolHost>),
+            None => upstream,
+        };
+        Ok(options)
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let (Some(hub), Ok(rt)) = (self.hub.take(), runtime()) {
+            rt.spawn(async move { hub.shutdown().await });
+        }
+    }
+}
+
+#[pymethods]
+impl PySandbox {
+    #[new]
+    #[pyo3(signature = (config=None, policy=None, mounts=None))]
+    fn new(
+        py: Python<'_>,
+        config: Option<PathBuf>,
+        policy: Option<&Bound<'_, PyAny>>,
+        mounts: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PySandbox> {
+        let file = match &config {
+            Some(path) => sandpy_mcp::Config::load(path).map_err(config_error)?,
+            None => sandpy_mcp::Config::default(),
+        };
+        let mut settings = file.settings.clone();
+        if let Some(mounts) = mounts {
+            for (guest, host) in mounts.iter() {
+                let guest: String = guest.extract().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "mounts: guest paths must be str, found {}",
+                        type_name(&guest)
+                    ))
+                })?;
+                let host: PathBuf = host.extract().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "mounts[{guest:?}]: the host folder must be a str or path, found {}",
+                        type_name(&host)
+                    ))
+                })?;
+                settings.mounts.push(Mount { host, guest });
+            }
+            Mount::validate(&settings.mounts)
+                .map_err(|e| PyValueError::new_err(format!("mounts: {e}")))?;
+        }
+        let picked = policy
+            .filter(|p| !p.is_none())
+            .map(|p| parse_policy(&settings, p))
+            .transpose()?;
+        let mut resolved = settings.resolve(None).map_err(|e| {
+            config_error(sandpy::ConfigError::Invalid {
+                path: config.clone().unwrap_or_default(),
+                key: "sandpy.default_policy".into(),
+                message: e.to_string(),
+            })
+        })?;
+        if picked.is_some() {
+            resolved.policy = picked;
+        }
+        let audit = match &resolved.settings.audit_log {
+            Some(path) => Some(
+                sandpy_mcp::AuditLog::open(path, resolved.settings.audit_arguments).map_err(
+                    |e| {
+                        sandbox_error(format!(
+                            "cannot open the audit log `{}`: {e}",
+                            path.display()
+                        ))
+                    },
+                )?,
+            ),
+            None => None,
+        };
+        let sandbox_config = resolved.sandbox_config(crate::library_config());
+        let rt = runtime()?;
+        let (sandbox, hub) = without_gil(py, move || {
+            let sandbox = sandpy::Sandbox::new(sandbox_config)?;
+            let hub = if file.servers.is_empty() {
+                None
+            } else {
+                Some(rt.block_on(sandpy_mcp::Hub::start(&file)))
+            };
+            Ok::<_, sandpy::Error>((sandbox, hub))
+        })?
+        .map_err(crate::library_error)?;
+        Ok(PySandbox {
+            shared: Arc::new(Shared {
+                sandbox,
+                resolved,
+                hub,
+                audit,
+                runs: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// Run `code` as a program (`__main__`) in a fresh instance and return its
+    /// `Execution`. Limits, stdin, input files (`/tmp/<path>`), the tool allowlist and
+    /// the policy can be set for this run. Never raises for what the code does.
+    #[pyo3(signature = (code, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        py: Python<'_>,
+        code: String,
+        timeout_ms: Option<&Bound<'_, PyAny>>,
+        memory_mb: Option<&Bound<'_, PyAny>>,
+        stdin: Option<&Bound<'_, PyAny>>,
+        files: Option<&Bound<'_, PyAny>>,
+        tools: Option<&Bound<'_, PyAny>>,
+        allowed_tools: Option<Vec<String>>,
+        policy: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyExecution> {
+        let args = RunArgs::parse(
+            &self.shared.resolved.settings,
+            timeout_ms,
+            memory_mb,
+            stdin,
+            files,
+            allowed_tools,
+            policy,
+        )?;
+        let options = self.shared.options(args, tools, None)?;
+        let shared = self.shared.clone();
+        let rt = runtime()?;
+        let execution = without_gil(py, move || {
+            rt.block_on(async move { shared.sandbox.run_with(&code, &options).await })
+        })?;
+        Ok(execution.into())
+    }
+
+    /// `run` as a coroutine on the running asyncio loop: the run executes on sandpy's own
+    /// threads, and cancelling the awaiting task stops it.
+    #[pyo3(signature = (code, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn run_async<'py>(
+        &self,
+        py: Python<'py>,
+        code: String,
+        timeout_ms: Option<&Bound<'_, PyAny>>,
+        memory_mb: Option<&Bound<'_, PyAny>>,
+        stdin: Option<&Bound<'py, PyAny>>,
+        files: Option<&Bound<'py, PyAny>>,
+        tools: Option<&Bound<'py, PyAny>>,
+        allowed_tools: Option<Vec<String>>,
+        policy: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let args = RunArgs::parse(
+            &self.shared.resolved.settings,
+            timeout_ms,
+            memory_mb,
+            stdin,
+            files,
+            allowed_tools,
+            policy,
+        )?;
+        runtime()?;
+        let locals = match tools {
+            Some(_) => pyo3_async_runtimes::tokio::get_current_locals(py).ok(),
+            None => None,
+        };
+        let options = self.shared.options(args, tools, locals)?;
+        let shared = self.shared.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let execution = shared.sandbox.run_with(&code, &options).await;
+            Ok(PyExecution::from(execution))
+        })
+    }
+
+    /// Load `source` as a module, call its function `name` with `args` (positional) or
+    /// `kwargs` (keywords), and return an `Execution` whose `return_value` is the result.
+    /// Arguments and result cross as JSON.
+    #[pyo3(signature = (source, name, args=None, kwargs=None, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn call_function(
+        &self,
+        py: Python<'_>,
+        source: String,
+        name: String,
+        args: Option<&Bound<'_, PyAny>>,
+        kwargs: Option<&Bound<'_, PyAny>>,
+        timeout_ms: Option<&Bound<'_, PyAny>>,
+        memory_mb: Option<&Bound<'_, PyAny>>,
+        stdin: Option<&Bound<'_, PyAny>>,
+        files: Option<&Bound<'_, PyAny>>,
+        tools: Option<&Bound<'_, PyAny>>,
+        allowed_tools: Option<Vec<String>>,
+        policy: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyExecution> {
+        let arguments = call_arguments(args, kwargs)?;
+        let run_args = RunArgs::parse(
+            &self.shared.resolved.settings,
+            timeout_ms,
+            memory_mb,
+            stdin,
+            files,
+            allowed_tools,
+            policy,
+        )?;
+        let options = self.shared.options(run_args, tools, None)?;
+        let shared = self.shared.clone();
+        let rt = runtime()?;
+        let execution = without_gil(py, move || {
+            rt.block_on(async move {
+                shared
+                    .sandbox
+                    .call_function(&source, &name, &arguments, &options)
+                    .await
+            })
+        })?;
+        Ok(execution.into())
+    }
+
+    /// Check `code` against a policy without running it: every violation with its line
+    /// and column (a syntax error is one). `policy` defaults to the sandbox's, else
+    /// `"default"`.
+    #[pyo3(signature = (code, policy=None))]
+    fn check(
+        &self,
+        py: Python<'_>,
+        code: String,
+        policy: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<PyViolation>> {
+        let policy = match policy.filter(|p| !p.is_none()) {
+            Some(p) => parse_policy(&self.shared.resolved.settings, p)?,
+            None => self
+                .shared
+                .resolved
+                .policy
+                .clone()
+                .unwrap_or_else(Policy::standard),
+        };
+        let shared = self.shared.clone();
+        let rt = runtime()?;
+        let violations = without_gil(py, move || {
+            rt.block_on(async move { shared.sandbox.validate(&code, &policy).await })
+        })?
+        .map_err(|e| sandbox_error(format!("the policy check failed: {e}")))?;
+        Ok(violations
+            .into_iter()
+            .map(|inner| PyViolation { inner })
+            .collect())
+    }
+
+    /// A new `Session`: one interpreter that keeps its state between runs (its limits are
+    /// the config's `sandpy.sessions`).
+    fn session(&self) -> PySession {
+        let session = sandpy::Session::new(
+            &self.shared.sandbox,
+            &self.shared.resolved.settings.sessions,
+        );
+        PySession::new(self.shared.clone(), session)
+    }
+
+    /// The compiled runtime's cache file (shared with the `sandpy` CLI).
+    #[getter]
+    fn cache_file(&self) -> PathBuf {
+        self.shared.sandbox.cache_file().to_path_buf()
+    }
+
+    /// The name of the policy every run gets (None when there is none).
+    #[getter]
+    fn policy(&self) -> Option<String> {
+        self.shared.resolved.policy.as_ref().map(|p| p.name.clone())
+    }
+
+    fn __repr__(&self) -> String {
+        match &self.shared.resolved.settings.source {
+            Some(path) => format!("Sandbox(config={:?})", path.display().to_string()),
+            None => "Sandbox()".into(),
+        }
+    }
+}
+
+/// The JSON arguments of a call: a list for positional arguments, an object for keywords.
+fn call_arguments(
+    args: Option<&Bound<'_, PyAny>>,
+    kwargs: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Value> {
+    let args = args.filter(|a| !a.is_none());
+    let kwargs = kwargs.filter(|k| !k.is_none());
+    match (args, kwargs) {
+        (Some(_), Some(_)) => Err(PyValueError::new_err(
+            "give args or kwargs, not both (a call takes positional or keyword arguments)",
+        )),
+        (Some(args), None) => {
+            if !(args.is_instance_of::<PyList>() || args.is_instance_of::<PyTuple>()) {
+                return Err(PyTypeError::new_err(format!(
+                    "args must be a list or tuple, not {}",
+                    type_name(args)
+                )));
+            }
+            py_to_json(args, "args")
+        }
+        (None, Some(kwargs)) => {
+            if !kwargs.is_instance_of::<PyDict>() {
+                return Err(PyTypeError::new_err(format!(
+                    "kwargs must be a dict, not {}",
+                    type_name(kwargs)
+                )));
+            }
+            py_to_json(kwargs, "kwargs")
+        }
+        (None, None) => Ok(Value::Array(Vec::new())),
+    }
+}

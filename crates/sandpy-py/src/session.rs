@@ -1,0 +1,202 @@
+//! `Session`: one interpreter that keeps its state between runs (`sandpy::Session`), with
+//! save (a JSON journal as bytes), restore and fork.
+
+use crate::convert::RunArgs;
+use crate::execution::PyExecution;
+use crate::sandbox::{PySandbox, Shared};
+use crate::{runtime, without_gil, SessionError};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::sync::{Arc, Mutex};
+
+/// One interpreter whose globals, imports and files stay between runs.
+///
+/// Made by `Sandbox.session()` or `Session.restore(sandbox, data)`; `save()` gives bytes to
+/// restore it later (its runs are replayed), `fork()` a second session with the same state.
+/// Use it as a context manager, or call `close()`, to free its instance. A run that hits a
+/// limit poisons the session (status `"session_poisoned"` afterwards).
+#[pyclass(frozen, module = "sandpy", name = "Session")]
+pub struct PySession {
+    shared: Arc<Shared>,
+    session: Mutex<Option<Arc<sandpy::Session>>>,
+}
+
+impl PySession {
+    pub(crate) fn new(shared: Arc<Shared>, session: sandpy::Session) -> PySession {
+        PySession {
+            shared,
+            session: Mutex::new(Some(Arc::new(session))),
+        }
+    }
+
+    fn open(&self) -> PyResult<Arc<sandpy::Session>> {
+        self.session
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("the session is closed"))
+    }
+}
+
+#[pymethods]
+impl PySession {
+    /// Run `code` in the session's namespace (its last expression is `return_value`).
+    /// `files` are added to the session's `/tmp`; the memory limit is the session's;
+    /// `tools` are host tools as for `Sandbox.run` (a restore answers their calls from the
+    /// journal).
+    #[pyo3(signature = (code, *, timeout_ms=None, files=None, tools=None, allowed_tools=None, policy=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        py: Python<'_>,
+        code: String,
+        timeout_ms: Option<&Bound<'_, PyAny>>,
+        files: Option<&Bound<'_, PyAny>>,
+        tools: Option<&Bound<'_, PyAny>>,
+        allowed_tools: Option<Vec<String>>,
+        policy: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyExecution> {
+        let session = self.open()?;
+        let args = RunArgs::parse(
+            &self.shared.resolved.settings,
+            timeout_ms,
+            None,
+            None,
+            files,
+            allowed_tools,
+            policy,
+        )?;
+        let options = self.shared.options(args, tools, None)?;
+        let rt = runtime()?;
+        let execution = without_gil(py, move || {
+            rt.block_on(async move { session.run(&code, &options).await })
+        })?;
+        Ok(execution.into())
+    }
+
+    /// `run` as a coroutine on the running asyncio loop (runs of one session still go one
+    /// at a time, in call order).
+    #[pyo3(signature = (code, *, timeout_ms=None, files=None, tools=None, allowed_tools=None, policy=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn run_async<'py>(
+        &self,
+        py: Python<'py>,
+        code: String,
+        timeout_ms: Option<&Bound<'py, PyAny>>,
+        files: Option<&Bound<'py, PyAny>>,
+        tools: Option<&Bound<'py, PyAny>>,
+        allowed_tools: Option<Vec<String>>,
+        policy: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.open()?;
+        let args = RunArgs::parse(
+            &self.shared.resolved.settings,
+            timeout_ms,
+            None,
+            None,
+            files,
+            allowed_tools,
+            policy,
+        )?;
+        runtime()?;
+        let locals = match tools {
+            Some(_) => pyo3_async_runtimes::tokio::get_current_locals(py).ok(),
+            None => None,
+        };
+        let options = self.shared.options(args, tools, locals)?;
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            Ok(PyExecution::from(session.run(&code, &options).await))
+        })
+    }
+
+    /// The session's journal as bytes (JSON), for `Session.restore`. Raises
+    /// `SessionError` when the journal passed its cap.
+    fn save<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let session = self.open()?;
+        let rt = runtime()?;
+        let snapshot = without_gil(py, move || rt.block_on(session.snapshot()))?
+            .map_err(|e| SessionError::new_err(e.to_string()))?;
+        let bytes = serde_json::to_vec(&snapshot)
+            .map_err(|e| SessionError::new_err(format!("cannot serialise the session: {e}")))?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// A new session in `sandbox` rebuilt from `data` (from `save()`) by replaying its
+    /// runs. Raises `ValueError` for data that is not a saved session and `SessionError`
+    /// when the replay fails (another runtime, or a run that ends differently).
+    ///
+    /// Give the `tools` the saved runs used: their calls are answered from the journal,
+    /// not made again, but the code must find the same tools.
+    #[staticmethod]
+    #[pyo3(signature = (sandbox, data, *, tools=None))]
+    fn restore(
+        py: Python<'_>,
+        sandbox: &PySandbox,
+        data: &[u8],
+        tools: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PySession> {
+        let snapshot: sandpy::SessionSnapshot = serde_json::from_slice(data)
+            .map_err(|e| PyValueError::new_err(format!("not a saved sandpy session: {e}")))?;
+        let shared = sandbox.shared.clone();
+        let options = shared.options(RunArgs::default(), tools, None)?;
+        let rt = runtime()?;
+        let limits = shared.resolved.settings.sessions.clone();
+        let sandbox = shared.sandbox.clone();
+        let session = without_gil(py, move || {
+            rt.block_on(async move {
+                sandpy::Session::restore(&sandbox, &snapshot, &limits, &options).await
+            })
+        })?
+        .map_err(|e| SessionError::new_err(e.to_string()))?;
+        Ok(PySession::new(shared, session))
+    }
+
+    /// A second, independent session with this one's state (its runs are replayed: give
+    /// the `tools` they used, as for `restore`).
+    #[pyo3(signature = (*, tools=None))]
+    fn fork(&self, py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<PySession> {
+        let session = self.open()?;
+        let options = self.shared.options(RunArgs::default(), tools, None)?;
+        let rt = runtime()?;
+        let forked = without_gil(py, move || {
+            rt.block_on(async move { session.fork(&options).await })
+        })?
+        .map_err(|e| SessionError::new_err(e.to_string()))?;
+        Ok(PySession::new(self.shared.clone(), forked))
+    }
+
+    /// Forget all state: the next run starts from a fresh interpreter.
+    fn reset(&self, py: Python<'_>) -> PyResult<()> {
+        let session = self.open()?;
+        let rt = runtime()?;
+        without_gil(py, move || rt.block_on(session.reset()))
+    }
+
+    /// Free the session's instance; later calls raise `ValueError`. Closing twice is fine.
+    fn close(&self) {
+        self.session
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+    }
+
+    /// True once `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.session
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .is_none()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
+        false
+    }
+}
