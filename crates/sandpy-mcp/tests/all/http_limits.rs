@@ -8,13 +8,25 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Serve on a free loopback port without a token, within `limits`.
+/// The clients of these tests: each a tenant whose token is its name, so that the server
+/// checks the token and counts each as a client of its own (an unchecked bearer value
+/// does not make a client).
+const CLIENTS: [&str; 8] = ["a", "b", "c", "d", "t", "other", "greedy", "third"];
+
+/// Serve on a free loopback port, with a tenant for each of [`CLIENTS`], within `limits`.
 async fn serve(limits: HttpLimits) -> SocketAddr {
-    let config = config(r#"{"mcpServers": {}}"#);
+    let tenants: Vec<String> = CLIENTS
+        .iter()
+        .map(|name| format!(r#""{name}": {{"token": "{name}"}}"#))
+        .collect();
+    let config = config(&format!(
+        r#"{{"mcpServers": {{}}, "sandpy": {{"tenants": {{{}}}}}}}"#,
+        tenants.join(", ")
+    ));
     let hub = Hub::start(&config).await;
     let resolved = config.settings.resolve(None).expect("resolved");
     let server = SandpyServer::new(sandbox().clone(), hub, &resolved).expect("server");
-    let listener = HttpListener::bind(([127, 0, 0, 1], 0).into(), None, &[])
+    let listener = HttpListener::bind(([127, 0, 0, 1], 0).into(), None, &resolved.settings.tenants)
         .await
         .expect("bind")
         .with_limits(limits);
@@ -102,7 +114,7 @@ fn a_body_that_stops_halfway_gets_408_within_the_body_timeout() {
         .await;
         let started = Instant::now();
         let request = format!(
-            "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{{\"jsonrpc\""
+            "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nAuthorization: Bearer t\r\nContent-Length: 1000\r\n\r\n{{\"jsonrpc\""
         );
         let answer = send(address, request.as_bytes()).await;
         assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
