@@ -88,6 +88,17 @@ pub(crate) fn without_gil<T: Send, F: FnOnce() -> T + Send>(py: Python<'_>, f: F
     Ok(py.detach(f))
 }
 
+/// Run `future` to its end on sandpy's runtime, with the GIL released (see
+/// [`without_gil`]): the one way a synchronous call waits for the library.
+pub(crate) fn block_on<F>(py: Python<'_>, future: F) -> PyResult<F::Output>
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
+    let rt = runtime()?;
+    without_gil(py, move || rt.block_on(future))
+}
+
 /// The library's settings for this process: progress messages on Python's stderr.
 pub(crate) fn library_config() -> sandpy::Config {
     sandpy::Config {

@@ -5,7 +5,7 @@ use crate::convert::{parse_policy, py_to_json, type_name, RunArgs};
 use crate::execution::{PyExecution, PyViolation};
 use crate::session::PySession;
 use crate::tools::HostTools;
-use crate::{config_error, runtime, sandbox_error, without_gil};
+use crate::{block_on, config_error, runtime, sandbox_error, without_gil};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -37,6 +37,22 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// [`Shared::options`] for a run awaited on the caller's asyncio loop: its async host
+    /// tools run on that loop.
+    pub fn coroutine_options(
+        &self,
+        py: Python<'_>,
+        args: RunArgs,
+        tools: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<RunOptions> {
+        runtime()?;
+        let locals = match tools {
+            Some(_) => pyo3_async_runtimes::tokio::get_current_locals(py).ok(),
+            None => None,
+        };
+        self.options(args, tools, locals)
+    }
+
     /// The options of one run: the config's, then `args` over them. The tools are the
     /// host functions in `tools` (if any) and the config's upstream servers; `locals` is
     /// the caller's event loop (`run_async`), for coroutine host functions.
@@ -186,10 +202,10 @@ impl PySandbox {
         )?;
         let options = self.shared.options(args, tools, None)?;
         let shared = self.shared.clone();
-        let rt = runtime()?;
-        let execution = without_gil(py, move || {
-            rt.block_on(async move { shared.sandbox.run_with(&code, &options).await })
-        })?;
+        let execution = block_on(
+            py,
+            async move { shared.sandbox.run_with(&code, &options).await },
+        )?;
         Ok(execution.into())
     }
 
@@ -218,12 +234,7 @@ impl PySandbox {
             allowed_tools,
             policy,
         )?;
-        runtime()?;
-        let locals = match tools {
-            Some(_) => pyo3_async_runtimes::tokio::get_current_locals(py).ok(),
-            None => None,
-        };
-        let options = self.shared.options(args, tools, locals)?;
+        let options = self.shared.coroutine_options(py, args, tools)?;
         let shared = self.shared.clone();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let execution = shared.sandbox.run_with(&code, &options).await;
@@ -263,14 +274,11 @@ impl PySandbox {
         )?;
         let options = self.shared.options(run_args, tools, None)?;
         let shared = self.shared.clone();
-        let rt = runtime()?;
-        let execution = without_gil(py, move || {
-            rt.block_on(async move {
-                shared
-                    .sandbox
-                    .call_function(&source, &name, &arguments, &options)
-                    .await
-            })
+        let execution = block_on(py, async move {
+            shared
+                .sandbox
+                .call_function(&source, &name, &arguments, &options)
+                .await
         })?;
         Ok(execution.into())
     }
@@ -295,10 +303,10 @@ impl PySandbox {
                 .unwrap_or_else(Policy::standard),
         };
         let shared = self.shared.clone();
-        let rt = runtime()?;
-        let violations = without_gil(py, move || {
-            rt.block_on(async move { shared.sandbox.validate(&code, &policy).await })
-        })?
+        let violations = block_on(
+            py,
+            async move { shared.sandbox.validate(&code, &policy).await },
+        )?
         .map_err(|e| sandbox_error(format!("the policy check failed: {e}")))?;
         Ok(violations
             .into_iter()

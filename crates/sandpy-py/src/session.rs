@@ -4,7 +4,7 @@
 use crate::convert::RunArgs;
 use crate::execution::PyExecution;
 use crate::sandbox::{PySandbox, Shared};
-use crate::{runtime, without_gil, SessionError};
+use crate::{block_on, SessionError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -68,10 +68,7 @@ impl PySession {
             policy,
         )?;
         let options = self.shared.options(args, tools, None)?;
-        let rt = runtime()?;
-        let execution = without_gil(py, move || {
-            rt.block_on(async move { session.run(&code, &options).await })
-        })?;
+        let execution = block_on(py, async move { session.run(&code, &options).await })?;
         Ok(execution.into())
     }
 
@@ -99,12 +96,7 @@ impl PySession {
             allowed_tools,
             policy,
         )?;
-        runtime()?;
-        let locals = match tools {
-            Some(_) => pyo3_async_runtimes::tokio::get_current_locals(py).ok(),
-            None => None,
-        };
-        let options = self.shared.options(args, tools, locals)?;
+        let options = self.shared.coroutine_options(py, args, tools)?;
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             Ok(PyExecution::from(session.run(&code, &options).await))
         })
@@ -114,8 +106,7 @@ impl PySession {
     /// `SessionError` when the journal passed its cap.
     fn save<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let session = self.open()?;
-        let rt = runtime()?;
-        let snapshot = without_gil(py, move || rt.block_on(session.snapshot()))?
+        let snapshot = block_on(py, async move { session.snapshot().await })?
             .map_err(|e| SessionError::new_err(e.to_string()))?;
         let bytes = serde_json::to_vec(&snapshot)
             .map_err(|e| SessionError::new_err(format!("cannot serialise the session: {e}")))?;
@@ -140,13 +131,10 @@ impl PySession {
             .map_err(|e| PyValueError::new_err(format!("not a saved sandpy session: {e}")))?;
         let shared = sandbox.shared.clone();
         let options = shared.options(RunArgs::default(), tools, None)?;
-        let rt = runtime()?;
         let limits = shared.resolved.settings.sessions.clone();
         let sandbox = shared.sandbox.clone();
-        let session = without_gil(py, move || {
-            rt.block_on(async move {
-                sandpy::Session::restore(&sandbox, &snapshot, &limits, &options).await
-            })
+        let session = block_on(py, async move {
+            sandpy::Session::restore(&sandbox, &snapshot, &limits, &options).await
         })?
         .map_err(|e| SessionError::new_err(e.to_string()))?;
         Ok(PySession::new(shared, session))
@@ -158,19 +146,15 @@ impl PySession {
     fn fork(&self, py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<PySession> {
         let session = self.open()?;
         let options = self.shared.options(RunArgs::default(), tools, None)?;
-        let rt = runtime()?;
-        let forked = without_gil(py, move || {
-            rt.block_on(async move { session.fork(&options).await })
-        })?
-        .map_err(|e| SessionError::new_err(e.to_string()))?;
+        let forked = block_on(py, async move { session.fork(&options).await })?
+            .map_err(|e| SessionError::new_err(e.to_string()))?;
         Ok(PySession::new(self.shared.clone(), forked))
     }
 
     /// Forget all state: the next run starts from a fresh interpreter.
     fn reset(&self, py: Python<'_>) -> PyResult<()> {
         let session = self.open()?;
-        let rt = runtime()?;
-        without_gil(py, move || rt.block_on(session.reset()))
+        block_on(py, async move { session.reset().await })
     }
 
     /// Free the session's instance; later calls raise `ValueError`. Closing twice is fine.
