@@ -12,8 +12,11 @@ mod tenants;
 mod tls;
 mod upstream;
 
+use rmcp::model::CallToolRequestParams;
+use rmcp::{ErrorData, Peer, RoleClient, ServiceError};
 use sandpy::{Execution, RunOptions, Sandbox};
 use sandpy_mcp::{Config, Hub};
+use serde_json::Value;
 use std::sync::OnceLock;
 
 pub fn sandbox() -> &'static Sandbox {
@@ -46,4 +49,34 @@ pub fn config(json: &str) -> Config {
 pub async fn run_with_hub(hub: &Hub, code: &str, mut options: RunOptions) -> Execution {
     options.tools = Some(hub.for_execution("test".into(), None));
     sandbox().run_with(code, &options).await
+}
+
+/// Call `tool` as `client`; the result as the JSON a client reads, or the protocol error.
+pub async fn call_tool(
+    client: &Peer<RoleClient>,
+    tool: &str,
+    arguments: Value,
+) -> Result<Value, ErrorData> {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments are an object: {arguments}");
+    };
+    let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+    match client.call_tool(params).await {
+        Ok(result) => Ok(serde_json::to_value(result).expect("JSON")),
+        Err(ServiceError::McpError(error)) => Err(error),
+        Err(other) => panic!("{tool}: not a tool result nor a protocol error: {other}"),
+    }
+}
+
+/// Call `tool` as `client`, which must answer with a result (error or not).
+pub async fn tool_result(client: &Peer<RoleClient>, tool: &str, arguments: Value) -> Value {
+    match call_tool(client, tool, arguments).await {
+        Ok(result) => result,
+        Err(error) => panic!("{tool}: protocol error {error:?}"),
+    }
+}
+
+/// A tool result's first text block.
+pub fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().expect("text content")
 }

@@ -1,10 +1,10 @@
 //! `SandpyServer` through a real rmcp client, in process (over `tokio::io::duplex`), with
 //! no upstream servers: the tool list (snapshot), every tool, and malformed requests.
 
-use crate::{block_on, config, sandbox};
-use rmcp::model::{CallToolRequestParams, ErrorCode};
+use crate::{block_on, config, sandbox, text};
+use rmcp::model::ErrorCode;
 use rmcp::service::RunningService;
-use rmcp::{ErrorData, RoleClient, ServiceError, ServiceExt};
+use rmcp::{ErrorData, RoleClient, ServiceExt};
 use sandpy_mcp::{Hub, SandpyServer};
 use serde_json::{json, Value};
 
@@ -47,23 +47,12 @@ impl Connection {
 
     /// Call `tool`; the result as the JSON a client reads, or the protocol error.
     async fn call(&self, tool: &str, arguments: Value) -> Result<Value, ErrorData> {
-        let Value::Object(arguments) = arguments else {
-            panic!("arguments are an object: {arguments}");
-        };
-        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
-        match self.client.call_tool(params).await {
-            Ok(result) => Ok(serde_json::to_value(result).expect("JSON")),
-            Err(ServiceError::McpError(error)) => Err(error),
-            Err(other) => panic!("{tool}: not a tool result nor a protocol error: {other}"),
-        }
+        crate::call_tool(&self.client, tool, arguments).await
     }
 
     /// Call `tool`, which must answer with a result (error or not).
     async fn result(&self, tool: &str, arguments: Value) -> Value {
-        match self.call(tool, arguments).await {
-            Ok(result) => result,
-            Err(error) => panic!("{tool}: protocol error {error:?}"),
-        }
+        crate::tool_result(&self.client, tool, arguments).await
     }
 
     /// Call `tool`, which must refuse the request as malformed; the error message.
@@ -73,10 +62,6 @@ impl Connection {
             other => panic!("{tool} {arguments}: not invalid_params but {other:?}"),
         }
     }
-}
-
-fn text(result: &Value) -> &str {
-    result["content"][0]["text"].as_str().expect("text content")
 }
 
 #[test]

@@ -3,12 +3,12 @@
 //! id is answered as a missing one), one tenant cannot take every session slot, and no link
 //! planted in `save_dir` is followed. Each test ends by checking the server still answers.
 
-use crate::{block_on, config, sandbox};
-use rmcp::model::{CallToolRequestParams, ErrorCode};
+use crate::{block_on, config, sandbox, text};
+use rmcp::model::ErrorCode;
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{ErrorData, RoleClient, ServiceError, ServiceExt};
+use rmcp::{ErrorData, RoleClient, ServiceExt};
 use sandpy_mcp::{HttpListener, SandpyServer};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -72,23 +72,12 @@ impl Client {
     }
 
     async fn call(&self, tool: &str, arguments: Value) -> Result<Value, ErrorData> {
-        let Value::Object(arguments) = arguments else {
-            panic!("arguments are an object: {arguments}");
-        };
-        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
-        match self.0.call_tool(params).await {
-            Ok(result) => Ok(serde_json::to_value(result).expect("JSON")),
-            Err(ServiceError::McpError(error)) => Err(error),
-            Err(other) => panic!("{tool}: not a tool result nor a protocol error: {other}"),
-        }
+        crate::call_tool(&self.0, tool, arguments).await
     }
 
     /// `tool`'s result, which must not be a protocol error.
     async fn result(&self, tool: &str, arguments: Value) -> Value {
-        match self.call(tool, arguments).await {
-            Ok(result) => result,
-            Err(error) => panic!("{tool}: protocol error {error:?}"),
-        }
+        crate::tool_result(&self.0, tool, arguments).await
     }
 
     /// Run `code` in session `session`; the structured content.
@@ -119,10 +108,6 @@ impl Client {
     async fn close(self) {
         let _ = self.0.cancel().await;
     }
-}
-
-fn text(result: &Value) -> &str {
-    result["content"][0]["text"].as_str().expect("text content")
 }
 
 /// Every session tool, pointed at session `id` of someone else: each must answer exactly
