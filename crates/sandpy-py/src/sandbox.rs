@@ -8,8 +8,8 @@ use crate::tools::HostTools;
 use crate::{block_on, config_error, runtime, sandbox_error, without_gil};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
-use sandpy::{Mount, Policy, RunOptions};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use sandpy::{Execution, Mount, Policy, RunOptions, Status};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -283,6 +283,105 @@ impl PySandbox {
         Ok(execution.into())
     }
 
+    /// `call_function` once per item of `arguments` (each a list: positional, or a dict:
+    /// keywords), each call in a fresh instance, `jobs` at a time (default: the number of
+    /// cores), with the GIL released for the whole batch. The Executions are in the order
+    /// of `arguments`; an item that is not usable arguments is that item's `invalid_input`,
+    /// as a bad line is for `sandpy call --args-file`.
+    #[pyo3(signature = (source, name, arguments, *, jobs=None, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn call_batch(
+        &self,
+        py: Python<'_>,
+        source: String,
+        name: String,
+        arguments: &Bound<'_, PyAny>,
+        jobs: Option<usize>,
+        timeout_ms: Option<&Bound<'_, PyAny>>,
+        memory_mb: Option<&Bound<'_, PyAny>>,
+        stdin: Option<&Bound<'_, PyAny>>,
+        files: Option<&Bound<'_, PyAny>>,
+        tools: Option<&Bound<'_, PyAny>>,
+        allowed_tools: Option<Vec<String>>,
+        policy: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<PyExecution>> {
+        if arguments.is_instance_of::<PyString>() || arguments.is_instance_of::<PyDict>() {
+            return Err(PyTypeError::new_err(format!(
+                "arguments must be an iterable of argument lists or dicts (one per call), not {}",
+                type_name(arguments)
+            )));
+        }
+        let mut inputs = Vec::new();
+        for (i, item) in arguments.try_iter()?.enumerate() {
+            inputs.push(batch_item(&item?, i));
+        }
+        let jobs = match jobs {
+            Some(0) => return Err(PyValueError::new_err("jobs must be at least 1")),
+            Some(n) => n,
+            None => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        };
+        let run_args = RunArgs::parse(
+            &self.shared.resolved.settings,
+            timeout_ms,
+            memory_mb,
+            stdin,
+            files,
+            allowed_tools,
+            policy,
+        )?;
+        let options = Arc::new(self.shared.options(run_args, tools, None)?);
+        let (source, name) = (Arc::<str>::from(source), Arc::<str>::from(name));
+        let sandbox = self.shared.sandbox.clone();
+        let executions = block_on(py, async move {
+            let slots = Arc::new(tokio::sync::Semaphore::new(jobs));
+            let mut calls = Vec::with_capacity(inputs.len());
+            for input in inputs {
+                let arguments = match input {
+                    Ok(arguments) => arguments,
+                    Err(why) => {
+                        calls.push(Err(Execution::refused(Status::InvalidInput, why)));
+                        continue;
+                    }
+                };
+                // The semaphore is never closed; were it, the call is answered, not lost.
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    calls.push(Err(Execution::refused(
+                        Status::InternalError,
+                        "the batch's call slots were closed".into(),
+                    )));
+                    continue;
+                };
+                let (sandbox, source, name, options) = (
+                    sandbox.clone(),
+                    source.clone(),
+                    name.clone(),
+                    options.clone(),
+                );
+                calls.push(Ok(tokio::spawn(async move {
+                    let execution = sandbox
+                        .call_function(&source, &name, &arguments, &options)
+                        .await;
+                    drop(slot);
+                    execution
+                })));
+            }
+            let mut executions = Vec::with_capacity(calls.len());
+            for call in calls {
+                executions.push(match call {
+                    Ok(handle) => handle.await.unwrap_or_else(|e| {
+                        Execution::refused(
+                            Status::InternalError,
+                            format!("the call ended without an answer: {e}"),
+                        )
+                    }),
+                    Err(refused) => refused,
+                });
+            }
+            executions
+        })?;
+        Ok(executions.into_iter().map(PyExecution::from).collect())
+    }
+
     /// Check `code` against a policy without running it: every violation with its line
     /// and column (a syntax error is one). `policy` defaults to the sandbox's, else
     /// `"default"`.
@@ -342,6 +441,21 @@ impl PySandbox {
             None => "Sandbox()".into(),
         }
     }
+}
+
+/// One item of `call_batch`'s arguments as JSON, or why it is not usable (that call's
+/// `invalid_input`).
+fn batch_item(item: &Bound<'_, PyAny>, index: usize) -> Result<Value, String> {
+    if !(item.is_instance_of::<PyList>()
+        || item.is_instance_of::<PyTuple>()
+        || item.is_instance_of::<PyDict>())
+    {
+        return Err(format!(
+            "arguments[{index}] must be a list (positional) or dict (keywords), not {}",
+            type_name(item)
+        ));
+    }
+    py_to_json(item, &format!("arguments[{index}]")).map_err(|e| e.to_string())
 }
 
 /// The JSON arguments of a call: a list for positional arguments, an object for keywords.

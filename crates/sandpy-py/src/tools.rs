@@ -4,9 +4,12 @@
 //! Arguments and results cross as JSON (the arguments object becomes keyword arguments,
 //! checked first against the function's JSON schema when it is given as `(fn, schema)`);
 //! an exception in the function reaches the guest as `ToolError` with its type and
-//! message. A sync function runs on a blocking thread with the GIL; a coroutine function
-//! runs on the caller's event loop for `run_async`, and on its own `asyncio.run` for a
-//! synchronous run. Calls of one batch (`asyncio.gather` in the guest) run concurrently.
+//! message. A sync function runs on the thread that drives the run, with the GIL (no
+//! hand-off to another thread: that took two cross-thread wake-ups, most of a round trip),
+//! so the sync calls of one guest batch run one after another; a coroutine function runs
+//! on the caller's event loop for `run_async`, and on its own `asyncio.run` on a blocking
+//! thread for a synchronous run, so the calls of one batch (`asyncio.gather` in the guest)
+//! run concurrently.
 
 use crate::convert::{json_to_py, py_to_json, type_name};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -24,7 +27,8 @@ const PREFIX: &str = "mcp__host__";
 
 /// One host function.
 struct HostTool {
-    function: Py<PyAny>,
+    /// Shared, so a call takes it without the GIL.
+    function: Arc<Py<PyAny>>,
     is_async: bool,
     info: ToolInfo,
     /// Checks the arguments before the function is called, when a schema was given.
@@ -127,7 +131,7 @@ impl HostTools {
             parsed.insert(
                 info.name.clone(),
                 HostTool {
-                    function: function.unbind(),
+                    function: Arc::new(function.unbind()),
                     is_async,
                     info,
                     schema,
@@ -218,13 +222,16 @@ impl ToolHost for HostTools {
                 return Box::pin(async move { Err(ToolError::from(why)) });
             }
         }
-        let function = Python::attach(|py| tool.function.clone_ref(py));
+        let function = tool.function.clone();
         match (tool.is_async, &self.locals) {
-            (false, _) => Box::pin(async move {
-                tokio::task::spawn_blocking(move || call_sync(&function, &arguments))
-                    .await
-                    .unwrap_or_else(|e| Err(ToolError::from(format!("the host tool failed: {e}"))))
-            }),
+            // `block_in_place`: on a worker thread (`run_async`, `call_batch`) the runtime
+            // moves its other tasks away first; under a synchronous run's `block_on` it
+            // just calls.
+            (false, _) => {
+                Box::pin(
+                    async move { tokio::task::block_in_place(|| call_sync(&function, &arguments)) },
+                )
+            }
             (true, Some(locals)) => {
                 let locals = locals.clone();
                 Box::pin(async move {

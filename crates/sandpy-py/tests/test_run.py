@@ -1,7 +1,6 @@
 """Runs and what comes back: statuses, the Execution's fields, limits, files, policies."""
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -29,10 +28,7 @@ def test_ok_run_has_the_cli_json_fields_as_attributes(sb):
     assert d["status"] == "ok" and d["return_value"] == 42 and d["stdout"] == "hi\n"
 
 
-def test_to_dict_matches_the_cli_json():
-    cli = Path(os.environ.get("CARGO_TARGET_DIR", "target")) / "debug" / "sandpy"
-    if not cli.is_file():
-        pytest.skip(f"no CLI at {cli}")
+def test_to_dict_matches_the_cli_json(cli):
     code = "import sys\nprint('out'); print('err', file=sys.stderr)\n{'a': [1, 2.5, None]}"
     out = subprocess.run([str(cli), "run", "--json", "-c", code], capture_output=True, text=True)
     expected = json.loads(out.stdout)

@@ -5,7 +5,7 @@ Read this file for the API: every public name is here, with its documentation.
 
 import os
 import pathlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 __version__: str
@@ -219,6 +219,25 @@ class Sandbox:
         """Load `source` as a module and call its function `name` with `args` (positional)
         or `kwargs` (keywords; not both); the result is the `return_value`. Arguments and
         result cross as JSON."""
+    def call_batch(
+        self,
+        source: str,
+        name: str,
+        arguments: Iterable[Sequence[JSON] | Mapping[str, JSON]],
+        *,
+        jobs: int | None = None,
+        timeout_ms: int | None = None,
+        memory_mb: int | None = None,
+        stdin: str | bytes | None = None,
+        files: Mapping[str, str | bytes] | None = None,
+        tools: HostTools | None = None,
+        allowed_tools: Sequence[str] | None = None,
+        policy: PolicyArg | None = None,
+    ) -> list[Execution]:
+        """`call_function` once per item of `arguments` (a list: positional, a dict:
+        keywords), each in a fresh instance, `jobs` at a time (default: the number of
+        cores), the GIL released for the whole batch. The Executions are in the order of
+        `arguments`; an item that is not usable arguments is that item's `invalid_input`."""
     def check(self, code: str, policy: PolicyArg | None = None) -> list[Violation]:
         """Check `code` against a policy without running it (a syntax error is a
         violation). `policy` defaults to the sandbox's, else "default"."""
