@@ -6,6 +6,34 @@ use std::sync::Arc;
 /// Called with a human-readable message before slow steps.
 pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// How a run that outlives its time limit is stopped (see [`Config::interruption`]).
+#[derive(Clone, Default)]
+pub enum Interruption {
+    /// Checks compiled into the guest's code (wasmtime's epoch interruption) let the host
+    /// stop any run and go on. What a library, a server or a batch needs.
+    #[default]
+    Checks,
+    /// No checks in the compiled code: CPU-bound code runs about a fifth faster, but a
+    /// busy run cannot be stopped inside the process. When a run is still going 20 ms
+    /// after its time limit, this function gets its `timeout` [`Execution`](crate::Execution)
+    /// (what it printed so far; its memory peak and tool calls are not known outside it,
+    /// so they are 0) and must end the process; if it returns, the process aborts. For a
+    /// process that makes one run (the CLI's `sandpy run`). The compiled code is cached
+    /// apart from the checked one.
+    EndProcess(OnOverrun),
+}
+
+/// Reports a run that outlived its time limit under [`Interruption::EndProcess`], then
+/// ends the process.
+pub type OnOverrun = Arc<dyn Fn(crate::Execution) + Send + Sync>;
+
+impl Interruption {
+    /// True for [`Interruption::Checks`].
+    pub fn has_checks(&self) -> bool {
+        matches!(self, Interruption::Checks)
+    }
+}
+
 /// How to set up the runtime. Defaults: the compiled-code cache lives in
 /// `$SANDPY_CACHE_DIR`, else the user's cache folder (`~/.cache/sandpy` on Linux); no
 /// progress messages; a pool of 256 reusable instance slots; as many runs at once as the
@@ -30,6 +58,9 @@ pub struct Config {
     /// A runtime component built by `sandpy build` (e.g. with extra packages) to use
     /// instead of the built-in one; `None` means `$SANDPY_RUNTIME`, else built-in.
     pub runtime: Option<PathBuf>,
+    /// How a run past its time limit is stopped: [`Interruption::Checks`] (the default)
+    /// or, for a process that makes one run, by ending the process.
+    pub interruption: Interruption,
 }
 
 impl Default for Config {
@@ -42,6 +73,7 @@ impl Default for Config {
             max_queued_runs: 256,
             scratch_dir: None,
             runtime: None,
+            interruption: Interruption::Checks,
         }
     }
 }
@@ -56,6 +88,7 @@ impl std::fmt::Debug for Config {
             .field("max_queued_runs", &self.max_queued_runs)
             .field("scratch_dir", &self.scratch_dir)
             .field("runtime", &self.runtime)
+            .field("interruption_checks", &self.interruption.has_checks())
             .finish()
     }
 }

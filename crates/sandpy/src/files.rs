@@ -534,6 +534,21 @@ pub(crate) fn sweep_stale(base: &Path) {
     if !Path::new("/proc/self").exists() {
         return;
     }
+    remove_run_folders(base, |pid| {
+        pid.parse::<u32>()
+            .is_ok_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    });
+}
+
+/// Remove this process's run folders under `base`, for a process about to end without
+/// dropping its sandbox (a run stopped by ending the process).
+pub(crate) fn remove_own_folders(base: &Path) {
+    let own = std::process::id().to_string();
+    remove_run_folders(base, |pid| pid == own);
+}
+
+/// Remove the folders `run-<pid>-...` under `base` whose pid `remove` picks.
+fn remove_run_folders(base: &Path, remove: impl Fn(&str) -> bool) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
@@ -546,16 +561,9 @@ pub(crate) fn sweep_stale(base: &Path) {
         else {
             continue;
         };
-        let alive = pid
-            .parse::<u32>()
-            .map(|pid| Path::new(&format!("/proc/{pid}")).exists())
-            .unwrap_or(true);
-        if !alive {
+        if remove(pid) {
             if let Err(e) = std::fs::remove_dir_all(entry.path()) {
-                tracing::debug!(
-                    "cannot remove stale run folder `{}`: {e}",
-                    entry.path().display()
-                );
+                tracing::debug!("cannot remove run folder `{}`: {e}", entry.path().display());
             }
         }
     }

@@ -54,6 +54,7 @@ mod limits;
 mod model_output;
 mod options;
 mod output;
+mod overrun;
 pub mod packages;
 mod policy;
 mod run;
@@ -66,7 +67,7 @@ mod settings;
 mod tools;
 mod verdict;
 
-pub use config::{Config, Progress};
+pub use config::{Config, Interruption, OnOverrun, Progress};
 pub use error::{Cause, Error};
 pub use execution::{ErrorInfo, Execution, Status};
 pub use files::{InputFile, Mount, MountError, OutputFile, OUTPUT_DIR, SCRATCH_DIR};

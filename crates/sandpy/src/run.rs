@@ -11,6 +11,7 @@ use crate::execution::{Execution, Status};
 use crate::files::{InputsError, RunFolders, Workspace};
 use crate::host::{HostState, MemoryLimiter, RecordedCall, ToolAccess};
 use crate::output::Capture;
+use crate::overrun::Watchdog;
 use crate::runtime::Runtime;
 use crate::tools::Allowlist;
 use crate::verdict::{self, CallResult};
@@ -189,9 +190,14 @@ impl Runner {
             return refused.into();
         }
         let guest_options = guest_options(options, false);
+        let watchdog = match guest.watch(&self.runtime, run.started, deadline, limits.timeout) {
+            Ok(watchdog) => watchdog,
+            Err(refused) => return refused.into(),
+        };
         let result = guest
             .call(&self.runtime, &task, &guest_options, time_left(deadline))
             .await;
+        drop(watchdog);
         guest.collect(result, limits, run.started.elapsed()).0
     }
 
@@ -246,9 +252,17 @@ impl Runner {
             return refused(execution, Reached::Admitted);
         }
         let guest_options = guest_options(options, true);
+        let watchdog = match guest.watch(runtime, run.started, deadline, limits.timeout) {
+            Ok(watchdog) => watchdog,
+            Err(execution) => {
+                kept.guest = Some(guest);
+                return refused(execution, Reached::Admitted);
+            }
+        };
         let result = guest
             .call(runtime, &task, &guest_options, time_left(deadline))
             .await;
+        drop(watchdog);
         let (execution, fit) = guest.collect(result, limits, run.started.elapsed());
         guest.workspace.clear_outputs();
         let reached = if fit && execution.status != Status::MemoryLimit {
@@ -325,8 +339,10 @@ impl Guest {
         };
         let mut store = Store::new(&runtime.engine, state);
         store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+        if runtime.interruption.has_checks() {
+            store.set_epoch_deadline(1);
+            store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+        }
         Ok(Guest {
             store,
             instance: None,
@@ -356,6 +372,25 @@ impl Guest {
                     InputsError::OutOfTime { .. } => Status::Timeout,
                 };
                 Refused::new(status, e.to_string())
+            })
+    }
+
+    /// The watchdog of `run` when `runtime`'s code cannot be interrupted; refused when
+    /// its thread cannot start.
+    fn watch(
+        &self,
+        runtime: &Runtime,
+        started: Instant,
+        deadline: Instant,
+        limit: Duration,
+    ) -> Result<Option<Watchdog>, Refused> {
+        runtime
+            .watch(started, deadline, limit, &self.capture)
+            .map_err(|e| {
+                Refused::new(
+                    Status::InternalError,
+                    format!("cannot start the run's watchdog thread: {e}"),
+                )
             })
     }
 

@@ -3,11 +3,13 @@
 
 use crate::bindings::SandboxPre;
 use crate::host::HostState;
-use crate::{Config, Error};
+use crate::output::Capture;
+use crate::overrun::Watchdog;
+use crate::{Config, Error, Interruption};
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 
@@ -27,6 +29,10 @@ pub(crate) struct Runtime {
     pub pre: SandboxPre<HostState>,
     /// The `.cwasm` this runtime was loaded from.
     pub cache_file: PathBuf,
+    /// How its runs are stopped past their time (whether its code has epoch checks).
+    pub interruption: Interruption,
+    /// Where the runs' folders are (removed by a watchdog that ends the process).
+    scratch_dir: PathBuf,
 }
 
 /// Largest linear memory a run may be given (the `Limits::memory_bytes` ceiling).
@@ -35,7 +41,7 @@ const MAX_MEMORY_BYTES: usize = (crate::Limits::MAX_MEMORY_MB as usize) << 20;
 fn engine_config(config: &Config) -> wasmtime::Config {
     let mut engine = wasmtime::Config::new();
     engine.wasm_component_model(true);
-    engine.epoch_interruption(true);
+    engine.epoch_interruption(config.interruption.has_checks());
     engine.cranelift_opt_level(OptLevel::Speed);
     // CPython recurses in C for every level of recursion through a C function
     // (`functools.lru_cache`, `map`, `sorted` keys, ...), ~2.5 KiB of WebAssembly stack
@@ -111,13 +117,41 @@ impl Runtime {
             .instantiate_pre(&component)
             .map_err(|e| Error::Link(Error::cause(e)))?;
         let pre = SandboxPre::new(pre).map_err(|e| Error::Link(Error::cause(e)))?;
-        start_epoch_ticker(&engine);
+        if config.interruption.has_checks() {
+            start_epoch_ticker(&engine);
+        }
         Ok(Runtime {
             id,
             engine,
             pre,
             cache_file,
+            interruption: config.interruption.clone(),
+            scratch_dir: config.resolved_scratch_dir(),
         })
+    }
+
+    /// For code without interruption checks, a [`Watchdog`] that ends the process when
+    /// the run (started at `started`, limit `limit`) is still going past `deadline`;
+    /// `None` for checked code, which the run path stops itself.
+    pub fn watch(
+        &self,
+        started: Instant,
+        deadline: Instant,
+        limit: Duration,
+        capture: &Capture,
+    ) -> std::io::Result<Option<Watchdog>> {
+        match &self.interruption {
+            Interruption::Checks => Ok(None),
+            Interruption::EndProcess(end) => Watchdog::start(
+                started,
+                deadline,
+                limit,
+                capture.clone(),
+                end.clone(),
+                self.scratch_dir.clone(),
+            )
+            .map(Some),
+        }
     }
 }
 
@@ -238,18 +272,32 @@ fn load_component(
 /// machine); older ones are removed, since each is ~50 MB and is rebuilt if needed.
 const OTHER_ENTRIES_KEPT: usize = 3;
 
-/// Remove all but the newest [`OTHER_ENTRIES_KEPT`] cache entries other than `current`.
+/// Remove all but the newest [`OTHER_ENTRIES_KEPT`] cache entries of other builds than
+/// `current`'s. The same build's other engine variant (code with or without interruption
+/// checks: the name differs only in its last part) is kept.
 fn prune_cache(dir: &Path, current: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
+    let name_of = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let current_name = name_of(current);
+    let same_build = current_name
+        .rsplit_once('-')
+        .map_or(current_name.as_str(), |(build, _)| build)
+        .to_string();
     let mut others: Vec<(std::time::SystemTime, PathBuf)> = entries
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| p != current)
         .filter(|p| {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            name.starts_with("python-") && name.ends_with(".cwasm")
+            let name = name_of(p);
+            name.starts_with("python-")
+                && name.ends_with(".cwasm")
+                && !name.starts_with(&format!("{same_build}-"))
         })
         .filter_map(|p| Some((std::fs::metadata(&p).and_then(|m| m.modified()).ok()?, p)))
         .collect();

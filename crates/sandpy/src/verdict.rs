@@ -137,6 +137,25 @@ fn waiting_phrase(tools: &[String]) -> String {
     phrase
 }
 
+/// The `timeout` of a run ended with its process (no interruption checks, see
+/// [`crate::Interruption::EndProcess`]): what it printed so far; its memory peak and tool
+/// calls live in its store, out of reach while it runs, so they are 0.
+pub(crate) fn overrun(captured: Captured, limit: Duration, duration: Duration) -> Execution {
+    let (status, error) = Stop::Timeout {
+        limit,
+        waiting_for: Vec::new(),
+    }
+    .verdict();
+    Execution {
+        stdout: captured.stdout,
+        stderr: captured.stderr,
+        error,
+        output_truncated: captured.truncated,
+        duration_ms: duration.as_secs_f64() * 1e3,
+        ..Execution::refused(status, String::new())
+    }
+}
+
 /// The execution of one finished (or stopped) call. `memory_cap` is the cap the
 /// instance has (a session's own, not the run's).
 pub(crate) fn decide(

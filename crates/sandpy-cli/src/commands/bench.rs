@@ -317,29 +317,26 @@ impl Bench {
     /// Whole-process latency, warm cache, against native python3 start-up.
     fn process(&self) -> anyhow::Result<()> {
         let (args, exe) = (&self.args, &self.exe);
-        let mut sandpy_ms = Vec::new();
-        let mut python_ms = Vec::new();
+        let exe = exe.to_string_lossy();
+        let sandpy = [exe.as_ref(), "run", "-c", "print('hello')"];
+        // Native Python's fastest start: isolated (-I), no site module (-S).
+        let python = [args.python.as_str(), "-I", "-S", "-c", "print('hello')"];
+        let (mut sandpy_ms, mut python_ms) = (Vec::new(), Vec::new());
         for _ in 0..args.process_runs.max(1) {
-            let t = Instant::now();
-            let out = Command::new(exe)
-                .args(["run", "-c", "print('hello')"])
-                .output()?;
-            sandpy_ms.push(t.elapsed().as_secs_f64() * 1e3);
-            if !out.status.success() {
-                bail!(
-                    "`sandpy run` failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            let t = Instant::now();
-            let out = Command::new(&args.python)
-                .args(["-c", "print('hello')"])
-                .output();
-            python_ms.push(t.elapsed().as_secs_f64() * 1e3);
-            out.with_context(|| format!("cannot run `{}`", args.python))?;
+            sandpy_ms.push(whole_process_ms(&sandpy)?);
+            python_ms.push(whole_process_ms(&python)?);
         }
         let (s, p) = (median(&mut sandpy_ms), median(&mut python_ms));
-        println!("whole process `sandpy run -c \"print('hello')\"`: {s:.1} ms  (native `{} -c`: {p:.1} ms, ratio {:.2}x)", args.python, s / p);
+        let (sandpy_peak, python_peak) = (
+            peak_rss(&args.python, &sandpy)?,
+            peak_rss(&args.python, &python)?,
+        );
+        println!(
+            "whole process `sandpy run -c \"print('hello')\"`: {s:.1} ms, peak RSS {sandpy_peak}  \
+             (native `{} -I -S -c`, run alternately: {p:.1} ms, peak RSS {python_peak}; ratio {:.2}x)",
+            args.python,
+            s / p
+        );
         Ok(())
     }
 
@@ -347,12 +344,21 @@ impl Bench {
     fn cpu(&self) -> anyhow::Result<()> {
         let (rt, args, sandbox) = (&self.rt, &self.args, &self.sandbox);
         let limits = Limits::default();
-        println!("\nCPU-bound set (seconds inside the program, median of 3):");
-        let mut ratios = Vec::new();
+        println!(
+            "\nCPU-bound set (seconds inside the program, median of 3): in process (code with \
+             interruption checks, as a server or the library runs it), and `sandpy run` (one \
+             process per run, code without checks)"
+        );
+        let (mut ratios, mut one_shot_ratios) = (Vec::new(), Vec::new());
+        let seconds = |out: std::process::Output, what: &str| -> anyhow::Result<f64> {
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse::<f64>()
+                .with_context(|| format!("{what} failed: {}", String::from_utf8_lossy(&out.stderr)))
+        };
         for (name, body) in CPU_SET {
             let code = timed(body);
-            let mut inside = Vec::new();
-            let mut native = Vec::new();
+            let (mut inside, mut one_shot, mut native) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..3 {
                 let e = rt.block_on(sandbox.run(
                     &code,
@@ -365,32 +371,41 @@ impl Bench {
                     bail!("{name} failed in the sandbox: {e:?}");
                 }
                 inside.push(e.stdout.trim().parse::<f64>()?);
+                let out = Command::new(&self.exe)
+                    .args(["run", "--timeout-ms", "120000", "-c", &code])
+                    .output()?;
+                one_shot.push(seconds(out, &format!("{name} in `sandpy run`"))?);
                 let out = Command::new(&args.python).args(["-c", &code]).output()?;
-                native.push(
-                    String::from_utf8_lossy(&out.stdout)
-                        .trim()
-                        .parse::<f64>()
-                        .with_context(|| format!("{name} failed natively"))?,
-                );
+                native.push(seconds(out, &format!("{name} natively"))?);
             }
-            let (i, n) = (median(&mut inside), median(&mut native));
+            let (i, o, n) = (
+                median(&mut inside),
+                median(&mut one_shot),
+                median(&mut native),
+            );
             ratios.push(i / n);
+            one_shot_ratios.push(o / n);
             println!(
-                "  {name:<8} sandbox {:>8.1} ms   native {:>8.1} ms   ratio {:.2}x",
+                "  {name:<8} in process {:>8.1} ms ({:.2}x)   sandpy run {:>8.1} ms ({:.2}x)   native {:>8.1} ms",
                 i * 1e3,
+                i / n,
+                o * 1e3,
+                o / n,
                 n * 1e3,
-                i / n
             );
         }
-        let geo = ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64;
+        let geo = |ratios: &[f64]| {
+            (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp()
+        };
         let native_version = Command::new(&args.python)
             .arg("--version")
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default();
         println!(
-            "  geometric mean ratio: {:.2}x (sandbox CPython 3.14 vs native {native_version})",
-            geo.exp()
+            "  geometric mean ratio: in process {:.2}x, sandpy run {:.2}x (sandbox CPython 3.14 vs native {native_version})",
+            geo(&ratios),
+            geo(&one_shot_ratios)
         );
         Ok(())
     }
@@ -665,6 +680,64 @@ fn eval_batch(exe: &std::path::Path, cores: usize) -> anyhow::Result<()> {
         seconds
     );
     Ok(())
+}
+
+/// Run `command` to its end (its output discarded): milliseconds from spawn to exit.
+fn whole_process_ms(command: &[&str]) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let status = Command::new(command[0])
+        .args(&command[1..])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .with_context(|| format!("cannot run `{}`", command[0]))?;
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    if !status.success() {
+        bail!("`{}` failed ({status})", command.join(" "));
+    }
+    Ok(ms)
+}
+
+/// Forks, execs its arguments and prints the child's peak RSS and its own, in KiB.
+const PEAK_RSS_PY: &str = "import os, resource, sys
+pid = os.fork()
+if pid == 0:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(usage.ru_maxrss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, os.waitstatus_to_exitcode(status))
+";
+
+/// The peak RSS of `command`, measured through a small Python process that forks it: a
+/// child's peak counts the pages it shared with its parent before its exec (the kernel
+/// takes the old address space's high-water mark at exec), so it is measured from a
+/// parent smaller than this one, and a peak at or under that parent's own reads "<=".
+fn peak_rss(python: &str, command: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(python)
+        .args(["-I", "-S", "-c", PEAK_RSS_PY])
+        .args(command)
+        .output()
+        .with_context(|| format!("cannot run `{python}`"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let fields: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let [peak, floor, code] = fields[..] else {
+        bail!(
+            "measuring the peak RSS of `{}` failed: {text}",
+            command.join(" ")
+        );
+    };
+    if code != 0 {
+        bail!("`{}` failed (exit code {code})", command.join(" "));
+    }
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    Ok(if peak <= floor {
+        format!("<= {:.1} MiB", mib(floor))
+    } else {
+        format!("{:.1} MiB", mib(peak))
+    })
 }
 
 /// Echo through the sandbox and the hub, against the hub alone, on the same server.

@@ -115,8 +115,9 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
                     filename: Some(filename),
                     ..options
                 };
-                let sandbox = super::resolved_sandbox(&resolved)?;
-                super::tokio_runtime()?.block_on(sandbox.call_function(
+                let overrun = super::print_and_exit(args.json);
+                let sandbox = super::one_shot_sandbox(&resolved, Some(overrun))?;
+                super::one_shot_runtime()?.block_on(sandbox.call_function(
                     &code,
                     &args.function,
                     &arguments,

@@ -27,8 +27,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         .policy
         .clone()
         .unwrap_or_else(sandpy::Policy::standard);
-    let sandbox = super::resolved_sandbox(&resolved)?;
-    let violations = super::tokio_runtime()?
+    let sandbox = super::one_shot_sandbox(&resolved, None)?;
+    let violations = super::one_shot_runtime()?
         .block_on(sandbox.validate(&code, &policy))
         .context("the check could not run")?;
     if args.json {

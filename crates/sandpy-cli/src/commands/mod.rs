@@ -76,6 +76,47 @@ pub fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+/// The sandbox of a command that makes one run and exits (`sandpy run`, `sandpy check`, a
+/// single `sandpy call`): instances allocated on demand. The pool a server keeps (256
+/// slots, each with its stack and guard pages set up at start) took more of such a
+/// process's time than its run (docs/performance.md, "One-shot runs"). With `overrun`,
+/// the guest's code has no interruption checks (CPU-bound code runs about a fifth
+/// faster) and a run past its time limit is reported by `overrun`, which ends the process.
+pub fn one_shot_sandbox(
+    resolved: &sandpy::Resolved,
+    overrun: Option<sandpy::OnOverrun>,
+) -> anyhow::Result<sandpy::Sandbox> {
+    sandbox_with(resolved.sandbox_config(sandpy::Config {
+        pooled_instances: None,
+        max_concurrent_runs: Some(1),
+        interruption: match overrun {
+            Some(end) => sandpy::Interruption::EndProcess(end),
+            None => sandpy::Interruption::Checks,
+        },
+        ..sandpy::Config::default()
+    }))
+}
+
+/// What `sandpy run` and a single `sandpy call` do with a run that outlived its time on
+/// code without interruption checks: print its `timeout` as they print any run, and exit
+/// with the timeout's code.
+pub fn print_and_exit(json: bool) -> sandpy::OnOverrun {
+    std::sync::Arc::new(move |execution: sandpy::Execution| {
+        if let Err(e) = run::print_execution(&execution, json) {
+            eprintln!("error: cannot print the run's result: {e}");
+        }
+        std::process::exit(i32::from(crate::exit::status_code(execution.status)));
+    })
+}
+
+/// The tokio runtime of a one-run command: this thread alone, no worker threads to start
+/// and stop.
+pub fn one_shot_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
 /// The config file, and the policy and tools a run may use.
 #[derive(clap::Args, Clone)]
 pub struct ConfigArgs {

@@ -157,8 +157,9 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             return Ok(Outcome::Run(refused.status));
         }
     };
-    let sandbox = super::resolved_sandbox(&resolved)?;
-    let rt = super::tokio_runtime()?;
+    let overrun = (!args.list_modules).then(|| super::print_and_exit(args.json));
+    let sandbox = super::one_shot_sandbox(&resolved, overrun)?;
+    let rt = super::one_shot_runtime()?;
     if args.list_modules {
         let report = rt.block_on(sandbox.module_report())?;
         if args.json {

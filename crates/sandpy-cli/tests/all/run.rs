@@ -447,3 +447,63 @@ fn files_go_in_by_flag_and_come_out_into_a_folder() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+/// `sandpy run` compiles the guest without interruption checks: a busy loop past its time
+/// is ended with the process, which still reports the timeout as any run would (what was
+/// printed, the status, the exit code, the JSON), and leaves no run folder behind.
+#[test]
+fn time_limit_a_busy_loop_ends_with_the_process_and_reports_its_timeout() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let busy = "print('started', flush=True)\nwhile True: pass";
+    for json in [false, true] {
+        let mut args = vec!["run", "--timeout-ms", "300"];
+        if json {
+            args.push("--json");
+        }
+        args.extend(["-c", busy]);
+        let mut child = crate::sandpy()
+            .env("SANDPY_SCRATCH_DIR", scratch.path())
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("sandpy");
+        // A run nothing stops would spin forever: give up (and fail) after 60 s.
+        let started = std::time::Instant::now();
+        while child.try_wait().expect("try_wait").is_none() {
+            if started.elapsed() > std::time::Duration::from_secs(60) {
+                let _ = child.kill();
+                panic!("the busy loop was not stopped within 60 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().expect("output");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(3), "{stdout} {stderr}");
+        if json {
+            let v: Value = serde_json::from_str(&stdout).expect("one JSON object");
+            assert_eq!(v["status"], "timeout");
+            assert_eq!(v["stdout"], "started\n");
+            assert_eq!(
+                v["error"]["message"],
+                "the run exceeded its wall-clock limit of 300 ms"
+            );
+            assert!(v["duration_ms"].as_f64().expect("duration") >= 300.0);
+        } else {
+            assert_eq!(stdout, "started\n");
+            assert!(
+                stderr.contains("timeout: the run exceeded its wall-clock limit of 300 ms"),
+                "{stderr}"
+            );
+        }
+        let left: Vec<_> = std::fs::read_dir(scratch.path())
+            .expect("scratch")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+}
