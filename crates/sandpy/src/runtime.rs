@@ -268,41 +268,48 @@ fn load_component(
         .map_err(|e| Error::Compile(Error::cause(e)))
 }
 
-/// Other runtimes' entries kept beside the current one (other sandpy builds on the
-/// machine); older ones are removed, since each is ~50 MB and is rebuilt if needed.
-const OTHER_ENTRIES_KEPT: usize = 3;
+/// Other builds kept beside the current one (other sandpy builds or runtime files on the
+/// machine, each with up to two entries: code with and without interruption checks);
+/// older ones are removed, since each entry is ~50 MB and is rebuilt if needed.
+const OTHER_BUILDS_KEPT: usize = 3;
 
-/// Remove all but the newest [`OTHER_ENTRIES_KEPT`] cache entries of other builds than
-/// `current`'s. The same build's other engine variant (code with or without interruption
-/// checks: the name differs only in its last part) is kept.
+/// Remove the cache entries of all but the newest [`OTHER_BUILDS_KEPT`] builds other than
+/// `current`'s. A build is an entry's name without its last part (the engine variant),
+/// so the current build's other variant is kept.
 fn prune_cache(dir: &Path, current: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    let name_of = |p: &Path| {
-        p.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_string()
+    let build_of = |p: &Path| -> Option<String> {
+        let name = p.file_name()?.to_str()?;
+        if !(name.starts_with("python-") && name.ends_with(".cwasm")) {
+            return None;
+        }
+        Some(
+            name.rsplit_once('-')
+                .map_or(name, |(build, _)| build)
+                .to_string(),
+        )
     };
-    let current_name = name_of(current);
-    let same_build = current_name
-        .rsplit_once('-')
-        .map_or(current_name.as_str(), |(build, _)| build)
-        .to_string();
-    let mut others: Vec<(std::time::SystemTime, PathBuf)> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| {
-            let name = name_of(p);
-            name.starts_with("python-")
-                && name.ends_with(".cwasm")
-                && !name.starts_with(&format!("{same_build}-"))
-        })
-        .filter_map(|p| Some((std::fs::metadata(&p).and_then(|m| m.modified()).ok()?, p)))
-        .collect();
-    others.sort_by_key(|entry| std::cmp::Reverse(entry.0));
-    for (_, stale) in others.into_iter().skip(OTHER_ENTRIES_KEPT) {
+    let current_build = build_of(current);
+    let mut builds: std::collections::HashMap<String, (std::time::SystemTime, Vec<PathBuf>)> =
+        std::collections::HashMap::new();
+    for path in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
+        let Some(build) = build_of(&path).filter(|b| Some(b) != current_build.as_ref()) else {
+            continue;
+        };
+        let Ok(modified) = std::fs::metadata(&path).and_then(|m| m.modified()) else {
+            continue;
+        };
+        let entry = builds
+            .entry(build)
+            .or_insert((std::time::SystemTime::UNIX_EPOCH, Vec::new()));
+        entry.0 = entry.0.max(modified);
+        entry.1.push(path);
+    }
+    let mut builds: Vec<_> = builds.into_values().collect();
+    builds.sort_by_key(|build| std::cmp::Reverse(build.0));
+    for stale in builds.into_iter().skip(OTHER_BUILDS_KEPT).flat_map(|b| b.1) {
         if let Err(e) = std::fs::remove_file(&stale) {
             tracing::debug!("cannot prune `{}`: {e}", stale.display());
         }

@@ -13,13 +13,24 @@ fn a_corrupt_cache_entry_is_rebuilt_and_old_entries_pruned() {
         b"\x7fELF this is not a compiled component",
     )
     .expect("corrupt copy");
-    // Entries of five other (older) runtimes: all but the newest three get pruned.
+    // Five other (older) builds, each with both engine variants (code with and without
+    // interruption checks): all but the newest three builds get pruned. The current
+    // build's other variant is kept however old.
+    let name_str = name.to_str().expect("utf-8 name");
+    let (build, _) = name_str.rsplit_once('-').expect("build-variant");
+    let sibling = format!("{build}-ffffffffffffffff.cwasm");
+    let mut old = vec![(sibling.clone(), 100)];
     for i in 0..5u64 {
-        let stale = dir.path().join(format!(
-            "python-{i:016x}-wasmtime48.0.8-0000000000000000.cwasm"
-        ));
-        let file = std::fs::File::create(&stale).expect("stale entry");
-        let age = std::time::Duration::from_secs(3600 * (i + 1));
+        for variant in ["0000000000000000", "1111111111111111"] {
+            old.push((
+                format!("python-{i:016x}-wasmtime48.0.8-{variant}.cwasm"),
+                i + 1,
+            ));
+        }
+    }
+    for (entry, hours) in old {
+        let file = std::fs::File::create(dir.path().join(entry)).expect("stale entry");
+        let age = std::time::Duration::from_secs(3600 * hours);
         file.set_modified(std::time::SystemTime::now() - age)
             .expect("mtime");
     }
@@ -62,14 +73,15 @@ fn a_corrupt_cache_entry_is_rebuilt_and_old_entries_pruned() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
+    assert!(names.contains(&sibling), "{names:?}");
     let stale: Vec<&String> = names
         .iter()
-        .filter(|n| n.contains("-0000000000000000.cwasm"))
+        .filter(|n| n.starts_with("python-000000000000000"))
         .collect();
     assert_eq!(
         stale.len(),
-        3,
-        "the three newest other entries are kept: {names:?}"
+        6,
+        "both entries of the three newest other builds are kept: {names:?}"
     );
     assert!(
         stale
