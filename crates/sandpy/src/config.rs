@@ -127,10 +127,15 @@ impl Config {
 
     /// Runs executing at once, never more than the instance pool holds.
     pub(crate) fn concurrency(&self) -> usize {
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2);
-        let wanted = self.max_concurrent_runs.unwrap_or(cores).max(1);
+        // Asked only when needed: it reads the cgroup's CPU quota from /sys each time.
+        let wanted = self
+            .max_concurrent_runs
+            .unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(2)
+            })
+            .max(1);
         match self.pooled_instances {
             Some(slots) => wanted.min(slots as usize),
             None => wanted,
