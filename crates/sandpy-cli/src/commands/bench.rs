@@ -648,36 +648,46 @@ fn eval_batch(exe: &std::path::Path, cores: usize) -> anyhow::Result<()> {
         .map(|i| format!("[\"answer {i}\", \"answer {}\"]", i % 97))
         .collect();
     std::fs::write(&inputs, lines.join("\n") + "\n")?;
-    let started = Instant::now();
-    let out = Command::new(exe)
-        .args([
+    let (scorer, inputs) = (scorer.display().to_string(), inputs.display().to_string());
+    let call = |extra: Option<&str>| -> anyhow::Result<f64> {
+        let mut args = vec![
             "call",
-            &scorer.display().to_string(),
+            &scorer,
             "score",
             "--policy",
             "strict",
             "--args-file",
-            &inputs.display().to_string(),
-        ])
-        .output()?;
-    let seconds = started.elapsed().as_secs_f64();
-    let results = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("\"status\":\"ok\""))
-        .count();
-    std::fs::remove_dir_all(&dir)?;
-    if results != lines.len() {
-        bail!(
-            "eval batch: {results} of {} lines ok: {}",
-            lines.len(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+            &inputs,
+        ];
+        args.extend(extra);
+        let started = Instant::now();
+        let out = Command::new(exe).args(&args).output()?;
+        let seconds = started.elapsed().as_secs_f64();
+        let ok = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("\"status\":\"ok\""))
+            .count();
+        if ok != lines.len() {
+            bail!(
+                "eval batch: {ok} of {} lines ok: {}",
+                lines.len(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(ok as f64 / seconds)
+    };
+    // Alternately, three times each: worker processes (the default) and threads.
+    let (mut workers, mut threads) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        workers.push(call(None)?);
+        threads.push(call(Some("--in-process"))?);
     }
+    std::fs::remove_dir_all(&dir)?;
+    let (w, t) = (median(&mut workers), median(&mut threads));
     println!(
         "\neval batch `sandpy call scorer.py score --policy strict --args-file inputs.jsonl` (10,000 lines, {cores} jobs): \
-         {:.0} calls/s, {:.1} s in all",
-        results as f64 / seconds,
-        seconds
+         worker processes {w:.0} calls/s, threads (--in-process) {t:.0} calls/s: {:.2}x",
+        w / t
     );
     Ok(())
 }

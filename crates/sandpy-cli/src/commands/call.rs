@@ -2,10 +2,10 @@
 //! every line of a JSON Lines file (one fresh sandbox per line, in parallel, results in
 //! input order).
 //!
-//! A batch runs in this process, `--jobs` calls at a time on the runtime's threads. Worker
-//! processes (one call at a time each) were used while every run's copy-on-write faults
-//! interrupted the other cores; after the vendored wasmtime fix, threads did more calls
-//! per second in every round of an alternating comparison (docs/performance.md).
+//! A batch runs in worker processes (`workers.rs`: guest code without interruption
+//! checks, a call past its time ends its worker), `--jobs` at a time; with
+//! `--in-process`, or for a program read from stdin, on this process's runtime threads
+//! (code with checks). Why both: docs/performance.md, "Threads or worker processes".
 
 use super::run::Program;
 use crate::exit::Outcome;
@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 #[derive(clap::Args)]
@@ -33,6 +34,14 @@ pub struct Args {
     /// Calls in flight at once for --args-file [default: number of cores].
     #[arg(long, value_name = "N")]
     jobs: Option<usize>,
+    /// Run the calls of --args-file on threads of this process (guest code with
+    /// interruption checks) instead of worker processes (code without them, faster; a
+    /// call past its time limit ends its worker).
+    #[arg(long, requires = "args_file")]
+    in_process: bool,
+    /// Be one worker of an --args-file batch (JSON Lines requests on stdin).
+    #[arg(long, hide = true, conflicts_with_all = ["args", "args_file"])]
+    worker: bool,
     /// Print the whole execution as JSON (single call).
     #[arg(long)]
     json: bool,
@@ -45,7 +54,7 @@ pub struct Args {
 }
 
 /// One batch result line.
-fn line_result(line: usize, execution: &Execution) -> Value {
+pub(super) fn line_result(line: usize, execution: &Execution) -> Value {
     let mut out =
         json!({"line": line, "status": execution.status, "duration_ms": execution.duration_ms});
     match &execution.error {
@@ -67,7 +76,7 @@ fn parse_arguments(text: &str) -> Result<Value, String> {
 }
 
 /// One line of `--args-file` as arguments; a line that is not UTF-8 is that line's error.
-fn parse_line(bytes: &[u8]) -> Result<Value, String> {
+pub(super) fn parse_line(bytes: &[u8]) -> Result<Value, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| {
         format!(
             "not UTF-8 text (invalid byte at offset {})",
@@ -79,7 +88,7 @@ fn parse_line(bytes: &[u8]) -> Result<Value, String> {
 
 /// The next line of `reader` without its line ending (`None` at the end), as bytes: a
 /// line that is not UTF-8 fails alone, the batch goes on.
-fn next_line(reader: &mut dyn BufRead) -> std::io::Result<Option<Vec<u8>>> {
+pub(super) fn next_line(reader: &mut dyn BufRead) -> std::io::Result<Option<Vec<u8>>> {
     let mut line = Vec::new();
     if reader.read_until(b'\n', &mut line)? == 0 {
         return Ok(None);
@@ -103,6 +112,20 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         mounts: args.files.mounts(&resolved.settings.mounts)?,
         ..resolved.run_options()
     };
+    if args.worker {
+        let Ok((code, filename)) = program.into_text() else {
+            bail!("a worker needs a program that is UTF-8 text");
+        };
+        let current = Arc::new(AtomicUsize::new(0));
+        let sandbox =
+            super::workers::sandbox(&resolved, super::workers::overrun_answer(current.clone()))?;
+        let options = RunOptions {
+            filename: Some(filename),
+            ..options
+        };
+        super::workers::serve(&sandbox, &code, &args.function, &options, &current)?;
+        return Ok(Outcome::Success);
+    }
     let Some(path) = &args.args_file else {
         // The program and its arguments are the run's input: what is wrong with them is
         // the run's result (`invalid_input`), as for a bad line of --args-file.
@@ -166,6 +189,17 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
         Err(refused) => (Err(*refused), options),
     };
+    // Worker processes need the program from a file they can read again.
+    if program.is_ok() && !args.in_process && args.file.as_os_str() != "-" {
+        // Compile the workers' runtime here once, not in every worker at the same time.
+        super::workers::sandbox(&resolved, super::print_and_exit(false))?;
+        let all_ok = super::workers::batch(&super::workers::worker_command(), reader, jobs)?;
+        return Ok(if all_ok {
+            Outcome::Success
+        } else {
+            Outcome::Run(Status::Error)
+        });
+    }
     let batch = batch(
         super::resolved_sandbox(&resolved)?,
         Arc::new(program),
@@ -183,14 +217,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
 }
 
 /// Prints results in input order as they arrive; tracks whether all were `ok`.
-struct InOrder {
+pub(super) struct InOrder {
     done: BTreeMap<usize, Value>,
     next: usize,
-    all_ok: bool,
+    pub(super) all_ok: bool,
 }
 
 impl InOrder {
-    fn new() -> InOrder {
+    pub(super) fn new() -> InOrder {
         InOrder {
             done: BTreeMap::new(),
             next: 1,
@@ -198,7 +232,7 @@ impl InOrder {
         }
     }
 
-    fn add(&mut self, number: usize, value: Value) -> std::io::Result<()> {
+    pub(super) fn add(&mut self, number: usize, value: Value) -> std::io::Result<()> {
         self.done.insert(number, value);
         let mut stdout = std::io::stdout().lock();
         while let Some(value) = self.done.remove(&self.next) {
@@ -210,7 +244,7 @@ impl InOrder {
     }
 
     /// Report every line up to `total` that got no answer as `internal_error`.
-    fn finish(&mut self, total: usize, why: &str) -> std::io::Result<()> {
+    pub(super) fn finish(&mut self, total: usize, why: &str) -> std::io::Result<()> {
         while self.next <= total {
             let number = self.next;
             let lost = json!({"line": number, "status": "internal_error",

@@ -9,6 +9,7 @@ mod files;
 mod run;
 mod serve;
 mod warmup;
+mod workers;
 
 use crate::exit::Outcome;
 use clap::{Parser, Subcommand};

@@ -507,3 +507,66 @@ fn time_limit_a_busy_loop_ends_with_the_process_and_reports_its_timeout() {
         assert!(left.is_empty(), "left behind: {left:?}");
     }
 }
+
+/// An `--args-file` batch runs in worker processes on code without interruption checks:
+/// a line that loops past its time ends its worker and is answered `timeout`, the lines
+/// after it are answered by new workers, all in input order, the same as on threads
+/// (`--in-process`, code with checks).
+#[test]
+fn time_limit_a_busy_line_of_a_batch_ends_only_its_worker() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("scorer.py");
+    std::fs::write(
+        &file,
+        "def score(n):\n    if n % 7 == 3:\n        while True:\n            pass\n    return n * 2\n",
+    )
+    .expect("write");
+    let inputs = dir.path().join("inputs.jsonl");
+    let lines: Vec<String> = (0..20).map(|i| format!("[{i}]")).collect();
+    std::fs::write(&inputs, lines.join("\n") + "\n").expect("write");
+    let mut answers = Vec::new();
+    for extra in [None, Some("--in-process")] {
+        let mut args = vec![
+            "call",
+            file.to_str().expect("path"),
+            "score",
+            "--timeout-ms",
+            "300",
+            "--jobs",
+            "2",
+            "--args-file",
+            inputs.to_str().expect("path"),
+        ];
+        args.extend(extra);
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 1, "{stderr}");
+        let results: Vec<Value> = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect();
+        assert_eq!(results.len(), 20, "{stdout} {stderr}");
+        for (i, r) in results.iter().enumerate() {
+            assert_eq!(r["line"], i + 1, "in input order: {r}");
+            if i % 7 == 3 {
+                assert_eq!(r["status"], "timeout", "{r}");
+                assert_eq!(
+                    r["error"]["message"],
+                    "the run exceeded its wall-clock limit of 300 ms"
+                );
+            } else {
+                assert_eq!(
+                    (&r["status"], &r["result"]),
+                    (&json!("ok"), &json!(i * 2)),
+                    "{r}"
+                );
+            }
+        }
+        answers.push(
+            results
+                .iter()
+                .map(|r| (r["status"].clone(), r["result"].clone(), r["error"].clone()))
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(answers[0], answers[1], "workers and threads answer alike");
+}
