@@ -305,21 +305,7 @@ impl PySandbox {
         allowed_tools: Option<Vec<String>>,
         policy: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyExecution>> {
-        if arguments.is_instance_of::<PyString>() || arguments.is_instance_of::<PyDict>() {
-            return Err(PyTypeError::new_err(format!(
-                "arguments must be an iterable of argument lists or dicts (one per call), not {}",
-                type_name(arguments)
-            )));
-        }
-        let mut inputs = Vec::new();
-        for (i, item) in arguments.try_iter()?.enumerate() {
-            inputs.push(batch_item(&item?, i));
-        }
-        let jobs = match jobs {
-            Some(0) => return Err(PyValueError::new_err("jobs must be at least 1")),
-            Some(n) => n,
-            None => std::thread::available_parallelism().map_or(2, |n| n.get()),
-        };
+        let (inputs, jobs) = batch_inputs(arguments, jobs)?;
         let run_args = RunArgs::parse(
             &self.shared.resolved.settings,
             timeout_ms,
@@ -330,56 +316,102 @@ impl PySandbox {
             policy,
         )?;
         let options = Arc::new(self.shared.options(run_args, tools, None)?);
-        let (source, name) = (Arc::<str>::from(source), Arc::<str>::from(name));
-        let sandbox = self.shared.sandbox.clone();
-        let executions = block_on(py, async move {
-            let slots = Arc::new(tokio::sync::Semaphore::new(jobs));
-            let mut calls = Vec::with_capacity(inputs.len());
-            for input in inputs {
-                let arguments = match input {
-                    Ok(arguments) => arguments,
-                    Err(why) => {
-                        calls.push(Err(Execution::refused(Status::InvalidInput, why)));
-                        continue;
-                    }
-                };
-                // The semaphore is never closed; were it, the call is answered, not lost.
-                let Ok(slot) = slots.clone().acquire_owned().await else {
-                    calls.push(Err(Execution::refused(
-                        Status::InternalError,
-                        "the batch's call slots were closed".into(),
-                    )));
-                    continue;
-                };
-                let (sandbox, source, name, options) = (
-                    sandbox.clone(),
-                    source.clone(),
-                    name.clone(),
-                    options.clone(),
-                );
-                calls.push(Ok(tokio::spawn(async move {
-                    let execution = sandbox
-                        .call_function(&source, &name, &arguments, &options)
-                        .await;
-                    drop(slot);
-                    execution
-                })));
-            }
-            let mut executions = Vec::with_capacity(calls.len());
-            for call in calls {
-                executions.push(match call {
-                    Ok(handle) => handle.await.unwrap_or_else(|e| {
-                        Execution::refused(
-                            Status::InternalError,
-                            format!("the call ended without an answer: {e}"),
-                        )
-                    }),
-                    Err(refused) => refused,
-                });
-            }
-            executions
-        })?;
+        let batch = run_batch(
+            self.shared.sandbox.clone(),
+            source,
+            name,
+            inputs,
+            options,
+            jobs,
+        );
+        let executions = block_on(py, batch)?;
         Ok(executions.into_iter().map(PyExecution::from).collect())
+    }
+
+    /// `call_function` as a coroutine on the running asyncio loop (see `run_async`).
+    #[pyo3(signature = (source, name, args=None, kwargs=None, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn call_function_async<'py>(
+        &self,
+        py: Python<'py>,
+        source: String,
+        name: String,
+        args: Option<&Bound<'py, PyAny>>,
+        kwargs: Option<&Bound<'py, PyAny>>,
+        timeout_ms: Option<&Bound<'py, PyAny>>,
+        memory_mb: Option<&Bound<'py, PyAny>>,
+        stdin: Option<&Bound<'py, PyAny>>,
+        files: Option<&Bound<'py, PyAny>>,
+        tools: Option<&Bound<'py, PyAny>>,
+        allowed_tools: Option<Vec<String>>,
+        policy: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let arguments = call_arguments(args, kwargs)?;
+        let run_args = RunArgs::parse(
+            &self.shared.resolved.settings,
+            timeout_ms,
+            memory_mb,
+            stdin,
+            files,
+            allowed_tools,
+            policy,
+        )?;
+        let options = self.shared.coroutine_options(py, run_args, tools)?;
+        let shared = self.shared.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let execution = shared
+                .sandbox
+                .call_function(&source, &name, &arguments, &options)
+                .await;
+            Ok(PyExecution::from(execution))
+        })
+    }
+
+    /// `call_batch` as a coroutine on the running asyncio loop (see `run_async`):
+    /// cancelling the awaiting task stops the calls not yet finished.
+    #[pyo3(signature = (source, name, arguments, *, jobs=None, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn call_batch_async<'py>(
+        &self,
+        py: Python<'py>,
+        source: String,
+        name: String,
+        arguments: &Bound<'py, PyAny>,
+        jobs: Option<usize>,
+        timeout_ms: Option<&Bound<'py, PyAny>>,
+        memory_mb: Option<&Bound<'py, PyAny>>,
+        stdin: Option<&Bound<'py, PyAny>>,
+        files: Option<&Bound<'py, PyAny>>,
+        tools: Option<&Bound<'py, PyAny>>,
+        allowed_tools: Option<Vec<String>>,
+        policy: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (inputs, jobs) = batch_inputs(arguments, jobs)?;
+        let run_args = RunArgs::parse(
+            &self.shared.resolved.settings,
+            timeout_ms,
+            memory_mb,
+            stdin,
+            files,
+            allowed_tools,
+            policy,
+        )?;
+        let options = Arc::new(self.shared.coroutine_options(py, run_args, tools)?);
+        let batch = run_batch(
+            self.shared.sandbox.clone(),
+            source,
+            name,
+            inputs,
+            options,
+            jobs,
+        );
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let executions = batch.await;
+            Ok(executions
+                .into_iter()
+                .map(PyExecution::from)
+                .collect::<Vec<_>>())
+        })
     }
 
     /// Check `code` against a policy without running it: every violation with its line
@@ -440,6 +472,118 @@ impl PySandbox {
             Some(path) => format!("Sandbox(config={:?})", path.display().to_string()),
             None => "Sandbox()".into(),
         }
+    }
+}
+
+/// `call_batch`'s arguments as JSON (or why each is not usable) and its job count.
+fn batch_inputs(
+    arguments: &Bound<'_, PyAny>,
+    jobs: Option<usize>,
+) -> PyResult<(Vec<Result<Value, String>>, usize)> {
+    if arguments.is_instance_of::<PyString>() || arguments.is_instance_of::<PyDict>() {
+        return Err(PyTypeError::new_err(format!(
+            "arguments must be an iterable of argument lists or dicts (one per call), not {}",
+            type_name(arguments)
+        )));
+    }
+    let mut inputs = Vec::new();
+    for (i, item) in arguments.try_iter()?.enumerate() {
+        inputs.push(batch_item(&item?, i));
+    }
+    let jobs = match jobs {
+        Some(0) => return Err(PyValueError::new_err("jobs must be at least 1")),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(2, |n| n.get()),
+    };
+    Ok((inputs, jobs))
+}
+
+/// The calls of a batch, `jobs` at a time, each a task on sandpy's runtime; the
+/// executions in the order of `inputs` (an unusable input is its `invalid_input`).
+/// Dropping the future (a cancelled `call_batch_async`) stops the calls still running.
+async fn run_batch(
+    sandbox: sandpy::Sandbox,
+    source: String,
+    name: String,
+    inputs: Vec<Result<Value, String>>,
+    options: Arc<RunOptions>,
+    jobs: usize,
+) -> Vec<Execution> {
+    let (source, name) = (Arc::<str>::from(source), Arc::<str>::from(name));
+    let slots = Arc::new(tokio::sync::Semaphore::new(jobs));
+    let mut calls = Calls::default();
+    for input in inputs {
+        let arguments = match input {
+            Ok(arguments) => arguments,
+            Err(why) => {
+                calls.done(Execution::refused(Status::InvalidInput, why));
+                continue;
+            }
+        };
+        // The semaphore is never closed; were it, the call is answered, not lost.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            calls.done(Execution::refused(
+                Status::InternalError,
+                "the batch's call slots were closed".into(),
+            ));
+            continue;
+        };
+        let (sandbox, source, name, options) = (
+            sandbox.clone(),
+            source.clone(),
+            name.clone(),
+            options.clone(),
+        );
+        calls.spawn(async move {
+            let execution = sandbox
+                .call_function(&source, &name, &arguments, &options)
+                .await;
+            drop(slot);
+            execution
+        });
+    }
+    calls.collect().await
+}
+
+/// A batch's calls in input order: answers known at once and tasks on sandpy's runtime,
+/// which are aborted if the batch is dropped before they end.
+#[derive(Default)]
+struct Calls {
+    answers: Vec<Option<Execution>>,
+    tasks: tokio::task::JoinSet<(usize, Execution)>,
+}
+
+impl Calls {
+    /// The next input's answer, known without a run.
+    fn done(&mut self, execution: Execution) {
+        self.answers.push(Some(execution));
+    }
+
+    /// The next input's run.
+    fn spawn(&mut self, run: impl std::future::Future<Output = Execution> + Send + 'static) {
+        let index = self.answers.len();
+        self.answers.push(None);
+        self.tasks.spawn(async move { (index, run.await) });
+    }
+
+    /// Every answer, in input order (a task that ended without one is `internal_error`).
+    async fn collect(mut self) -> Vec<Execution> {
+        while let Some(joined) = self.tasks.join_next().await {
+            if let Ok((index, execution)) = joined {
+                self.answers[index] = Some(execution);
+            }
+        }
+        self.answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    Execution::refused(
+                        Status::InternalError,
+                        "the call ended without an answer".into(),
+                    )
+                })
+            })
+            .collect()
     }
 }
 

@@ -71,3 +71,42 @@ def test_cancelling_the_task_stops_its_run(sb):
     assert cancelled
     assert cpu < 0.2, f"the process used {cpu:.2f} s of CPU in 0.5 s after the cancel"
     assert sb.run("1").ok
+
+
+def test_call_function_and_call_batch_async_on_one_loop(sb):
+    source = "def f(x):\n    return x * 3"
+
+    async def main():
+        one, batch = await asyncio.gather(
+            sb.call_function_async(source, "f", [5]),
+            sb.call_batch_async(source, "f", [[i] for i in range(10)] + ["bad"], jobs=3),
+        )
+        return one, batch
+
+    one, batch = asyncio.run(main())
+    assert (one.status, one.return_value) == ("ok", 15)
+    assert [e.return_value for e in batch[:10]] == [i * 3 for i in range(10)]
+    assert batch[10].status == "invalid_input"
+
+
+def test_cancelling_call_batch_async_stops_its_calls(sb):
+    source = "def spin(x):\n    while True:\n        pass"
+
+    async def main():
+        task = asyncio.ensure_future(
+            sb.call_batch_async(source, "spin", [[i] for i in range(4)], jobs=2, timeout_ms=20_000)
+        )
+        await asyncio.sleep(0.3)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        await asyncio.sleep(0.2)
+        cpu = time.process_time()
+        await asyncio.sleep(0.5)
+        return task.cancelled(), time.process_time() - cpu
+
+    cancelled, cpu = asyncio.run(main())
+    assert cancelled
+    assert cpu < 0.2, f"the process used {cpu:.2f} s of CPU in 0.5 s after the cancel"

@@ -238,6 +238,39 @@ class Sandbox:
         keywords), each in a fresh instance, `jobs` at a time (default: the number of
         cores), the GIL released for the whole batch. The Executions are in the order of
         `arguments`; an item that is not usable arguments is that item's `invalid_input`."""
+    def call_function_async(
+        self,
+        source: str,
+        name: str,
+        args: Sequence[JSON] | None = None,
+        kwargs: Mapping[str, JSON] | None = None,
+        *,
+        timeout_ms: int | None = None,
+        memory_mb: int | None = None,
+        stdin: str | bytes | None = None,
+        files: Mapping[str, str | bytes] | None = None,
+        tools: HostTools | None = None,
+        allowed_tools: Sequence[str] | None = None,
+        policy: PolicyArg | None = None,
+    ) -> Awaitable[Execution]:
+        """`call_function` on the running asyncio loop (see `run_async`)."""
+    def call_batch_async(
+        self,
+        source: str,
+        name: str,
+        arguments: Iterable[Sequence[JSON] | Mapping[str, JSON]],
+        *,
+        jobs: int | None = None,
+        timeout_ms: int | None = None,
+        memory_mb: int | None = None,
+        stdin: str | bytes | None = None,
+        files: Mapping[str, str | bytes] | None = None,
+        tools: HostTools | None = None,
+        allowed_tools: Sequence[str] | None = None,
+        policy: PolicyArg | None = None,
+    ) -> Awaitable[list[Execution]]:
+        """`call_batch` on the running asyncio loop; cancelling the awaiting task stops
+        the calls not yet finished."""
     def check(self, code: str, policy: PolicyArg | None = None) -> list[Violation]:
         """Check `code` against a policy without running it (a syntax error is a
         violation). `policy` defaults to the sandbox's, else "default"."""
