@@ -570,3 +570,81 @@ fn time_limit_a_busy_line_of_a_batch_ends_only_its_worker() {
     }
     assert_eq!(answers[0], answers[1], "workers and threads answer alike");
 }
+
+/// A worker process killed in the middle of a line (here by the test, as the OOM killer
+/// or an operator might): that line is answered `internal_error` naming the signal, the
+/// other lines are answered by the remaining and new workers, in order.
+#[test]
+fn a_killed_batch_worker_loses_no_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("scorer.py");
+    std::fs::write(
+        &file,
+        "import time\ndef score(n):\n    time.sleep(0.8)\n    return n\n",
+    )
+    .expect("write");
+    let inputs = dir.path().join("inputs.jsonl");
+    let lines: Vec<String> = (0..6).map(|i| format!("[{i}]")).collect();
+    std::fs::write(&inputs, lines.join("\n") + "\n").expect("write");
+    let batch = crate::sandpy()
+        .args([
+            "call",
+            file.to_str().expect("path"),
+            "score",
+            "--jobs",
+            "2",
+            "--args-file",
+            inputs.to_str().expect("path"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("sandpy");
+    // Wait for the workers (children of the batch process), then kill one mid-line.
+    let children = format!("/proc/{0}/task/{0}/children", batch.id());
+    let started = std::time::Instant::now();
+    let worker = loop {
+        let listed = std::fs::read_to_string(&children).unwrap_or_default();
+        if let Some(pid) = listed.split_whitespace().next() {
+            break pid.to_string();
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "no worker started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &worker])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let out = batch.wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let results: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(results.len(), 6, "{stdout}");
+    let mut lost = 0;
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r["line"], i + 1, "in input order: {r}");
+        if r["status"] == "internal_error" {
+            lost += 1;
+            let message = r["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("worker process ended without an answer")
+                    && message.contains("SIGKILL"),
+                "{r}"
+            );
+        } else {
+            assert_eq!(
+                (&r["status"], &r["result"]),
+                (&json!("ok"), &json!(i)),
+                "{r}"
+            );
+        }
+    }
+    assert_eq!(lost, 1, "exactly the killed worker's line: {stdout}");
+}
