@@ -18,6 +18,22 @@ pub const EVERYTHING_PKG: &str = "@modelcontextprotocol/server-everything@2026.8
 const MCP_PYTHON_SDK: &str = "mcp==2.3.0";
 
 pub fn sandpy() -> Command {
+    // Compile both runtimes (with and without interruption checks) once, before the first
+    // command: on a cold cache, tests running side by side would each compile them, and a
+    // server compiling in process shows a compiler's memory, not its own.
+    static WARM: std::sync::Once = std::sync::Once::new();
+    WARM.call_once(|| {
+        let warmed = Command::new(env!("CARGO_BIN_EXE_sandpy"))
+            .arg("warmup")
+            .stdin(Stdio::null())
+            .output()
+            .expect("sandpy warmup");
+        assert!(
+            warmed.status.success(),
+            "sandpy warmup: {}",
+            String::from_utf8_lossy(&warmed.stderr)
+        );
+    });
     let mut command = Command::new(env!("CARGO_BIN_EXE_sandpy"));
     command
         .env_remove("SANDPY_CONFIG")
