@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 /// How long past its deadline a run may take to end by itself (a run waiting in a host
 /// call, for a tool or a sleep, is stopped at its deadline by the run path's own timer).
-pub(crate) const OVERRUN_GRACE: Duration = Duration::from_millis(20);
+const OVERRUN_GRACE: Duration = Duration::from_millis(20);
 
 /// Watches one run; dropping it (the run ended) stands the watch down.
 pub(crate) struct Watchdog {
