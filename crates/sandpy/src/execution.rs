@@ -64,7 +64,7 @@ impl Status {
 impl Status {
     /// The error type of a run the host ended or refused with this status: the status
     /// in CamelCase.
-    pub(crate) fn error_type(self) -> &'static str {
+    pub fn error_type(self) -> &'static str {
         match self {
             Status::Ok => "Ok",
             Status::Error => "Error",

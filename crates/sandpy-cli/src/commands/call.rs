@@ -53,6 +53,12 @@ pub struct Args {
     settings: super::ConfigArgs,
 }
 
+/// The result line of a line the host answers itself, without a run (a bad line, a lost
+/// run): its `status` and an error of that status's type.
+pub(super) fn line_error(line: usize, status: Status, message: &str) -> Value {
+    json!({"line": line, "status": status, "error": {"type": status.error_type(), "message": message}})
+}
+
 /// One batch result line.
 pub(super) fn line_result(line: usize, execution: &Execution) -> Value {
     let mut out =
@@ -247,9 +253,7 @@ impl InOrder {
     pub(super) fn finish(&mut self, total: usize, why: &str) -> std::io::Result<()> {
         while self.next <= total {
             let number = self.next;
-            let lost = json!({"line": number, "status": "internal_error",
-                "error": {"type": "InternalError", "message": why}});
-            self.add(number, lost)?;
+            self.add(number, line_error(number, Status::InternalError, why))?;
         }
         Ok(())
     }
@@ -286,9 +290,7 @@ async fn batch(
         tokio::spawn(async move {
             let value = match (&*program, parse_line(&line)) {
                 (Err(refused), _) => line_result(number, refused),
-                (Ok(_), Err(message)) => {
-                    json!({"line": number, "status": "invalid_input", "error": {"type": "InvalidInput", "message": message}})
-                }
+                (Ok(_), Err(message)) => line_error(number, Status::InvalidInput, &message),
                 (Ok(code), Ok(arguments)) => {
                     let execution = sandbox
                         .call_function(code, &function, &arguments, &options)

@@ -10,8 +10,9 @@
 //! that is ending carries `"worker_ends": true` (removed before it is printed), so no
 //! line is sent to it any more.
 
-use super::call::{line_result, next_line, parse_line, InOrder};
+use super::call::{line_error, line_result, next_line, parse_line, InOrder};
 use anyhow::Context;
+use sandpy::Status;
 use serde_json::{json, Value};
 use std::ffi::OsString;
 use std::io::{BufRead, Write};
@@ -127,9 +128,7 @@ pub fn batch(
             let arguments = match parse_line(&bytes) {
                 Ok(arguments) => arguments,
                 Err(message) => {
-                    let refused = json!({"line": total, "status": "invalid_input",
-                        "error": {"type": "InvalidInput", "message": message}});
-                    in_order.add(total, refused)?;
+                    in_order.add(total, line_error(total, Status::InvalidInput, &message))?;
                     continue;
                 }
             };
@@ -206,8 +205,7 @@ pub fn batch(
 
 /// The result of a line whose run got no answer.
 fn lost(line: usize, why: &str) -> Value {
-    json!({"line": line, "status": "internal_error",
-        "error": {"type": "InternalError", "message": format!("line {line}: {why}")}})
+    line_error(line, Status::InternalError, &format!("line {line}: {why}"))
 }
 
 /// Start a worker in `slot`, with a thread that reports each line it prints, then its end.
