@@ -52,22 +52,29 @@ def test_run_async_takes_the_same_arguments(sb):
     assert asyncio.run(main()).status == "timeout"
 
 
-def test_cancelling_the_task_stops_its_run(sb):
+def cancel_and_measure(make_awaitable):
+    """Start `make_awaitable()` as a task, cancel it after 0.3 s, and return whether it was
+    cancelled and the process's CPU seconds over 0.5 s soon after: a busy loop still
+    running would burn a core."""
+
     async def main():
-        task = asyncio.ensure_future(sb.run_async("while True: pass", timeout_ms=20_000))
+        task = asyncio.ensure_future(make_awaitable())
         await asyncio.sleep(0.3)
         task.cancel()
         try:
             await task
         except asyncio.CancelledError:
             pass
-        # A busy loop still running would burn a core: measure the process's CPU time.
         await asyncio.sleep(0.2)
         cpu = time.process_time()
         await asyncio.sleep(0.5)
         return task.cancelled(), time.process_time() - cpu
 
-    cancelled, cpu = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_cancelling_the_task_stops_its_run(sb):
+    cancelled, cpu = cancel_and_measure(lambda: sb.run_async("while True: pass", timeout_ms=20_000))
     assert cancelled
     assert cpu < 0.2, f"the process used {cpu:.2f} s of CPU in 0.5 s after the cancel"
     assert sb.run("1").ok
@@ -91,22 +98,8 @@ def test_call_function_and_call_batch_async_on_one_loop(sb):
 
 def test_cancelling_call_batch_async_stops_its_calls(sb):
     source = "def spin(x):\n    while True:\n        pass"
-
-    async def main():
-        task = asyncio.ensure_future(
-            sb.call_batch_async(source, "spin", [[i] for i in range(4)], jobs=2, timeout_ms=20_000)
-        )
-        await asyncio.sleep(0.3)
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
-        await asyncio.sleep(0.2)
-        cpu = time.process_time()
-        await asyncio.sleep(0.5)
-        return task.cancelled(), time.process_time() - cpu
-
-    cancelled, cpu = asyncio.run(main())
+    cancelled, cpu = cancel_and_measure(
+        lambda: sb.call_batch_async(source, "spin", [[i] for i in range(4)], jobs=2, timeout_ms=20_000)
+    )
     assert cancelled
     assert cpu < 0.2, f"the process used {cpu:.2f} s of CPU in 0.5 s after the cancel"
