@@ -54,7 +54,9 @@ def install() -> None:
     factory: Callable[[], asyncio.AbstractEventLoop] = SandboxEventLoop
     asyncio.events.new_event_loop = factory  # type: ignore[assignment]
     asyncio.new_event_loop = factory  # type: ignore[assignment]
-    policy = asyncio.events._get_event_loop_policy()  # type: ignore[attr-defined]
+    # 3.14 deprecates the public getter; the native tier may run an older CPython.
+    get_policy = getattr(asyncio.events, "_get_event_loop_policy", asyncio.get_event_loop_policy)
+    policy = get_policy()
     policy._loop_factory = factory  # type: ignore[attr-defined]
 
 

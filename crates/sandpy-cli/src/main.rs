@@ -9,6 +9,8 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // A native-tier zygote is this binary started with a marker argument.
+    sandpy::native::main_if_requested();
     let cli = commands::Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(|| log::Stderr)

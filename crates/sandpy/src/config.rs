@@ -61,6 +61,10 @@ pub struct Config {
     /// How a run past its time limit is stopped: [`Interruption::Checks`] (the default)
     /// or, for a process that makes one run, by ending the process.
     pub interruption: Interruption,
+    /// The native tier's Python and packages, for runs that ask for it
+    /// ([`crate::Tier::Native`]); `None` means the defaults of
+    /// [`NativeConfig`](crate::native::NativeConfig).
+    pub native: Option<crate::native::NativeConfig>,
 }
 
 impl Default for Config {
@@ -74,6 +78,7 @@ impl Default for Config {
             scratch_dir: None,
             runtime: None,
             interruption: Interruption::Checks,
+            native: None,
         }
     }
 }

@@ -136,13 +136,26 @@ impl Mount {
 pub(crate) struct CheckedMounts(Vec<(PathBuf, String)>);
 
 impl OutputFile {
+    /// A file named `name` (relative to `/output`), its type guessed from the extension.
+    pub(crate) fn new(name: String, content: Vec<u8>) -> OutputFile {
+        let mime_type = mime_guess::from_path(&name)
+            .first_or_octet_stream()
+            .to_string();
+        OutputFile {
+            name,
+            size: content.len() as u64,
+            mime_type,
+            content,
+        }
+    }
+
     /// The content as text, when it is UTF-8.
     pub fn text(&self) -> Option<&str> {
         std::str::from_utf8(&self.content).ok()
     }
 }
 
-mod base64_bytes {
+pub(crate) mod base64_bytes {
     use base64::Engine;
     use serde::{Deserialize, Deserializer, Serializer};
 
@@ -486,15 +499,7 @@ impl Workspace {
                     .unwrap_or(&path)
                     .to_string_lossy()
                     .replace('\\', "/");
-                let mime_type = mime_guess::from_path(&path)
-                    .first_or_octet_stream()
-                    .to_string();
-                files.push(OutputFile {
-                    name,
-                    size: content.len() as u64,
-                    mime_type,
-                    content,
-                });
+                files.push(OutputFile::new(name, content));
             }
         }
         files.sort_by(|a, b| a.name.cmp(&b.name));

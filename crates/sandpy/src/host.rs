@@ -168,12 +168,15 @@ impl WasiView for HostState {
     }
 }
 
-impl ToolsHost for HostState {
-    async fn call_tools(
+impl ToolAccess {
+    /// `call-tools`: the calls of one batch, concurrently, each checked first; one
+    /// answer per call, in order. Errors end the run (the call limit, a replay that
+    /// diverged).
+    pub async fn call_tools(
         &mut self,
         calls: Vec<ToolCall>,
     ) -> wasmtime::Result<Vec<Result<String, String>>> {
-        let access = &mut self.tools;
+        let access = self;
         if access.calls + calls.len() > access.max_calls {
             access.limit_hit = true;
             wasmtime::bail!("tool call limit of {} reached", access.max_calls);
@@ -288,46 +291,75 @@ impl ToolsHost for HostState {
         Ok(answers)
     }
 
-    async fn list_tools(&mut self) -> wasmtime::Result<String> {
-        self.tools.prepare(&[]).await;
-        Ok(serde_json::to_string(&self.tools.allowed_tools())?)
+    /// `list-tools`: the allowed tools as a JSON array.
+    pub async fn list_tools(&self) -> wasmtime::Result<String> {
+        self.prepare(&[]).await;
+        Ok(serde_json::to_string(&self.allowed_tools())?)
     }
 
-    async fn tool_schema(&mut self, name: String) -> wasmtime::Result<Result<String, String>> {
-        if !self.tools.allowlist.allows(&name) {
-            return Ok(Err(self.tools.allowlist.refusal(&name)));
+    /// `tool-schema`: one allowed tool's input schema, or why not.
+    pub async fn tool_schema(&self, name: String) -> wasmtime::Result<Result<String, String>> {
+        if !self.allowlist.allows(&name) {
+            return Ok(Err(self.allowlist.refusal(&name)));
         }
-        if let Some(host) = &self.tools.host {
+        if let Some(host) = &self.host {
             if !host.has_tool(&name) {
-                self.tools.prepare(std::slice::from_ref(&name)).await;
+                self.prepare(std::slice::from_ref(&name)).await;
             }
         }
-        let found = self.tools.host.as_ref().and_then(|host| host.tool(&name));
-        Ok(match (found, &self.tools.host) {
+        let found = self.host.as_ref().and_then(|host| host.tool(&name));
+        Ok(match (found, &self.host) {
             (Some(tool), _) => Ok(serde_json::to_string(&tool.input_schema)?),
             (None, Some(host)) => Err(host.explain_missing(&name)),
             (None, None) => Err("no tools are configured for this sandbox".into()),
         })
     }
 
-    async fn tool_names(&mut self) -> wasmtime::Result<Vec<String>> {
-        self.tools.prepare(&[]).await;
-        let Some(host) = &self.tools.host else {
+    /// `tool-names`: the allowed tools' names.
+    pub async fn tool_names(&self) -> wasmtime::Result<Vec<String>> {
+        self.prepare(&[]).await;
+        let Some(host) = &self.host else {
             return Ok(Vec::new());
         };
         let mut names = host.tool_names();
-        names.retain(|name| self.tools.allowlist.allows(name));
+        names.retain(|name| self.allowlist.allows(name));
         Ok(names)
     }
 
-    async fn search_tools(&mut self, query: String, limit: u32) -> wasmtime::Result<String> {
-        self.tools.prepare(&[]).await;
-        let allowed = self.tools.allowed_tools();
+    /// `search-tools`: allowed tools ranked for `query`, as a JSON array.
+    pub async fn search_tools(&self, query: String, limit: u32) -> wasmtime::Result<String> {
+        self.prepare(&[]).await;
+        let allowed = self.allowed_tools();
         let found: Vec<ToolSummary> = search::search(&allowed, &query, limit as usize)
             .into_iter()
             .map(ToolSummary::of)
             .collect();
         Ok(serde_json::to_string(&found)?)
+    }
+}
+
+impl ToolsHost for HostState {
+    async fn call_tools(
+        &mut self,
+        calls: Vec<ToolCall>,
+    ) -> wasmtime::Result<Vec<Result<String, String>>> {
+        self.tools.call_tools(calls).await
+    }
+
+    async fn list_tools(&mut self) -> wasmtime::Result<String> {
+        self.tools.list_tools().await
+    }
+
+    async fn tool_schema(&mut self, name: String) -> wasmtime::Result<Result<String, String>> {
+        self.tools.tool_schema(name).await
+    }
+
+    async fn tool_names(&mut self) -> wasmtime::Result<Vec<String>> {
+        self.tools.tool_names().await
+    }
+
+    async fn search_tools(&mut self, query: String, limit: u32) -> wasmtime::Result<String> {
+        self.tools.search_tools(query, limit).await
     }
 }
 

@@ -52,6 +52,7 @@ mod files;
 mod host;
 mod limits;
 mod model_output;
+pub mod native;
 mod options;
 mod output;
 mod overrun;
@@ -74,7 +75,7 @@ pub use files::{InputFile, Mount, MountError, OutputFile, OUTPUT_DIR, SCRATCH_DI
 pub use host::RecordedCall;
 pub use limits::{LimitError, LimitOverrides, Limits};
 pub use model_output::{Bounded, ModelOutput};
-pub use options::RunOptions;
+pub use options::{RunOptions, Tier};
 pub use policy::{Policy, Violation};
 pub use sandbox::{GuestFailure, ModuleReport, Sandbox};
 pub use search::{search as search_tools, ToolSummary};

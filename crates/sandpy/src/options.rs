@@ -31,6 +31,21 @@ pub struct RunOptions {
     pub files: Vec<InputFile>,
     /// Host folders the code may read. A session keeps the mounts of its first run.
     pub mounts: Vec<Mount>,
+    /// Where the code runs: the WebAssembly tier (the default) or the native tier. The
+    /// operator's choice (config, CLI flag); front ends never let the code choose it.
+    pub tier: Tier,
+}
+
+/// Where a run executes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// CPython 3.14 in a fresh WebAssembly instance: the hard boundary, the default.
+    #[default]
+    Wasm,
+    /// The machine's CPython with compiled packages, confined by the kernel
+    /// (Linux only; see [`crate::native`]).
+    Native,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -48,6 +63,7 @@ impl std::fmt::Debug for RunOptions {
                 &self.files.iter().map(|f| &f.path).collect::<Vec<_>>(),
             )
             .field("mounts", &self.mounts)
+            .field("tier", &self.tier)
             .finish()
     }
 }

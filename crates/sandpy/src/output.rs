@@ -34,8 +34,9 @@ pub(crate) struct Captured {
     pub truncated: bool,
 }
 
+/// One of the two captured streams.
 #[derive(Clone, Copy)]
-enum Which {
+pub(crate) enum Which {
     Stdout,
     Stderr,
 }
@@ -80,7 +81,7 @@ impl Capture {
     }
 
     /// Append; `false` when the cap was reached (what fits is kept).
-    fn append(&self, which: Which, bytes: &[u8]) -> bool {
+    pub(crate) fn append(&self, which: Which, bytes: &[u8]) -> bool {
         let mut b = self.lock();
         let used = b.stdout.len() + b.stderr.len();
         let room = b.cap.saturating_sub(used);

@@ -33,6 +33,9 @@ pub(crate) struct Runner {
     config: Config,
     admission: Admission,
     folders: Arc<RunFolders>,
+    /// The native tier, started by its first run.
+    #[cfg(target_os = "linux")]
+    native: tokio::sync::OnceCell<Arc<crate::native::NativeTier>>,
 }
 
 /// A guest instance with its host side: its store (WASI context, memory limiter, tools),
@@ -137,6 +140,8 @@ impl Runner {
                 config.concurrency(),
             )),
             config,
+            #[cfg(target_os = "linux")]
+            native: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -171,6 +176,9 @@ impl Runner {
             Ok(run) => run,
             Err(refused) => return refused.into(),
         };
+        if options.tier == crate::Tier::Native {
+            return self.native_fresh(&task, options, run).await;
+        }
         let limits = &run.limits;
         let deadline = run.deadline();
         let made = Guest::new(
@@ -199,6 +207,58 @@ impl Runner {
             .await;
         drop(watchdog);
         guest.collect(result, limits, run.started.elapsed()).0
+    }
+
+    /// Run `task` in a confined fork of the native tier's zygote (started now if this is
+    /// its first run).
+    #[cfg(target_os = "linux")]
+    async fn native_fresh(&self, task: &Task, options: &RunOptions, run: Admitted) -> Execution {
+        if !options.files.is_empty() || !options.mounts.is_empty() {
+            return Execution::refused(
+                Status::InvalidInput,
+                "input files and mounts are not available in the native tier yet".into(),
+            );
+        }
+        let tier = match self.native_tier().await {
+            Ok(tier) => tier,
+            Err(message) => return Execution::refused(Status::InternalError, message),
+        };
+        let guest_options = guest_options(options, false);
+        tier.run(
+            task,
+            &guest_options,
+            &run.limits,
+            run.tools,
+            options.stdin.as_deref(),
+            run.started,
+        )
+        .await
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    async fn native_fresh(&self, _: &Task, _: &RunOptions, _: Admitted) -> Execution {
+        Execution::refused(Status::InvalidInput, "the native tier needs Linux".into())
+    }
+
+    /// The native tier, started on first use (off the async threads: it blocks).
+    #[cfg(target_os = "linux")]
+    pub async fn native_tier(&self) -> Result<Arc<crate::native::NativeTier>, String> {
+        let config = self.config.native.clone().unwrap_or_default();
+        let cache_dir = self.config.resolved_cache_dir();
+        self.native
+            .get_or_try_init(|| async move {
+                let started = tokio::task::spawn_blocking(move || {
+                    crate::native::NativeTier::start(&config, &cache_dir)
+                })
+                .await;
+                match started {
+                    Ok(Ok(tier)) => Ok(Arc::new(tier)),
+                    Ok(Err(e)) => Err(error_chain(&e)),
+                    Err(e) => Err(format!("the native tier's start failed: {e}")),
+                }
+            })
+            .await
+            .cloned()
     }
 
     /// Run `task` in the session's instance (made now if it has none), journaling its

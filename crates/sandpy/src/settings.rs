@@ -108,6 +108,10 @@ pub struct Settings {
     pub runtime: Option<PathBuf>,
     /// Extra packages (pip requirements) that `sandpy build` puts into `runtime`.
     pub packages: Vec<String>,
+    /// The tier runs use unless the operator picks another for one (`--tier`).
+    pub tier: crate::Tier,
+    /// The native tier's Python and packages.
+    pub native: Option<crate::native::NativeConfig>,
     /// The file this came from, if any.
     pub source: Option<PathBuf>,
 }
@@ -191,6 +195,9 @@ struct RawSandpy {
     runtime: Option<PathBuf>,
     #[serde(default)]
     packages: Vec<String>,
+    #[serde(default)]
+    tier: crate::Tier,
+    native: Option<crate::native::NativeConfig>,
 }
 
 #[derive(Deserialize, Default)]
@@ -393,6 +400,11 @@ impl Settings {
             mounts,
             runtime: raw.runtime.map(|p| base.join(p)),
             packages: raw.packages,
+            tier: raw.tier,
+            native: raw.native.map(|mut native| {
+                native.resolve_paths(base);
+                native
+            }),
             source: Some(path.to_path_buf()),
         };
         if let Err(unknown) = settings.policy(None) {
@@ -523,6 +535,7 @@ impl Resolved {
             max_concurrent_runs: settings.max_concurrent_runs.or(base.max_concurrent_runs),
             max_queued_runs: settings.max_queued_runs.unwrap_or(base.max_queued_runs),
             runtime: settings.runtime.clone().or(base.runtime),
+            native: settings.native.clone().or(base.native),
             ..base
         }
     }
@@ -534,6 +547,7 @@ impl Resolved {
             limits: self.settings.limits.clone(),
             policy: self.policy.clone(),
             mounts: self.settings.mounts.clone(),
+            tier: self.settings.tier,
             ..RunOptions::default()
         }
     }

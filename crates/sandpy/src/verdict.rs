@@ -190,8 +190,8 @@ pub(crate) fn decide(
         Ok(Err(trap)) => trap_verdict(&trap, state, captured.truncated, limits, memory_cap),
         Ok(Ok(outcome)) => outcome_verdict(
             outcome,
-            state,
-            disk_refusal,
+            state.limiter.refused,
+            disk_refusal.map(|refusal| refusal.message()),
             limits,
             memory_cap,
             &mut execution,
@@ -233,10 +233,12 @@ fn trap_verdict(
     Stop::InterpreterCrash(trap.root_cause().to_string()).verdict()
 }
 
+/// The verdict of an outcome the guest reported. `memory_refused`: the memory cap refused
+/// an allocation during the run; `disk_refusal`: why a quota refused a write.
 fn outcome_verdict(
     outcome: Outcome,
-    state: &HostState,
-    disk_refusal: Option<crate::disk::Refusal>,
+    memory_refused: bool,
+    disk_refusal: Option<String>,
     limits: &Limits,
     memory_cap: usize,
     execution: &mut Execution,
@@ -255,13 +257,13 @@ fn outcome_verdict(
         .verdict();
     }
     if let Some(error) = outcome.error {
-        if state.limiter.refused && error.type_name == "MemoryError" {
+        if memory_refused && error.type_name == "MemoryError" {
             return Stop::Memory(memory_cap).verdict();
         }
         if let Some(refusal) = disk_refusal {
             // The program did not recover from a refused write; its traceback says where.
             let mut info = python_error(error, limits);
-            info.message = format!("{} ({}: {})", refusal.message(), info.kind, info.message);
+            info.message = format!("{refusal} ({}: {})", info.kind, info.message);
             info.kind = "DiskLimit".into();
             return (Status::DiskLimit, Some(info));
         }
@@ -289,6 +291,95 @@ fn outcome_verdict(
         }
     });
     (Status::Ok, None)
+}
+
+/// How a native-tier run ended, as the host saw it (see `native::host`).
+pub(crate) enum NativeEnd {
+    /// The child sent its outcome (it may still have died after).
+    Outcome(Outcome),
+    /// The run's time limit ended it (the supervisor or the host killed it).
+    Timeout { waiting_for: Vec<String> },
+    /// The output cap was reached and the run killed.
+    Output,
+    /// The program sent a channel message over the host's limit, in bytes.
+    Message(usize),
+    /// The tool-call cap was reached and the run killed.
+    ToolCalls,
+    /// The child exited without an outcome.
+    Exited(i32),
+    /// A signal killed the child before it sent an outcome.
+    Signaled(i32),
+    /// sandpy failed (the run could not be set up or its report was lost).
+    Internal(String),
+}
+
+/// The execution of a native-tier run: the same statuses and messages as the
+/// WebAssembly tier's for the same events.
+pub(crate) fn native(
+    end: NativeEnd,
+    captured: Captured,
+    limits: &Limits,
+    tool_calls: u64,
+    memory_peak_bytes: u64,
+    duration: Duration,
+) -> Execution {
+    let mut execution = Execution {
+        status: Status::Ok,
+        stdout: captured.stdout,
+        stderr: captured.stderr,
+        return_value: None,
+        return_value_is_repr: false,
+        error: None,
+        output_truncated: captured.truncated,
+        duration_ms: duration.as_secs_f64() * 1e3,
+        memory_peak_bytes,
+        tool_calls,
+        violations: Vec::new(),
+        files: Vec::new(),
+    };
+    let (status, error) = match end {
+        _ if captured.truncated => Stop::Output(limits.output_bytes).verdict(),
+        NativeEnd::Output => Stop::Output(limits.output_bytes).verdict(),
+        NativeEnd::Message(cap) => Stop::Output(cap).verdict(),
+        NativeEnd::ToolCalls => Stop::ToolCalls(limits.tool_calls).verdict(),
+        NativeEnd::Timeout { waiting_for } => Stop::Timeout {
+            limit: limits.timeout,
+            waiting_for,
+        }
+        .verdict(),
+        NativeEnd::Outcome(outcome) => {
+            // The address-space cap is the only way a fork of a healthy zygote runs out.
+            let disk = outcome
+                .error
+                .as_ref()
+                .filter(|e| e.type_name == "OSError" && e.message.starts_with("[Errno 28]"))
+                .map(|_| "the scratch or /output folder is full (its disk quota)".to_string());
+            outcome_verdict(
+                outcome,
+                true,
+                disk,
+                limits,
+                limits.memory_bytes,
+                &mut execution,
+            )
+        }
+        NativeEnd::Exited(0) => (Status::Ok, None),
+        NativeEnd::Exited(code) => Stop::Exit(code).verdict(),
+        NativeEnd::Signaled(signal) => {
+            Stop::InterpreterCrash(format!("the process was killed by signal {signal}")).verdict()
+        }
+        NativeEnd::Internal(why) => (
+            Status::InternalError,
+            Some(ErrorInfo {
+                kind: "InternalError".into(),
+                message: why,
+                traceback: None,
+            }),
+        ),
+    };
+    execution.status = status;
+    execution.error = error;
+    execution
 }
 
 fn violation(v: GuestViolation) -> Violation {

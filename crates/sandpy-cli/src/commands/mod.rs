@@ -133,6 +133,17 @@ pub struct ConfigArgs {
     /// Runtime component from `sandpy build` [default: $SANDPY_RUNTIME, else the config's, else built-in].
     #[arg(long, value_name = "FILE")]
     pub runtime: Option<std::path::PathBuf>,
+    /// Where code runs: `wasm` (CPython 3.14 in WebAssembly) or `native` (the machine's
+    /// CPython with compiled packages, confined by the kernel) [default: the config's, else wasm].
+    #[arg(long, value_enum, value_name = "TIER")]
+    pub tier: Option<TierArg>,
+}
+
+/// The `--tier` values.
+#[derive(clap::ValueEnum, Clone, Copy)]
+pub enum TierArg {
+    Wasm,
+    Native,
 }
 
 impl ConfigArgs {
@@ -155,6 +166,21 @@ impl ConfigArgs {
     fn choose(&self, mut settings: sandpy::Settings) -> anyhow::Result<sandpy::Resolved> {
         if self.runtime.is_some() {
             settings.runtime = self.runtime.clone();
+        }
+        match self.tier {
+            Some(TierArg::Wasm) => settings.tier = sandpy::Tier::Wasm,
+            Some(TierArg::Native) => settings.tier = sandpy::Tier::Native,
+            None => {}
+        }
+        if cfg!(debug_assertions) {
+            // Test builds only: switch confinement layers off to show what each stops.
+            if let Ok(names) = std::env::var("SANDPY_TEST_NATIVE_LAYERS_OFF") {
+                let native = settings.native.get_or_insert_with(Default::default);
+                native.layers_off = names
+                    .split(',')
+                    .filter_map(|name| serde_json::from_value(name.into()).ok())
+                    .collect();
+            }
         }
         Ok(settings.resolve(self.policy.as_deref())?)
     }

@@ -1,0 +1,125 @@
+"""The Python side of the native tier: the zygote's start (`boot`) and one run in a
+confined child (`run`).
+
+The zygote imports `sandpy_guest` (the same runner, tool API and policy code as the
+WebAssembly guest) and the configured packages once; each run is a fork of it. The child
+talks to the host over one inherited socket (fd 3), one JSON line per message: the host
+sends the task, the child asks for tools (`ask`) and finally sends its outcome.
+"""
+
+import gc
+import importlib
+import json
+import os
+import site
+import sys
+
+CHANNEL_FD = 3
+_pending = bytearray()
+
+
+def boot(site_dirs: list[str], preimport: list[str]) -> None:
+    """Set up the zygote: packages' folders, the guest code, the configured imports.
+    A failure is written to the control socket (fd 3) and ends the process."""
+    try:
+        for folder in site_dirs:
+            site.addsitedir(folder)
+        from sandpy_guest import runner  # noqa: F401  (imports the stdlib and the tool API)
+
+        for name in preimport:
+            importlib.import_module(name)
+    except BaseException as exc:  # noqa: BLE001 - reported to the host, which refuses to start
+        message = f"{type(exc).__name__}: {exc}"
+        os.write(CHANNEL_FD, json.dumps({"error": message}).encode())
+        os._exit(1)
+    # Everything alive now is shared with every run copy-on-write: keep the collector
+    # from walking (and so copying) it in each child.
+    gc.collect()
+    gc.freeze()
+
+
+def _write(message: object) -> None:
+    data = memoryview((json.dumps(message) + "\n").encode())
+    while data:
+        data = data[os.write(CHANNEL_FD, data) :]
+
+
+def _read() -> object:
+    while True:
+        end = _pending.find(b"\n")
+        if end >= 0:
+            line = bytes(_pending[:end])
+            del _pending[: end + 1]
+            return json.loads(line)
+        chunk = os.read(CHANNEL_FD, 1 << 16)
+        if not chunk:
+            os._exit(70)  # the host is gone: nobody is left to read a result
+        _pending.extend(chunk)
+
+
+def ask(request: object) -> object:
+    """One request to the host and its answer."""
+    _write(request)
+    return _read()
+
+
+def _task(value: object):  # type: ignore[no-untyped-def]
+    from wit_world.imports import types
+
+    if value == "ListModules":
+        return types.Task_ListModules()
+    assert isinstance(value, dict)
+    ((kind, body),) = value.items()
+    if kind == "Run":
+        return types.Task_Run(body)
+    if kind == "Check":
+        return types.Task_Check(body)
+    if kind == "Call":
+        return types.Task_Call(types.FunctionCall(**body))
+    raise ValueError(f"unknown task {kind!r}")
+
+
+def _options(value: dict):  # type: ignore[no-untyped-def, type-arg]
+    from wit_world.imports import types
+
+    policy = value.get("policy")
+    return types.RunOptions(
+        filename=value["filename"],
+        policy=types.Policy(**policy) if policy is not None else None,
+        keep_globals=value["keep_globals"],
+    )
+
+
+def _encode(outcome) -> dict:  # type: ignore[no-untyped-def, type-arg]
+    from wit_world.imports import types
+
+    value = outcome.value
+    if isinstance(value, types.Value_Json):
+        value = {"Json": value.value}
+    elif isinstance(value, types.Value_Repr):
+        value = {"Repr": value.value}
+    error = outcome.error
+    if error is not None:
+        error = {"type_name": error.type_name, "message": error.message, "traceback": error.traceback}
+    violations = [
+        {"line": v.line, "column": v.column, "rule": v.rule, "message": v.message} for v in outcome.violations
+    ]
+    return {"value": value, "error": error, "violations": violations}
+
+
+def _reseed() -> None:
+    """State every fork would otherwise share with its siblings."""
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()  # from the kernel's entropy
+
+
+def run() -> None:
+    """Run the task the host sends, in this (confined) child, and send its outcome."""
+    from sandpy_guest import runner
+
+    request = _read()
+    assert isinstance(request, dict)
+    _reseed()
+    outcome = runner.execute(_task(request["task"]), _options(request["options"]))
+    _write({"outcome": _encode(outcome)})

@@ -1,0 +1,85 @@
+"""The records and variants of the `types` interface of `guest/wit/sandpy.wit`."""
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass
+class FunctionCall:
+    code: str
+    function: str
+    arguments: str
+
+
+@dataclass
+class Task_Run:
+    value: str
+
+
+@dataclass
+class Task_Call:
+    value: FunctionCall
+
+
+@dataclass
+class Task_ListModules:
+    pass
+
+
+@dataclass
+class Task_Check:
+    value: str
+
+
+Task = Task_Run | Task_Call | Task_ListModules | Task_Check
+
+
+@dataclass
+class Policy:
+    name: str
+    allowed_modules: Optional[list[str]]
+    denied_modules: list[str]
+    denied_builtins: list[str]
+    denied_attributes: list[str]
+
+
+@dataclass
+class Violation:
+    line: int
+    column: int
+    rule: str
+    message: str
+
+
+@dataclass
+class RunOptions:
+    filename: str
+    policy: Optional[Policy]
+    keep_globals: bool
+
+
+@dataclass
+class PythonError:
+    type_name: str
+    message: str
+    traceback: str
+
+
+@dataclass
+class Value_Json:
+    value: str
+
+
+@dataclass
+class Value_Repr:
+    value: str
+
+
+Value = Value_Json | Value_Repr
+
+
+@dataclass
+class Outcome:
+    value: Optional[Value]
+    error: Optional[PythonError]
+    violations: list[Violation]

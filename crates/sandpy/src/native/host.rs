@@ -1,0 +1,580 @@
+//! The host side of the native tier: starts the zygote, and for each run hands it the
+//! run's descriptors, then serves the run's channel (task, tool calls, outcome), reads
+//! its output under the cap and its supervisor's report, and decides the execution.
+
+use super::confine;
+use super::protocol::{
+    task_line, Ended, GuestMessage, Report, RunFds, RunRequest, ZygoteSetup, ZygoteStatus,
+};
+use super::python::PythonInstall;
+use super::{guest_files, Layer, NativeConfig, NativeError};
+use crate::bindings::{GuestOptions, Outcome, Task, ToolCall};
+use crate::execution::Execution;
+use crate::host::ToolAccess;
+use crate::output::{Capture, Which};
+use crate::verdict::{self, NativeEnd};
+use crate::{Limits, OutputFile};
+use nix::sys::socket::{
+    sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
+};
+use std::io::IoSlice;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Host paths every run reads besides the Python installation: the system's libraries
+/// (and the links to them) and the dynamic linker's cache.
+const SYSTEM_PATHS: [&str; 7] = [
+    "/usr",
+    "/bin",
+    "/lib",
+    "/lib64",
+    "/sbin",
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+];
+
+/// How long the zygote may take to import its packages.
+const START_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long after its time limit a run's report may take before the host gives up.
+const REPORT_GRACE: Duration = Duration::from_secs(2);
+
+/// A running zygote and what runs need to know about it.
+pub struct NativeTier {
+    control: OwnedFd,
+    zygote: std::sync::Mutex<std::process::Child>,
+    install: PythonInstall,
+    rss_bytes: u64,
+    layers_off: Vec<Layer>,
+}
+
+impl std::fmt::Debug for NativeTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeTier")
+            .field("python", &self.install.version)
+            .field("prefix", &self.install.prefix)
+            .finish()
+    }
+}
+
+impl NativeTier {
+    /// Check the kernel, find the Python, start the zygote and wait until its packages
+    /// are imported. Blocking (seconds with large packages).
+    pub fn start(config: &NativeConfig, cache_dir: &Path) -> Result<NativeTier, NativeError> {
+        confine::kernel_support().map_err(NativeError::Kernel)?;
+        let python = config.python_executable();
+        let install = PythonInstall::probe(&python)?;
+        let guest_dir = guest_files::write(cache_dir)?;
+        let mut readable: Vec<PathBuf> = SYSTEM_PATHS.iter().map(PathBuf::from).collect();
+        readable.extend(confine::DEVICES.iter().map(PathBuf::from));
+        for folder in install.folders().into_iter().chain([guest_dir.clone()]) {
+            readable.push(folder.canonicalize().unwrap_or(folder));
+        }
+        let setup = ZygoteSetup {
+            libpython: install.libpython.clone().unwrap_or_default(),
+            python_home: install.base_prefix.clone(),
+            guest_dir,
+            site_dirs: install.site_dirs.clone(),
+            preimport: config.preimport.clone(),
+            readable,
+        };
+        let (control, zygote_end) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(|e| NativeError::Start(format!("socketpair: {e}")))?;
+        let launcher = match &config.launcher {
+            Some(path) => path.clone(),
+            None => std::env::current_exe().map_err(|source| NativeError::Launcher {
+                launcher: PathBuf::from("(this program)"),
+                source,
+            })?,
+        };
+        let zygote_fd = zygote_end.as_raw_fd();
+        let mut command = std::process::Command::new(&launcher);
+        command
+            .arg(super::zygote::ZYGOTE_ARG)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        // SAFETY: only dup2 runs between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::dup2(zygote_fd, super::zygote::CONTROL_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().map_err(|source| NativeError::Launcher {
+            launcher: launcher.clone(),
+            source,
+        })?;
+        drop(zygote_end);
+        let mut tier = NativeTier {
+            control,
+            zygote: std::sync::Mutex::new(child),
+            install,
+            rss_bytes: 0,
+            layers_off: config.layers_off.clone(),
+        };
+        let setup_json =
+            serde_json::to_vec(&setup).map_err(|e| NativeError::Start(e.to_string()))?;
+        send(&tier.control, &setup_json, &[])
+            .map_err(|e| NativeError::Start(format!("cannot reach the zygote: {e}")))?;
+        match tier.receive_status()? {
+            ZygoteStatus::Ready { rss_bytes, .. } => tier.rss_bytes = rss_bytes,
+            ZygoteStatus::Error(message) => return Err(NativeError::Start(message)),
+        }
+        Ok(tier)
+    }
+
+    fn receive_status(&self) -> Result<ZygoteStatus, NativeError> {
+        let mut polled = [libc::pollfd {
+            fd: self.control.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let ms = START_TIMEOUT.as_millis() as i32;
+        // SAFETY: poll over one valid pollfd.
+        if unsafe { libc::poll(polled.as_mut_ptr(), 1, ms) } <= 0 {
+            return Err(NativeError::Start(format!(
+                "the zygote did not start within {} s",
+                START_TIMEOUT.as_secs()
+            )));
+        }
+        let mut buffer = vec![0u8; 1 << 16];
+        // SAFETY: a read into a valid buffer.
+        let n = unsafe {
+            libc::read(
+                self.control.as_raw_fd(),
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
+            )
+        };
+        if n <= 0 {
+            let status = self.zygote.lock().ok().and_then(|mut c| c.wait().ok());
+            return Err(NativeError::Start(format!(
+                "the zygote exited before it was ready ({})",
+                status.map_or("unknown status".into(), |s| s.to_string())
+            )));
+        }
+        serde_json::from_slice(&buffer[..n as usize])
+            .map_err(|e| NativeError::Start(format!("bad answer from the zygote: {e}")))
+    }
+
+    /// The Python version runs get.
+    pub fn python_version(&self) -> &str {
+        &self.install.version
+    }
+
+    /// Run `task` in a new confined fork of the zygote.
+    pub(crate) async fn run(
+        &self,
+        task: &Task,
+        options: &GuestOptions,
+        limits: &Limits,
+        tools: ToolAccess,
+        stdin: Option<&[u8]>,
+        started: Instant,
+    ) -> Execution {
+        let capture = Capture::new(limits.output_bytes);
+        let mut run = Run {
+            tools,
+            capture: capture.clone(),
+            limits,
+        };
+        let (end, report) = match self.launch(limits) {
+            Ok(launched) => run.serve(launched, task, options, stdin, started).await,
+            Err(why) => (NativeEnd::Internal(why), None),
+        };
+        let (memory_peak, files) = match report {
+            Some(report) => (
+                report.max_rss_bytes,
+                report
+                    .files
+                    .into_iter()
+                    .map(|f| OutputFile::new(f.name, f.content))
+                    .collect(),
+            ),
+            None => (0, Vec::new()),
+        };
+        let mut execution = verdict::native(
+            end,
+            capture.finish(),
+            limits,
+            run.tools.calls as u64,
+            memory_peak,
+            started.elapsed(),
+        );
+        execution.files = files;
+        execution
+    }
+
+    /// Hand the zygote a run request with the run's descriptors; the host's ends.
+    fn launch(&self, limits: &Limits) -> Result<Launched, String> {
+        let pair = || {
+            socketpair(
+                AddressFamily::Unix,
+                SockType::Stream,
+                None,
+                SockFlag::SOCK_CLOEXEC,
+            )
+        };
+        let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC);
+        let made = (|| -> nix::Result<_> {
+            let (channel, child_channel) = pair()?;
+            let (report, supervisor_report) = pair()?;
+            let (stdin_read, stdin_write) = pipe()?;
+            let (stdout_read, stdout_write) = pipe()?;
+            let (stderr_read, stderr_write) = pipe()?;
+            let fds = RunFds {
+                channel: child_channel,
+                stdin: stdin_read,
+                stdout: stdout_write,
+                stderr: stderr_write,
+                report: supervisor_report,
+            };
+            let launched = Launched {
+                channel,
+                report,
+                stdin: stdin_write,
+                stdout: stdout_read,
+                stderr: stderr_read,
+            };
+            Ok((fds, launched))
+        })();
+        let (fds, launched) =
+            made.map_err(|e| format!("cannot make the run's descriptors: {e}"))?;
+        let request = RunRequest {
+            timeout_ms: limits.timeout.as_millis().min(u64::MAX as u128) as u64,
+            memory_bytes: limits.memory_bytes as u64,
+            disk_bytes: limits.disk_bytes,
+            output_files_bytes: limits.output_files_bytes,
+            without: self.layers_off.clone(),
+        };
+        let json = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
+        let raw = [
+            fds.channel.as_raw_fd(),
+            fds.stdin.as_raw_fd(),
+            fds.stdout.as_raw_fd(),
+            fds.stderr.as_raw_fd(),
+            fds.report.as_raw_fd(),
+        ];
+        send(&self.control, &json, &raw).map_err(|e| {
+            let status = self
+                .zygote
+                .lock()
+                .ok()
+                .and_then(|mut c| c.try_wait().ok().flatten());
+            match status {
+                Some(status) => format!("the native tier's zygote has exited ({status})"),
+                None => format!("cannot reach the native tier's zygote: {e}"),
+            }
+        })?;
+        Ok(launched)
+    }
+}
+
+impl Drop for NativeTier {
+    fn drop(&mut self) {
+        // The zygote leaves when its control socket closes; runs in flight end with it.
+        let _ =
+            nix::sys::socket::shutdown(self.control.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        if let Ok(mut child) = self.zygote.lock() {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn send(control: &OwnedFd, bytes: &[u8], fds: &[i32]) -> nix::Result<()> {
+    let iov = [IoSlice::new(bytes)];
+    let rights = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &rights };
+    loop {
+        match sendmsg::<()>(
+            control.as_raw_fd(),
+            &iov,
+            cmsgs,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => return other.map(drop),
+        }
+    }
+}
+
+/// The host's ends of one run's descriptors.
+struct Launched {
+    channel: OwnedFd,
+    report: OwnedFd,
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+}
+
+/// One run being served.
+struct Run<'a> {
+    tools: ToolAccess,
+    capture: Capture,
+    limits: &'a Limits,
+}
+
+/// Bytes read at a time from each stream.
+const CHUNK: usize = 64 << 10;
+
+impl Run<'_> {
+    /// The longest channel message the host holds: a batch of calls with arguments at
+    /// their cap, or an outcome whose texts are at the output cap, JSON-escaped.
+    fn max_message(&self) -> usize {
+        let limits = self.limits;
+        limits
+            .tool_result_bytes
+            .max(limits.output_bytes)
+            .saturating_mul(8)
+            .saturating_add(1 << 20)
+    }
+
+    async fn serve(
+        &mut self,
+        launched: Launched,
+        task: &Task,
+        options: &GuestOptions,
+        stdin: Option<&[u8]>,
+        started: Instant,
+    ) -> (NativeEnd, Option<Report>) {
+        let stream = |fd: OwnedFd| {
+            let std = std::os::unix::net::UnixStream::from(fd);
+            std.set_nonblocking(true)?;
+            tokio::net::UnixStream::from_std(std)
+        };
+        let opened = (|| -> std::io::Result<_> {
+            Ok((
+                stream(launched.channel)?,
+                stream(launched.report)?,
+                tokio::net::unix::pipe::Sender::from_owned_fd(launched.stdin)?,
+                tokio::net::unix::pipe::Receiver::from_owned_fd(launched.stdout)?,
+                tokio::net::unix::pipe::Receiver::from_owned_fd(launched.stderr)?,
+            ))
+        })();
+        let (channel, mut report, mut stdin_pipe, mut stdout, mut stderr) = match opened {
+            Ok(opened) => opened,
+            Err(e) => return (NativeEnd::Internal(format!("run descriptors: {e}")), None),
+        };
+        let (mut channel_read, mut channel_write) = channel.into_split();
+        let first = task_line(task, options);
+        let stdin_bytes = stdin.unwrap_or_default().to_vec();
+        // The task and stdin are written beside the rest, so that a program that does not
+        // read them cannot stall the host.
+        let writes = async move {
+            let task_sent = channel_write.write_all(&first).await;
+            (channel_write, task_sent)
+        };
+        let stdin_task = async move {
+            let _ = stdin_pipe.write_all(&stdin_bytes).await;
+        };
+        tokio::pin!(writes, stdin_task);
+        let mut channel_write = None;
+        let mut stdin_done = false;
+
+        let deadline = started + self.limits.timeout;
+        self.tools.deadline = Some(deadline.into());
+        let run_deadline = tokio::time::Instant::from_std(deadline);
+        let hard_deadline = tokio::time::Instant::from_std(
+            started + self.limits.timeout.saturating_add(REPORT_GRACE),
+        );
+        let max_message = self.max_message();
+        let mut message: Vec<u8> = Vec::new();
+        let mut outcome: Option<Outcome> = None;
+        let mut stopped: Option<NativeEnd> = None;
+        let mut report_bytes: Vec<u8> = Vec::new();
+        let report_cap = (self.limits.output_files_bytes as usize)
+            .saturating_mul(2)
+            .saturating_add(1 << 20);
+        let (mut channel_open, mut stdout_open, mut stderr_open, mut report_open) =
+            (true, true, true, true);
+        let mut out_buf = vec![0u8; CHUNK];
+        let mut err_buf = vec![0u8; CHUNK];
+        let mut channel_buf = vec![0u8; CHUNK];
+        let mut report_buf = vec![0u8; CHUNK];
+
+        while channel_open || stdout_open || stderr_open || report_open {
+            tokio::select! {
+                written = &mut writes, if channel_write.is_none() => {
+                    let (writer, sent) = written;
+                    channel_write = Some(writer);
+                    if sent.is_err() {
+                        // The child died before reading its task; its report says why.
+                    }
+                }
+                _ = &mut stdin_task, if !stdin_done => stdin_done = true,
+                n = stdout.read(&mut out_buf), if stdout_open => match n {
+                    Ok(n) if n > 0 => {
+                        if !self.capture.append(Which::Stdout, &out_buf[..n]) {
+                            stopped.get_or_insert(NativeEnd::Output);
+                            break;
+                        }
+                    }
+                    _ => stdout_open = false,
+                },
+                n = stderr.read(&mut err_buf), if stderr_open => match n {
+                    Ok(n) if n > 0 => {
+                        if !self.capture.append(Which::Stderr, &err_buf[..n]) {
+                            stopped.get_or_insert(NativeEnd::Output);
+                            break;
+                        }
+                    }
+                    _ => stderr_open = false,
+                },
+                n = report.read(&mut report_buf), if report_open => match n {
+                    Ok(n) if n > 0 => {
+                        if report_bytes.len() + n > report_cap {
+                            stopped.get_or_insert(NativeEnd::Internal(
+                                "the run's report is over its size limit".into(),
+                            ));
+                            break;
+                        }
+                        report_bytes.extend_from_slice(&report_buf[..n]);
+                    }
+                    _ => report_open = false,
+                },
+                n = channel_read.read(&mut channel_buf), if channel_open && channel_write.is_some() => match n {
+                    Ok(n) if n > 0 => {
+                        message.extend_from_slice(&channel_buf[..n]);
+                        while let Some(end) = message.iter().position(|&b| b == b'\n') {
+                            let line: Vec<u8> = message.drain(..=end).collect();
+                            let Some(writer) = channel_write.as_mut() else { break };
+                            let answered = tokio::time::timeout_at(
+                                run_deadline,
+                                self.answer(&line[..end], writer, &mut outcome),
+                            );
+                            match answered.await {
+                                Ok(Ok(())) => {}
+                                Ok(Err(end)) => {
+                                    stopped.get_or_insert(end);
+                                    break;
+                                }
+                                Err(_) => {
+                                    stopped.get_or_insert(NativeEnd::Timeout {
+                                        waiting_for: self.tools.waiting_for(),
+                                    });
+                                    break;
+                                }
+                            }
+                        }
+                        if stopped.is_some() {
+                            break;
+                        }
+                        if message.len() > max_message {
+                            stopped.get_or_insert(NativeEnd::Message(max_message));
+                            break;
+                        }
+                    }
+                    _ => channel_open = false,
+                },
+                _ = tokio::time::sleep_until(hard_deadline) => {
+                    stopped.get_or_insert(NativeEnd::Timeout {
+                        waiting_for: self.tools.waiting_for(),
+                    });
+                    break;
+                }
+            }
+        }
+        if stopped.is_some() {
+            // Hanging up the report socket makes the supervisor kill the run.
+            drop(report);
+            return (stopped.unwrap_or(NativeEnd::Output), None);
+        }
+        let report: Option<Report> = serde_json::from_slice(&report_bytes).ok();
+        let end = match (&report, outcome) {
+            (None, _) => NativeEnd::Internal("the run's supervisor ended without a report".into()),
+            (Some(report), outcome) => match (&report.ended, outcome) {
+                (Ended::TimedOut, _) => NativeEnd::Timeout {
+                    waiting_for: self.tools.waiting_for(),
+                },
+                (Ended::Failed(why), _) => {
+                    NativeEnd::Internal(format!("the run could not be set up: {why}"))
+                }
+                (_, Some(outcome)) => NativeEnd::Outcome(outcome),
+                (Ended::Exited(code), None) if *code == super::supervisor::CONFINEMENT_FAILED => {
+                    NativeEnd::Internal("the run could not be confined (see stderr)".into())
+                }
+                (Ended::Exited(code), None) => NativeEnd::Exited(*code),
+                (Ended::Signaled(signal), None) => NativeEnd::Signaled(*signal),
+            },
+        };
+        (end, report)
+    }
+
+    /// Answer one message of the child; the outcome is kept. An `Err` ends the run.
+    async fn answer(
+        &mut self,
+        line: &[u8],
+        writer: &mut tokio::net::unix::OwnedWriteHalf,
+        outcome: &mut Option<Outcome>,
+    ) -> Result<(), NativeEnd> {
+        let message: GuestMessage = serde_json::from_slice(line).map_err(|e| {
+            NativeEnd::Internal(format!(
+                "the run sent a malformed message on its channel: {e}"
+            ))
+        })?;
+        let internal = |e: wasmtime::Error| NativeEnd::Internal(e.to_string());
+        let answer = match message {
+            GuestMessage::Outcome(reported) => {
+                *outcome = Some(reported.into());
+                return Ok(());
+            }
+            GuestMessage::CallTools(calls) => {
+                let calls = calls
+                    .into_iter()
+                    .map(|c| ToolCall {
+                        name: c.name,
+                        arguments: c.arguments,
+                    })
+                    .collect();
+                match self.tools.call_tools(calls).await {
+                    Ok(results) => serde_json::to_value(results),
+                    Err(_) if self.tools.limit_hit => return Err(NativeEnd::ToolCalls),
+                    Err(e) => return Err(internal(e)),
+                }
+            }
+            GuestMessage::ListTools => {
+                serde_json::to_value(self.tools.list_tools().await.map_err(internal)?)
+            }
+            GuestMessage::ToolNames => {
+                serde_json::to_value(self.tools.tool_names().await.map_err(internal)?)
+            }
+            GuestMessage::ToolSchema(name) => {
+                serde_json::to_value(self.tools.tool_schema(name).await.map_err(internal)?)
+            }
+            GuestMessage::SearchTools { query, limit } => serde_json::to_value(
+                self.tools
+                    .search_tools(query, limit)
+                    .await
+                    .map_err(internal)?,
+            ),
+        };
+        let mut bytes = answer
+            .map_err(|e| NativeEnd::Internal(e.to_string()))?
+            .to_string()
+            .into_bytes();
+        bytes.push(b'\n');
+        // A child that stopped reading only stalls itself: its time limit still runs.
+        let _ = writer.write_all(&bytes).await;
+        Ok(())
+    }
+}

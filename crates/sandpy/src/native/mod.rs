@@ -1,0 +1,157 @@
+//! The native tier: real CPython with compiled packages (numpy, pandas, scikit-learn),
+//! each run a fork of a zygote that imported them once, confined by the kernel instead
+//! of by WebAssembly. Same [`Execution`](crate::Execution), statuses, limits, policies
+//! and in-sandbox tool API as the WebAssembly tier, which stays the default; the
+//! operator chooses this tier in the config, never the code.
+//!
+//! Processes: the host (this library) starts the zygote (`zygote`), a process of its own
+//! that embeds the configured Python (`python`). Per run the zygote forks a supervisor
+//! (`supervisor`) that enters new namespaces and builds the run's filesystem, then forks
+//! the child that confines itself (`confine`, `seccomp`) and runs the code. The child's
+//! only way out is its channel to the host (`protocol`, served by `host`).
+//!
+//! What it shares with the host is the kernel: see the README's security model.
+
+#[cfg(target_os = "linux")]
+mod confine;
+#[cfg(target_os = "linux")]
+mod guest_files;
+#[cfg(target_os = "linux")]
+mod host;
+#[cfg(target_os = "linux")]
+mod protocol;
+#[cfg(target_os = "linux")]
+mod python;
+#[cfg(target_os = "linux")]
+mod seccomp;
+#[cfg(target_os = "linux")]
+mod supervisor;
+#[cfg(target_os = "linux")]
+mod zygote;
+
+#[cfg(target_os = "linux")]
+pub use host::NativeTier;
+#[cfg(target_os = "linux")]
+pub use zygote::{main_if_requested, ZYGOTE_ARG};
+
+/// Without Linux there is no native tier, and no process is ever a zygote.
+#[cfg(not(target_os = "linux"))]
+pub fn main_if_requested() {}
+
+/// A confinement layer, named for the test builds that switch one off to show that its
+/// own attack then gets through (honoured only by debug builds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layer {
+    /// Landlock: file access, TCP, signal and abstract-socket scoping.
+    Landlock,
+    /// The seccomp allow-list.
+    Seccomp,
+    /// The run's own pid namespace.
+    PidNamespace,
+    /// `setsid`: the run in its own session and process group.
+    Setsid,
+}
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The `sandpy.native` section of a config file: which Python and packages the native
+/// tier runs. Defaults: `python3` from `PATH`, no venv, nothing pre-imported.
+///
+/// ```json
+/// "native": { "venv": "native-venv", "packages": ["numpy==2.3.5", "pandas==2.3.3"],
+///             "preimport": ["numpy", "pandas"] }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NativeConfig {
+    /// The Python executable (3.10+, with a shared libpython). Default: the venv's
+    /// `bin/python`, else `python3` from `PATH`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<PathBuf>,
+    /// A virtual environment whose packages runs may import; `sandpy build --native`
+    /// makes it from `packages`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub venv: Option<PathBuf>,
+    /// Pip requirements that `sandpy build --native` installs into `venv`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<String>,
+    /// Modules the zygote imports once, so that every run starts with them loaded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preimport: Vec<String>,
+    /// The program started as the zygote; default: this process's own executable, whose
+    /// `main` must call [`main_if_requested`] first.
+    #[serde(skip)]
+    pub launcher: Option<PathBuf>,
+    /// Confinement layers switched off, for tests that show each layer stops its own
+    /// attack. Honoured by debug builds only.
+    #[serde(skip)]
+    pub layers_off: Vec<Layer>,
+}
+
+impl NativeConfig {
+    /// The Python executable to run.
+    pub fn python_executable(&self) -> PathBuf {
+        if let Some(python) = &self.python {
+            return python.clone();
+        }
+        if let Some(venv) = &self.venv {
+            return venv.join("bin").join("python");
+        }
+        PathBuf::from("python3")
+    }
+
+    /// Make a relative `venv` (and a relative `python` path, not a bare name looked up
+    /// on `PATH`) relative to `base`, the config file's folder.
+    pub fn resolve_paths(&mut self, base: &Path) {
+        if let Some(venv) = &mut self.venv {
+            if venv.is_relative() {
+                *venv = base.join(&*venv);
+            }
+        }
+        if let Some(python) = &mut self.python {
+            if python.is_relative() && python.components().count() > 1 {
+                *python = base.join(&*python);
+            }
+        }
+    }
+}
+
+/// The native tier could not start; says which part and why.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NativeError {
+    /// The kernel lacks a feature the confinement needs; the tier never runs unconfined.
+    #[error("the native tier needs a kernel feature this machine lacks: {0}")]
+    Kernel(String),
+    /// The configured Python cannot be used.
+    #[error("cannot use `{}` for the native tier: {message}", .python.display())]
+    Python {
+        /// The executable.
+        python: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The guest code could not be written to the cache.
+    #[error("cannot write the native tier's guest code to `{}`", .path.display())]
+    Guest {
+        /// The folder.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The zygote's program could not be started.
+    #[error("cannot start the native tier's zygote `{}`", .launcher.display())]
+    Launcher {
+        /// The program.
+        launcher: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The zygote started but did not become ready.
+    #[error("the native tier's zygote did not start: {0}")]
+    Start(String),
+}

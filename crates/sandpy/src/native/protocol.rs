@@ -1,0 +1,220 @@
+//! The messages between the host, the zygote, a run's supervisor and its child.
+//!
+//! - host -> zygote (control socket, one datagram each): [`ZygoteSetup`] once, then one
+//!   [`RunRequest`] per run with the run's descriptors attached ([`RunFds`]);
+//!   zygote -> host: one [`ZygoteStatus`].
+//! - supervisor -> host (the run's report socket): one [`Report`], then EOF.
+//! - child <-> host (the run's channel, one JSON line each): the task
+//!   ([`task_line`]), then [`GuestMessage`]s from the child, each but the outcome
+//!   answered with one line.
+
+use super::Layer;
+use crate::bindings::{GuestOptions, Task};
+use serde::{Deserialize, Serialize};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+/// The zygote's start: which Python, what it imports, what its children may read.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ZygoteSetup {
+    pub libpython: PathBuf,
+    pub python_home: PathBuf,
+    /// Folder of the guest's Python code (`sandpy_guest`, `sandpy_native`, the shims).
+    pub guest_dir: PathBuf,
+    pub site_dirs: Vec<PathBuf>,
+    pub preimport: Vec<String>,
+    /// Host paths the confined child sees, read-only, at the same place.
+    pub readable: Vec<PathBuf>,
+}
+
+/// The zygote's answer to its setup.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ZygoteStatus {
+    /// Ready for runs; its address-space size and resident size, in bytes.
+    Ready { vm_bytes: u64, rss_bytes: u64 },
+    /// It could not start, and why.
+    Error(String),
+}
+
+/// One run's limits, for the supervisor and the child.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RunRequest {
+    pub timeout_ms: u64,
+    /// The memory cap: address space the child may add to the zygote's.
+    pub memory_bytes: u64,
+    /// Size of the scratch folder `/tmp`.
+    pub disk_bytes: u64,
+    /// Size of `/output`.
+    pub output_files_bytes: u64,
+    /// Layers switched off (test builds only).
+    #[serde(default)]
+    pub without: Vec<Layer>,
+}
+
+/// The descriptors a run request carries, in this order.
+pub(crate) struct RunFds {
+    /// The child's end of the channel (fd 3 in the child).
+    pub channel: OwnedFd,
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    /// The supervisor's end of the report socket.
+    pub report: OwnedFd,
+}
+
+impl RunFds {
+    pub const COUNT: usize = 5;
+
+    pub fn from_vec(fds: Vec<OwnedFd>) -> Option<RunFds> {
+        let [channel, stdin, stdout, stderr, report]: [OwnedFd; RunFds::COUNT] =
+            fds.try_into().ok()?;
+        Some(RunFds {
+            channel,
+            stdin,
+            stdout,
+            stderr,
+            report,
+        })
+    }
+}
+
+/// How the child ended, as its supervisor saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Ended {
+    /// It exited with this status.
+    Exited(i32),
+    /// A signal killed it.
+    Signaled(i32),
+    /// The supervisor killed it at its deadline.
+    TimedOut,
+    /// The run could not be set up; nothing ran.
+    Failed(String),
+}
+
+/// What the supervisor reports once the child is gone.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Report {
+    pub ended: Ended,
+    /// The child's peak resident size (the zygote's pages it shares included), in bytes.
+    pub max_rss_bytes: u64,
+    /// Files left under `/output`.
+    pub files: Vec<ReportFile>,
+}
+
+/// A file of `/output`.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ReportFile {
+    /// Relative to `/output`, `/`-separated.
+    pub name: String,
+    #[serde(with = "crate::files::base64_bytes")]
+    pub content: Vec<u8>,
+}
+
+/// A message from the child on the channel.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum GuestMessage {
+    CallTools(Vec<GuestToolCall>),
+    ListTools,
+    ToolNames,
+    ToolSchema(String),
+    SearchTools { query: String, limit: u32 },
+    Outcome(GuestOutcome),
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct GuestToolCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// The guest's outcome (`wit_world.imports.types.Outcome`, as `sandpy_native` writes it).
+#[derive(Debug, Deserialize)]
+pub(crate) struct GuestOutcome {
+    value: Option<GuestValue>,
+    error: Option<GuestError>,
+    violations: Vec<GuestViolationLine>,
+}
+
+#[derive(Debug, Deserialize)]
+enum GuestValue {
+    Json(String),
+    Repr(String),
+}
+
+#[derive(Debug, Deserialize)]
+struct GuestError {
+    type_name: String,
+    message: String,
+    traceback: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct GuestViolationLine {
+    line: u32,
+    column: u32,
+    rule: String,
+    message: String,
+}
+
+impl From<GuestOutcome> for crate::bindings::Outcome {
+    fn from(outcome: GuestOutcome) -> Self {
+        use crate::bindings::{GuestViolation, PythonError, Value};
+        crate::bindings::Outcome {
+            value: outcome.value.map(|value| match value {
+                GuestValue::Json(text) => Value::Json(text),
+                GuestValue::Repr(text) => Value::Repr(text),
+            }),
+            error: outcome.error.map(|e| PythonError {
+                type_name: e.type_name,
+                message: e.message,
+                traceback: e.traceback,
+            }),
+            violations: outcome
+                .violations
+                .into_iter()
+                .map(|v| GuestViolation {
+                    line: v.line,
+                    column: v.column,
+                    rule: v.rule,
+                    message: v.message,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The channel's first line: the task and its options, as `sandpy_native.run` reads them.
+pub(crate) fn task_line(task: &Task, options: &GuestOptions) -> Vec<u8> {
+    use serde_json::json;
+    let task = match task {
+        Task::Run(code) => json!({ "Run": code }),
+        Task::Check(code) => json!({ "Check": code }),
+        Task::ListModules => json!("ListModules"),
+        Task::Call(call) => json!({ "Call": {
+            "code": call.code, "function": call.function, "arguments": call.arguments,
+        }}),
+    };
+    let policy = options.policy.as_ref().map(|p| {
+        json!({
+            "name": p.name,
+            "allowed_modules": p.allowed_modules,
+            "denied_modules": p.denied_modules,
+            "denied_builtins": p.denied_builtins,
+            "denied_attributes": p.denied_attributes,
+        })
+    });
+    let line = json!({
+        "task": task,
+        "options": {
+            "filename": options.filename,
+            "policy": policy,
+            "keep_globals": options.keep_globals,
+        },
+    });
+    let mut bytes = line.to_string().into_bytes();
+    bytes.push(b'\n');
+    bytes
+}
