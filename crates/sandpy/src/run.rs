@@ -172,13 +172,13 @@ impl Runner {
 
     /// Run `task` in a new instance, dropped afterwards.
     pub async fn fresh(&self, task: Task, options: &RunOptions) -> Execution {
+        if options.tier == crate::Tier::Native {
+            return self.native_fresh(&task, options).await;
+        }
         let run = match self.admit(&task, options).await {
             Ok(run) => run,
             Err(refused) => return refused.into(),
         };
-        if options.tier == crate::Tier::Native {
-            return self.native_fresh(&task, options, run).await;
-        }
         let limits = &run.limits;
         let deadline = run.deadline();
         let made = Guest::new(
@@ -212,16 +212,21 @@ impl Runner {
     /// Run `task` in a confined fork of the native tier's zygote (started now if this is
     /// its first run).
     #[cfg(target_os = "linux")]
-    async fn native_fresh(&self, task: &Task, options: &RunOptions, run: Admitted) -> Execution {
+    async fn native_fresh(&self, task: &Task, options: &RunOptions) -> Execution {
         if !options.files.is_empty() || !options.mounts.is_empty() {
             return Execution::refused(
                 Status::InvalidInput,
                 "input files and mounts are not available in the native tier yet".into(),
             );
         }
+        // Started before the run is admitted: the zygote's imports are not the run's time.
         let tier = match self.native_tier().await {
             Ok(tier) => tier,
             Err(message) => return Execution::refused(Status::InternalError, message),
+        };
+        let run = match self.admit(task, options).await {
+            Ok(run) => run,
+            Err(refused) => return refused.into(),
         };
         let guest_options = guest_options(options, false);
         tier.run(
@@ -236,7 +241,7 @@ impl Runner {
     }
 
     #[cfg(not(target_os = "linux"))]
-    async fn native_fresh(&self, _: &Task, _: &RunOptions, _: Admitted) -> Execution {
+    async fn native_fresh(&self, _: &Task, _: &RunOptions) -> Execution {
         Execution::refused(Status::InvalidInput, "the native tier needs Linux".into())
     }
 

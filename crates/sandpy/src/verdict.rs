@@ -257,7 +257,8 @@ fn outcome_verdict(
         .verdict();
     }
     if let Some(error) = outcome.error {
-        if memory_refused && error.type_name == "MemoryError" {
+        // `MemoryError` or a subclass (numpy's `_ArrayMemoryError`).
+        if memory_refused && error.type_name.ends_with("MemoryError") {
             return Stop::Memory(memory_cap).verdict();
         }
         if let Some(refusal) = disk_refusal {

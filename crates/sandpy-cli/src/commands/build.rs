@@ -28,10 +28,18 @@ pub struct Args {
     /// Only install the packages into DIR, to mount read-only with `--mount DIR:/packages`.
     #[arg(long, value_name = "DIR")]
     folder: Option<PathBuf>,
+    /// Make the native tier's virtual environment instead: the packages (any, compiled
+    /// ones too) from PyPI wheels into the config's `sandpy.native.venv` (or --output)
+    /// [default packages: the config's `sandpy.native.packages`].
+    #[arg(long, conflicts_with_all = ["folder", "no_defaults"])]
+    native: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let settings = sandpy::ConfigFile::discover(args.config.as_deref())?.settings;
+    if args.native {
+        return native(&args, settings);
+    }
     let mut wanted = if args.with.is_empty() {
         settings.packages.clone()
     } else {
@@ -96,6 +104,38 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     eprintln!(
         "sandpy: use it with `sandpy run --mount {}:/packages ...`",
         folder.display()
+    );
+    Ok(Outcome::Success)
+}
+
+/// `sandpy build --native`: the native tier's venv.
+fn native(args: &Args, settings: sandpy::Settings) -> anyhow::Result<Outcome> {
+    let config = settings.native.unwrap_or_default();
+    let packages = if args.with.is_empty() {
+        config.packages.clone()
+    } else {
+        args.with.clone()
+    };
+    let Some(venv) = args.output.clone().or(config.venv.clone()) else {
+        bail!("say where the venv goes: --output DIR, or `sandpy.native.venv` in the config");
+    };
+    let python = config
+        .python
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("python3"));
+    sandpy::native::build_venv(&python, &venv, &packages)?;
+    eprintln!(
+        "sandpy: made {} with {}",
+        venv.display(),
+        if packages.is_empty() {
+            "no packages".to_string()
+        } else {
+            packages.join(", ")
+        }
+    );
+    eprintln!(
+        "sandpy: use it with `\"native\": {{\"venv\": \"{}\"}}` in the config and `--tier native`",
+        venv.display()
     );
     Ok(Outcome::Success)
 }

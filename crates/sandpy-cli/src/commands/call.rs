@@ -195,8 +195,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
         Err(refused) => (Err(*refused), options),
     };
-    // Worker processes need the program from a file they can read again.
-    if program.is_ok() && !args.in_process && args.file.as_os_str() != "-" {
+    // Worker processes need the program from a file they can read again. The native tier
+    // already runs each call in a process of its own, forked from one zygote.
+    let native = options.tier == sandpy::Tier::Native;
+    if program.is_ok() && !args.in_process && !native && args.file.as_os_str() != "-" {
         // Compile the workers' runtime here once, not in every worker at the same time.
         super::workers::sandbox(&resolved, super::print_and_exit(false))?;
         let all_ok = super::workers::batch(&super::workers::worker_command(), reader, jobs)?;

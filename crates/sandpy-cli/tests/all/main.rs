@@ -4,6 +4,7 @@
 mod config;
 mod hostile_clients;
 mod load;
+mod native;
 mod packages;
 mod run;
 mod serve;

@@ -206,6 +206,9 @@ pub(crate) fn build_root(sources: &[Source], request: &RunRequest) -> Result<(),
         None::<&str>,
     )
     .map_err(failed("make mounts private"))?;
+    if request.without(Layer::Root) {
+        return tmpfs(Path::new("/tmp"), request.disk_bytes.max(4096), "1777");
+    }
     let staging = Path::new(STAGING);
     tmpfs(staging, 1 << 20, "0755")?;
     let inside = |path: &Path| staging.join(path.strip_prefix("/").unwrap_or(path));

@@ -43,6 +43,9 @@ pub fn main_if_requested() {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Layer {
+    /// The run's own root: only the Python installation, packages, guest code and four
+    /// devices, read-only (off: the host's root, with a private `/tmp`).
+    Root,
     /// Landlock: file access, TCP, signal and abstract-socket scoping.
     Landlock,
     /// The seccomp allow-list.
@@ -154,4 +157,43 @@ pub enum NativeError {
     /// The zygote started but did not become ready.
     #[error("the native tier's zygote did not start: {0}")]
     Start(String),
+}
+
+/// Make the native tier's virtual environment: `python -m venv`, then `packages` (pip
+/// requirements) installed from PyPI as wheels only (nothing is compiled on this
+/// machine). Blocking; pip's own output goes to this process's stderr.
+pub fn build_venv(python: &Path, venv: &Path, packages: &[String]) -> Result<(), NativeError> {
+    let step = |program: &Path, args: &[&std::ffi::OsStr], what: &str| {
+        let status = std::process::Command::new(program)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::inherit())
+            .status()
+            .map_err(|e| NativeError::Python {
+                python: program.to_path_buf(),
+                message: format!("cannot run it to {what}: {e}"),
+            })?;
+        if !status.success() {
+            return Err(NativeError::Python {
+                python: program.to_path_buf(),
+                message: format!("it failed to {what} ({status})"),
+            });
+        }
+        Ok(())
+    };
+    step(
+        python,
+        &["-m".as_ref(), "venv".as_ref(), venv.as_os_str()],
+        "make the virtual environment",
+    )?;
+    if packages.is_empty() {
+        return Ok(());
+    }
+    let venv_python = venv.join("bin").join("python");
+    let mut args: Vec<&std::ffi::OsStr> = ["-m", "pip", "install", "--only-binary=:all:"]
+        .iter()
+        .map(|a| a.as_ref())
+        .collect();
+    args.extend(packages.iter().map(|p| std::ffi::OsStr::new(p.as_str())));
+    step(&venv_python, &args, "install the packages")
 }

@@ -82,10 +82,13 @@ fn supervise(
     let started = Instant::now();
     // SAFETY: restores the default so that this process can wait for its child.
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
-    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
     let sources = Source::open_all(&zygote.setup.readable);
     confine::build_root(&sources, request)?;
     drop(sources);
+    // Set after the change of user in `build_root`, which clears it: when the zygote
+    // goes, so does the run.
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| confine::ConfineError::from_errno("pdeathsig", e))?;
     // CPython's fork locks are still held from the zygote's `before_fork`: the child
     // releases them (`after_fork_child`); this process never runs Python.
     // SAFETY: single-threaded; the child confines itself and runs Python.

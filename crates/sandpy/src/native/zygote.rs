@@ -102,6 +102,16 @@ fn start(control: &OwnedFd, setup: ZygoteSetup) -> Result<Zygote, String> {
     if !api.run(&boot) {
         return Err("the zygote's Python start failed (its traceback is on stderr)".into());
     }
+    // A fork keeps only the forking thread: a thread a package started would be missing,
+    // with whatever it held, in every run.
+    let threads = std::fs::read_dir("/proc/self/task").map_or(1, |tasks| tasks.count());
+    if threads != 1 {
+        return Err(format!(
+            "the zygote has {threads} threads after importing {:?}; it must have one \
+             (a package started threads at import)",
+            setup.preimport
+        ));
+    }
     let (vm_bytes, rss_bytes) = own_size();
     send(
         control,

@@ -24,10 +24,11 @@ def boot(site_dirs: list[str], preimport: list[str]) -> None:
     try:
         for folder in site_dirs:
             site.addsitedir(folder)
-        from sandpy_guest import runner  # noqa: F401  (imports the stdlib and the tool API)
-
+        # Packages first: they read the environment the zygote set (one BLAS thread),
+        # which importing the runner then empties for the runs.
         for name in preimport:
             importlib.import_module(name)
+        from sandpy_guest import runner  # noqa: F401  (imports the stdlib and the tool API)
     except BaseException as exc:  # noqa: BLE001 - reported to the host, which refuses to start
         message = f"{type(exc).__name__}: {exc}"
         os.write(CHANNEL_FD, json.dumps({"error": message}).encode())
