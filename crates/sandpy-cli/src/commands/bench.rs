@@ -25,10 +25,14 @@ pub struct Args {
     /// against the same packages in a folder mounted at /packages (needs PyPI, ~1 min).
     #[arg(long)]
     packages: bool,
-    /// Only this part: hello, files, session, process, cpu, tools, lookup, tls, eval or
-    /// memory.
+    /// Only this part: hello, files, session, process, cpu, tools, lookup, tls, eval,
+    /// memory or native.
     #[arg(long, value_name = "PART")]
     only: Option<String>,
+    /// The native tier's venv (with numpy and pandas, from `sandpy build --native`) for
+    /// the `native` part; without it that part is skipped.
+    #[arg(long, value_name = "DIR")]
+    native_venv: Option<std::path::PathBuf>,
 }
 
 /// A tool that answers at once: what is left of a call is the sandbox's own cost.
@@ -152,7 +156,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
     let want = |part: &str| bench.args.only.as_deref().is_none_or(|only| only == part);
     println!("sandpy bench (medians; the machine is shared, compare ratios)\n");
-    let parts: [(&str, Part); 10] = [
+    let parts: [(&str, Part); 11] = [
         ("hello", Bench::hello),
         ("files", Bench::files),
         ("session", Bench::session),
@@ -163,6 +167,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         ("tls", Bench::tls),
         ("eval", Bench::eval),
         ("memory", Bench::memory),
+        ("native", Bench::native),
     ];
     for (name, part) in parts {
         if want(name) {
@@ -407,6 +412,109 @@ impl Bench {
             geo(&ratios),
             geo(&one_shot_ratios)
         );
+        Ok(())
+    }
+
+    /// The native tier with numpy and pandas pre-imported: a confined fresh run against a
+    /// fresh process importing the same packages, runs per second, and the CPU-bound set
+    /// against the same interpreter unconfined.
+    fn native(&self) -> anyhow::Result<()> {
+        let Some(venv) = &self.args.native_venv else {
+            println!(
+                "\nnative tier: skipped (pass --native-venv DIR, made by `sandpy build --native`)"
+            );
+            return Ok(());
+        };
+        let (rt, args, cores) = (&self.rt, &self.args, self.cores);
+        let sandbox = sandpy::Sandbox::new(sandpy::Config {
+            native: Some(sandpy::native::NativeConfig {
+                venv: Some(venv.clone()),
+                preimport: vec!["numpy".into(), "pandas".into()],
+                ..Default::default()
+            }),
+            ..sandpy::Config::default()
+        })?;
+        let options = sandpy::RunOptions {
+            tier: sandpy::Tier::Native,
+            ..sandpy::RunOptions::default()
+        };
+        let python = venv.join("bin").join("python");
+        let python = python.to_string_lossy();
+        timed_run(rt, &sandbox, "print('warm')", &options)?; // starts the zygote
+        const PANDAS_SUM: &str = "import pandas as pd\nprint(pd.Series(range(1000)).sum())";
+        let (mut hello, mut pandas) = (Vec::new(), Vec::new());
+        for _ in 0..args.runs.max(1) {
+            hello.push(timed_run(rt, &sandbox, "print('hello')", &options)?);
+            pandas.push(timed_run(rt, &sandbox, PANDAS_SUM, &options)?);
+        }
+        let mut fresh = Vec::new();
+        for _ in 0..5 {
+            let code = format!("import numpy, pandas\n{PANDAS_SUM}");
+            fresh.push(whole_process_ms(&[&python, "-c", &code])?);
+        }
+        hello.sort_by(f64::total_cmp);
+        pandas.sort_by(f64::total_cmp);
+        let fresh = median(&mut fresh);
+        let p50 = percentile(&pandas, 0.5);
+        println!(
+            "\nnative tier (numpy and pandas pre-imported, confined fresh fork per run):\n  \
+             print('hello') p50 {:.2} ms  p99 {:.2} ms;  pandas sum p50 {p50:.2} ms  p99 {:.2} ms (n={})\n  \
+             a fresh `python -c 'import numpy, pandas; ...'` process {fresh:.1} ms: the confined run takes {:.3}x of it",
+            percentile(&hello, 0.5),
+            percentile(&hello, 0.99),
+            percentile(&pandas, 0.99),
+            pandas.len(),
+            p50 / fresh,
+        );
+        let total = 600;
+        let started = Instant::now();
+        rt.block_on(async {
+            let mut tasks = tokio::task::JoinSet::new();
+            let workers = cores * 2;
+            for worker in 0..workers {
+                let (sandbox, options) = (sandbox.clone(), options.clone());
+                let share = total / workers + usize::from(worker < total % workers);
+                tasks.spawn(async move {
+                    for _ in 0..share {
+                        sandbox.run_with(PANDAS_SUM, &options).await;
+                    }
+                });
+            }
+            while tasks.join_next().await.is_some() {}
+        });
+        println!(
+            "  {:.0} pandas-sum runs/s with {cores} cores busy (n={total})",
+            total as f64 / started.elapsed().as_secs_f64()
+        );
+        let mut ratios = Vec::new();
+        let limits = Limits {
+            timeout: Duration::from_secs(120),
+            ..Limits::default()
+        };
+        let options = sandpy::RunOptions { limits, ..options };
+        for (name, body) in CPU_SET {
+            let code = timed(body);
+            let (mut confined, mut plain) = (Vec::new(), Vec::new());
+            for _ in 0..3 {
+                let e = rt.block_on(sandbox.run_with(&code, &options));
+                if e.status != Status::Ok {
+                    bail!("{name} failed in the native tier: {e:?}");
+                }
+                confined.push(e.stdout.trim().parse::<f64>()?);
+                let out = Command::new(&*python).args(["-c", &code]).output()?;
+                plain.push(String::from_utf8_lossy(&out.stdout).trim().parse::<f64>()?);
+            }
+            let (c, n) = (median(&mut confined), median(&mut plain));
+            ratios.push(c / n);
+            println!(
+                "  {name:<8} confined {:>8.1} ms   unconfined {:>8.1} ms   {:.2}x",
+                c * 1e3,
+                n * 1e3,
+                c / n
+            );
+        }
+        let geo = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
+        println!("  CPU-bound set, geometric mean: {geo:.2}x the same interpreter unconfined");
         Ok(())
     }
 

@@ -88,6 +88,10 @@ def raw(number, *args):
     return result
 "#;
 
+/// What the attack prelude imports: pre-imported by the zygote, because with the run's
+/// own root switched off the runs cannot read a Python installed under a private folder.
+const ATTACK_MODULES: &[&str] = &["ctypes", "errno", "json", "socket", "subprocess"];
+
 fn attacks(config: &str, body: &str, layers_off: &str) -> serde_json::Map<String, Value> {
     let code = format!("{ATTEMPT}\n{body}\nfound");
     let (exit, execution) = native_run(config, &code, &[], layers_off);
@@ -635,7 +639,7 @@ fn each_layer_stops_its_own_attack() {
         return; // release builds ignore the switch
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = native_config(dir.path(), &[], json!({}));
+    let config = native_config(dir.path(), ATTACK_MODULES, json!({}));
     let read_passwd = r#"attempt("passwd", lambda: open("/etc/passwd").read())"#;
     // Files: the run's own root and Landlock each keep host files out on their own.
     for layers_off in ["root", "landlock"] {

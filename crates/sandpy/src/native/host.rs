@@ -4,11 +4,12 @@
 
 use super::confine;
 use super::protocol::{
-    task_line, Ended, GuestMessage, Report, RunFds, RunRequest, ZygoteSetup, ZygoteStatus,
+    task_line, Ended, GuestMessage, GuestOutcome, Report, ReportFile, RunFds, RunRequest,
+    ZygoteSetup, ZygoteStatus,
 };
 use super::python::PythonInstall;
 use super::{guest_files, Layer, NativeConfig, NativeError};
-use crate::bindings::{GuestOptions, Outcome, Task, ToolCall};
+use crate::bindings::{GuestOptions, Task, ToolCall};
 use crate::execution::Execution;
 use crate::host::ToolAccess;
 use crate::output::{Capture, Which};
@@ -189,27 +190,21 @@ impl NativeTier {
             capture: capture.clone(),
             limits,
         };
-        let (end, report) = match self.launch(limits) {
+        let ended = match self.launch(limits) {
             Ok(launched) => run.serve(launched, task, options, stdin, started).await,
-            Err(why) => (NativeEnd::Internal(why), None),
+            Err(why) => RunEnd::without(NativeEnd::Internal(why)),
         };
-        let (memory_peak, files) = match report {
-            Some(report) => (
-                report.max_rss_bytes,
-                report
-                    .files
-                    .into_iter()
-                    .map(|f| OutputFile::new(f.name, f.content))
-                    .collect(),
-            ),
-            None => (0, Vec::new()),
-        };
+        let files = ended
+            .files
+            .into_iter()
+            .map(|f| OutputFile::new(f.name, f.content))
+            .collect();
         let mut execution = verdict::native(
-            end,
+            ended.end,
             capture.finish(),
             limits,
             run.tools.calls as u64,
-            memory_peak,
+            ended.max_rss_bytes,
             started.elapsed(),
         );
         execution.files = files;
@@ -327,6 +322,23 @@ struct Launched {
     stderr: OwnedFd,
 }
 
+/// How a served run ended, with what it left.
+struct RunEnd {
+    end: NativeEnd,
+    files: Vec<ReportFile>,
+    max_rss_bytes: u64,
+}
+
+impl RunEnd {
+    fn without(end: NativeEnd) -> RunEnd {
+        RunEnd {
+            end,
+            files: Vec::new(),
+            max_rss_bytes: 0,
+        }
+    }
+}
+
 /// One run being served.
 struct Run<'a> {
     tools: ToolAccess,
@@ -342,10 +354,13 @@ impl Run<'_> {
     /// their cap, or an outcome whose texts are at the output cap, JSON-escaped.
     fn max_message(&self) -> usize {
         let limits = self.limits;
+        // The outcome carries /output's files too, base64: 4/3 of their cap.
+        let files = (limits.output_files_bytes as usize).saturating_mul(2);
         limits
             .tool_result_bytes
             .max(limits.output_bytes)
             .saturating_mul(8)
+            .saturating_add(files)
             .saturating_add(1 << 20)
     }
 
@@ -356,7 +371,7 @@ impl Run<'_> {
         options: &GuestOptions,
         stdin: Option<&[u8]>,
         started: Instant,
-    ) -> (NativeEnd, Option<Report>) {
+    ) -> RunEnd {
         let stream = |fd: OwnedFd| {
             let std = std::os::unix::net::UnixStream::from(fd);
             std.set_nonblocking(true)?;
@@ -373,7 +388,7 @@ impl Run<'_> {
         })();
         let (channel, mut report, mut stdin_pipe, mut stdout, mut stderr) = match opened {
             Ok(opened) => opened,
-            Err(e) => return (NativeEnd::Internal(format!("run descriptors: {e}")), None),
+            Err(e) => return RunEnd::without(NativeEnd::Internal(format!("run descriptors: {e}"))),
         };
         let (mut channel_read, mut channel_write) = channel.into_split();
         let first = task_line(task, options);
@@ -399,7 +414,7 @@ impl Run<'_> {
         );
         let max_message = self.max_message();
         let mut message: Vec<u8> = Vec::new();
-        let mut outcome: Option<Outcome> = None;
+        let mut outcome: Option<GuestOutcome> = None;
         let mut stopped: Option<NativeEnd> = None;
         let mut report_bytes: Vec<u8> = Vec::new();
         let report_cap = (self.limits.output_files_bytes as usize)
@@ -476,7 +491,7 @@ impl Run<'_> {
                                 }
                             }
                         }
-                        if stopped.is_some() {
+                        if stopped.is_some() || outcome.is_some() {
                             break;
                         }
                         if message.len() > max_message {
@@ -494,30 +509,57 @@ impl Run<'_> {
                 }
             }
         }
-        if stopped.is_some() {
+        if let Some(mut outcome) = outcome {
+            // The program flushed its output before it sent the outcome: what is left is
+            // in the pipes now. The process's end is not waited for (the report socket is
+            // dropped below, which makes the supervisor end what is left of the run).
+            for (pipe, which, buffer) in [
+                (&mut stdout, Which::Stdout, &mut out_buf),
+                (&mut stderr, Which::Stderr, &mut err_buf),
+            ] {
+                while let Ok(n @ 1..) = pipe.try_read(buffer) {
+                    if !self.capture.append(which, &buffer[..n]) {
+                        break;
+                    }
+                }
+            }
+            drop(report);
+            let files = std::mem::take(&mut outcome.files);
+            let max_rss_bytes = outcome.max_rss_bytes;
+            let end = stopped.unwrap_or_else(|| NativeEnd::Outcome(outcome.into()));
+            return RunEnd {
+                end,
+                files,
+                max_rss_bytes,
+            };
+        }
+        if let Some(end) = stopped {
             // Hanging up the report socket makes the supervisor kill the run.
             drop(report);
-            return (stopped.unwrap_or(NativeEnd::Output), None);
+            return RunEnd::without(end);
         }
-        let report: Option<Report> = serde_json::from_slice(&report_bytes).ok();
-        let end = match (&report, outcome) {
-            (None, _) => NativeEnd::Internal("the run's supervisor ended without a report".into()),
-            (Some(report), outcome) => match (&report.ended, outcome) {
-                (Ended::TimedOut, _) => NativeEnd::Timeout {
-                    waiting_for: self.tools.waiting_for(),
-                },
-                (Ended::Failed(why), _) => {
-                    NativeEnd::Internal(format!("the run could not be set up: {why}"))
-                }
-                (_, Some(outcome)) => NativeEnd::Outcome(outcome),
-                (Ended::Exited(code), None) if *code == super::supervisor::CONFINEMENT_FAILED => {
-                    NativeEnd::Internal("the run could not be confined (see stderr)".into())
-                }
-                (Ended::Exited(code), None) => NativeEnd::Exited(*code),
-                (Ended::Signaled(signal), None) => NativeEnd::Signaled(*signal),
-            },
+        let Ok(report) = serde_json::from_slice::<Report>(&report_bytes) else {
+            let why = "the run's supervisor ended without a report";
+            return RunEnd::without(NativeEnd::Internal(why.into()));
         };
-        (end, report)
+        let end = match report.ended {
+            Ended::TimedOut => NativeEnd::Timeout {
+                waiting_for: self.tools.waiting_for(),
+            },
+            Ended::Failed(why) => {
+                NativeEnd::Internal(format!("the run could not be set up: {why}"))
+            }
+            Ended::Exited(super::supervisor::CONFINEMENT_FAILED) => {
+                NativeEnd::Internal("the run could not be confined (see stderr)".into())
+            }
+            Ended::Exited(code) => NativeEnd::Exited(code),
+            Ended::Signaled(signal) => NativeEnd::Signaled(signal),
+        };
+        RunEnd {
+            end,
+            files: report.files,
+            max_rss_bytes: report.max_rss_bytes,
+        }
     }
 
     /// Answer one message of the child; the outcome is kept. An `Err` ends the run.
@@ -525,7 +567,7 @@ impl Run<'_> {
         &mut self,
         line: &[u8],
         writer: &mut tokio::net::unix::OwnedWriteHalf,
-        outcome: &mut Option<Outcome>,
+        outcome: &mut Option<GuestOutcome>,
     ) -> Result<(), NativeEnd> {
         let message: GuestMessage = serde_json::from_slice(line).map_err(|e| {
             NativeEnd::Internal(format!(
@@ -535,7 +577,7 @@ impl Run<'_> {
         let internal = |e: wasmtime::Error| NativeEnd::Internal(e.to_string());
         let answer = match message {
             GuestMessage::Outcome(reported) => {
-                *outcome = Some(reported.into());
+                *outcome = Some(reported);
                 return Ok(());
             }
             GuestMessage::CallTools(calls) => {

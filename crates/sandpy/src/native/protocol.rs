@@ -108,7 +108,7 @@ pub(crate) struct Report {
 pub(crate) struct ReportFile {
     /// Relative to `/output`, `/`-separated.
     pub name: String,
-    #[serde(with = "crate::files::base64_bytes")]
+    #[serde(with = "crate::files::base64_bytes", rename = "content_base64")]
     pub content: Vec<u8>,
 }
 
@@ -130,12 +130,17 @@ pub(crate) struct GuestToolCall {
     pub arguments: String,
 }
 
-/// The guest's outcome (`wit_world.imports.types.Outcome`, as `sandpy_native` writes it).
+/// The guest's outcome (`wit_world.imports.types.Outcome`, as `sandpy_native` writes it),
+/// with the files it left under `/output` and its peak resident size.
 #[derive(Debug, Deserialize)]
 pub(crate) struct GuestOutcome {
     value: Option<GuestValue>,
     error: Option<GuestError>,
     violations: Vec<GuestViolationLine>,
+    #[serde(default)]
+    pub files: Vec<ReportFile>,
+    #[serde(default)]
+    pub max_rss_bytes: u64,
 }
 
 #[derive(Debug, Deserialize)]

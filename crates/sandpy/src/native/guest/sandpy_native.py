@@ -7,14 +7,18 @@ talks to the host over one inherited socket (fd 3), one JSON line per message: t
 sends the task, the child asks for tools (`ask`) and finally sends its outcome.
 """
 
+import base64
 import gc
 import importlib
 import json
 import os
+import resource
 import site
+import stat
 import sys
 
 CHANNEL_FD = 3
+OUTPUT_DIR = "/output"
 _pending = bytearray()
 
 
@@ -28,7 +32,8 @@ def boot(site_dirs: list[str], preimport: list[str]) -> None:
         # which importing the runner then empties for the runs.
         for name in preimport:
             importlib.import_module(name)
-        from sandpy_guest import runner  # noqa: F401  (imports the stdlib and the tool API)
+        _light_preload()
+        from sandpy_guest import runner  # noqa: F401  (the runner and the tool API)
     except BaseException as exc:  # noqa: BLE001 - reported to the host, which refuses to start
         message = f"{type(exc).__name__}: {exc}"
         os.write(CHANNEL_FD, json.dumps({"error": message}).encode())
@@ -37,6 +42,20 @@ def boot(site_dirs: list[str], preimport: list[str]) -> None:
     # from walking (and so copying) it in each child.
     gc.collect()
     gc.freeze()
+
+
+def _light_preload() -> None:
+    """Stand in for `sandpy_guest.preload`, which imports the whole stdlib (free in the
+    WebAssembly snapshot): here every extension module imported is mapped into the zygote,
+    and each mapping is copied by every fork. Modules import at run time instead."""
+    import types
+
+    module = types.ModuleType("sandpy_guest.preload")
+    module.AVAILABLE = sorted(sys.stdlib_module_names)  # type: ignore[attr-defined]
+    module.ABSENT = {}  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    # The zygote's environment is not the runs'.
+    os.environ.clear()
 
 
 def _write(message: object) -> None:
@@ -123,4 +142,26 @@ def run() -> None:
     assert isinstance(request, dict)
     _reseed()
     outcome = runner.execute(_task(request["task"]), _options(request["options"]))
-    _write({"outcome": _encode(outcome)})
+    message = _encode(outcome)
+    # With the outcome, what the host would otherwise wait for the process's end to learn:
+    # the files under /output (its size cap bounds them) and the peak resident size.
+    message["files"] = _output_files()
+    message["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    _write({"outcome": message})
+
+
+def _output_files() -> list[dict[str, str]]:
+    files = []
+    for folder, _, names in os.walk(OUTPUT_DIR):
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                if not stat.S_ISREG(os.lstat(path).st_mode):
+                    continue
+                with open(path, "rb") as file:
+                    content = file.read()
+            except OSError:
+                continue
+            relative = os.path.relpath(path, OUTPUT_DIR)
+            files.append({"name": relative, "content_base64": base64.b64encode(content).decode()})
+    return files
