@@ -133,7 +133,7 @@ impl Mount {
 
 /// Mounts that passed [`check_mounts`]: canonical host folders and normalised guest paths.
 #[derive(Debug)]
-pub(crate) struct CheckedMounts(Vec<(PathBuf, String)>);
+pub(crate) struct CheckedMounts(pub(crate) Vec<(PathBuf, String)>);
 
 impl OutputFile {
     /// A file named `name` (relative to `/output`), its type guessed from the extension.
@@ -575,7 +575,7 @@ fn remove_run_folders(base: &Path, remove: impl Fn(&str) -> bool) {
 }
 
 /// An input's path relative to the scratch folder, or why it is refused.
-fn scratch_relative(path: &str) -> Result<PathBuf, String> {
+pub(crate) fn scratch_relative(path: &str) -> Result<PathBuf, String> {
     let rest = match path.strip_prefix(SCRATCH_DIR) {
         Some(rest) if rest.starts_with('/') => rest,
         _ if path.starts_with('/') => {

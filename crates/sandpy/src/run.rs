@@ -213,12 +213,6 @@ impl Runner {
     /// its first run).
     #[cfg(target_os = "linux")]
     async fn native_fresh(&self, task: &Task, options: &RunOptions) -> Execution {
-        if !options.files.is_empty() || !options.mounts.is_empty() {
-            return Execution::refused(
-                Status::InvalidInput,
-                "input files and mounts are not available in the native tier yet".into(),
-            );
-        }
         // Started before the run is admitted: the zygote's imports are not the run's time.
         let tier = match self.native_tier().await {
             Ok(tier) => tier,
@@ -228,13 +222,17 @@ impl Runner {
             Ok(run) => run,
             Err(refused) => return refused.into(),
         };
+        let inputs = match crate::native::Inputs::check(options, &run.limits) {
+            Ok(inputs) => inputs,
+            Err(why) => return Execution::refused(Status::InvalidInput, why),
+        };
         let guest_options = guest_options(options, false);
         tier.run(
             task,
             &guest_options,
             &run.limits,
             run.tools,
-            options.stdin.as_deref(),
+            inputs,
             run.started,
         )
         .await

@@ -171,6 +171,25 @@ fn native_runs_numpy_and_pandas_with_the_same_face_as_the_wasm_tier() {
     );
     assert!(!traceback.contains("sandpy_guest"), "{traceback}");
 
+    // Input files and read-only mounts, as in the WebAssembly tier.
+    let reference = dir.path().join("ref");
+    std::fs::create_dir(&reference).expect("ref");
+    std::fs::write(reference.join("a.csv"), "a,b\n1,2\n3,4\n").expect("a.csv");
+    let input = dir.path().join("in.csv");
+    std::fs::write(&input, "y\n5\n6\n").expect("in.csv");
+    let (input, mount) = (
+        input.display().to_string(),
+        format!("{}:/ref", reference.display()),
+    );
+    let code = "import pandas as pd\n\
+                try:\n\
+                \x20   open('/ref/new', 'w')\n\
+                except OSError as e:\n\
+                \x20   refused = e.errno\n\
+                [int(pd.read_csv('/ref/a.csv').b.sum()), int(pd.read_csv('in.csv').y.sum()), refused]";
+    let (_, read) = native_run(&config, code, &["--file", &input, "--mount", &mount], "");
+    assert_eq!(read["return_value"], json!([6, 11, 30]), "{read}");
+
     // A policy is enforced the same way.
     let (_, refused) = native_run(&config, "import subprocess", &["--policy", "strict"], "");
     assert_eq!(refused["status"], "policy_violation", "{refused}");

@@ -100,6 +100,22 @@ impl Source {
         }
         sources
     }
+
+    /// The run's mounts: each host folder, seen read-only at its guest path.
+    pub fn open_mounts(mounts: &[(PathBuf, String)]) -> Result<Vec<Source>, ConfineError> {
+        mounts
+            .iter()
+            .map(|(host, guest)| {
+                let fd = nix::fcntl::open(
+                    host,
+                    nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY,
+                    nix::sys::stat::Mode::empty(),
+                )
+                .map_err(failed(format!("open mount {}", host.display())))?;
+                Ok(Source::Folder(PathBuf::from(guest), fd))
+            })
+            .collect()
+    }
 }
 
 /// The namespaces a run's supervisor is cloned into: user, mount, net, ipc, uts,

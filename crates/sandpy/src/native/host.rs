@@ -181,7 +181,7 @@ impl NativeTier {
         options: &GuestOptions,
         limits: &Limits,
         tools: ToolAccess,
-        stdin: Option<&[u8]>,
+        inputs: Inputs,
         started: Instant,
     ) -> Execution {
         let capture = Capture::new(limits.output_bytes);
@@ -190,8 +190,8 @@ impl NativeTier {
             capture: capture.clone(),
             limits,
         };
-        let ended = match self.launch(limits) {
-            Ok(launched) => run.serve(launched, task, options, stdin, started).await,
+        let ended = match self.launch(limits, &inputs.mounts) {
+            Ok(launched) => run.serve(launched, task, options, &inputs, started).await,
             Err(why) => RunEnd::without(NativeEnd::Internal(why)),
         };
         let files = ended
@@ -212,7 +212,7 @@ impl NativeTier {
     }
 
     /// Hand the zygote a run request with the run's descriptors; the host's ends.
-    fn launch(&self, limits: &Limits) -> Result<Launched, String> {
+    fn launch(&self, limits: &Limits, mounts: &[(PathBuf, String)]) -> Result<Launched, String> {
         let pair = || {
             socketpair(
                 AddressFamily::Unix,
@@ -251,6 +251,7 @@ impl NativeTier {
             memory_bytes: limits.memory_bytes as u64,
             disk_bytes: limits.disk_bytes,
             output_files_bytes: limits.output_files_bytes,
+            mounts: mounts.to_vec(),
             without: self.layers_off.clone(),
         };
         let json = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
@@ -322,6 +323,48 @@ struct Launched {
     stderr: OwnedFd,
 }
 
+/// What a run is given besides its code: stdin, input files (checked: paths under
+/// `/tmp`, sizes within the disk quota) and read-only mounts (checked folders).
+pub(crate) struct Inputs {
+    stdin: Vec<u8>,
+    files: Vec<(String, Vec<u8>)>,
+    mounts: Vec<(PathBuf, String)>,
+}
+
+impl Inputs {
+    /// The run's stdin, files and mounts, or why they are refused (as the WebAssembly
+    /// tier refuses them).
+    pub fn check(options: &crate::RunOptions, limits: &Limits) -> Result<Inputs, String> {
+        let adding: u64 = options
+            .files
+            .iter()
+            .map(|f| f.content.len() as u64 + 4096)
+            .sum();
+        if adding > limits.disk_bytes {
+            return Err(format!(
+                "the input files need {adding} bytes, over the disk quota of {} bytes",
+                limits.disk_bytes
+            ));
+        }
+        let mut files = Vec::with_capacity(options.files.len());
+        for file in &options.files {
+            let relative = crate::files::scratch_relative(&file.path)?;
+            files.push((
+                relative.to_string_lossy().into_owned(),
+                file.content.clone(),
+            ));
+        }
+        let mounts = crate::files::check_mounts(&options.mounts)
+            .map_err(|e| e.to_string())?
+            .0;
+        Ok(Inputs {
+            stdin: options.stdin.clone().unwrap_or_default(),
+            files,
+            mounts,
+        })
+    }
+}
+
 /// How a served run ended, with what it left.
 struct RunEnd {
     end: NativeEnd,
@@ -369,7 +412,7 @@ impl Run<'_> {
         launched: Launched,
         task: &Task,
         options: &GuestOptions,
-        stdin: Option<&[u8]>,
+        inputs: &Inputs,
         started: Instant,
     ) -> RunEnd {
         let stream = |fd: OwnedFd| {
@@ -391,8 +434,8 @@ impl Run<'_> {
             Err(e) => return RunEnd::without(NativeEnd::Internal(format!("run descriptors: {e}"))),
         };
         let (mut channel_read, mut channel_write) = channel.into_split();
-        let first = task_line(task, options);
-        let stdin_bytes = stdin.unwrap_or_default().to_vec();
+        let first = task_line(task, options, &inputs.files);
+        let stdin_bytes = inputs.stdin.clone();
         // The task and stdin are written beside the rest, so that a program that does not
         // read them cannot stall the host.
         let writes = async move {

@@ -30,6 +30,8 @@ mod supervisor;
 mod zygote;
 
 #[cfg(target_os = "linux")]
+pub(crate) use host::Inputs;
+#[cfg(target_os = "linux")]
 pub use host::NativeTier;
 #[cfg(target_os = "linux")]
 pub use zygote::{main_if_requested, ZYGOTE_ARG};

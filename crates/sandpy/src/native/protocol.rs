@@ -47,6 +47,9 @@ pub(crate) struct RunRequest {
     pub disk_bytes: u64,
     /// Size of `/output`.
     pub output_files_bytes: u64,
+    /// Host folders the run reads at guest paths (checked by the host).
+    #[serde(default)]
+    pub mounts: Vec<(PathBuf, String)>,
     /// Layers switched off (test builds only).
     #[serde(default)]
     pub without: Vec<Layer>,
@@ -192,7 +195,12 @@ impl From<GuestOutcome> for crate::bindings::Outcome {
 }
 
 /// The channel's first line: the task and its options, as `sandpy_native.run` reads them.
-pub(crate) fn task_line(task: &Task, options: &GuestOptions) -> Vec<u8> {
+pub(crate) fn task_line(
+    task: &Task,
+    options: &GuestOptions,
+    files: &[(String, Vec<u8>)],
+) -> Vec<u8> {
+    use base64::Engine;
     use serde_json::json;
     let task = match task {
         Task::Run(code) => json!({ "Run": code }),
@@ -211,8 +219,18 @@ pub(crate) fn task_line(task: &Task, options: &GuestOptions) -> Vec<u8> {
             "denied_attributes": p.denied_attributes,
         })
     });
+    let files: Vec<serde_json::Value> = files
+        .iter()
+        .map(|(path, content)| {
+            json!({
+                "path": path,
+                "content_base64": base64::engine::general_purpose::STANDARD.encode(content),
+            })
+        })
+        .collect();
     let line = json!({
         "task": task,
+        "files": files,
         "options": {
             "filename": options.filename,
             "policy": policy,

@@ -82,7 +82,8 @@ fn supervise(
     let started = Instant::now();
     // SAFETY: restores the default so that this process can wait for its child.
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
-    let sources = Source::open_all(&zygote.setup.readable);
+    let mut sources = Source::open_all(&zygote.setup.readable);
+    sources.extend(Source::open_mounts(&request.mounts)?);
     confine::build_root(&sources, request)?;
     drop(sources);
     // Set after the change of user in `build_root`, which clears it: when the zygote
@@ -112,13 +113,10 @@ fn supervise(
 }
 
 fn child_main(zygote: &Zygote, request: &RunRequest, fds: ChildFds) -> ! {
-    let confined = confine::confine_child(
-        fds,
-        request,
-        zygote.vm_bytes,
-        &zygote.setup.readable,
-        &zygote.filters,
-    );
+    let mut readable = zygote.setup.readable.clone();
+    readable.extend(request.mounts.iter().map(|(_, guest)| guest.into()));
+    let confined =
+        confine::confine_child(fds, request, zygote.vm_bytes, &readable, &zygote.filters);
     if let Err(e) = confined {
         let message = format!("sandpy: the run could not be confined: {e}\n");
         // SAFETY: a write to stderr (the run's stderr once confine_child moved it).

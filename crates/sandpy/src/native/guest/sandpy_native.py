@@ -140,6 +140,7 @@ def run() -> None:
 
     request = _read()
     assert isinstance(request, dict)
+    _write_inputs(request.get("files", []))
     _reseed()
     outcome = runner.execute(_task(request["task"]), _options(request["options"]))
     message = _encode(outcome)
@@ -148,6 +149,15 @@ def run() -> None:
     message["files"] = _output_files()
     message["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     _write({"outcome": message})
+
+
+def _write_inputs(files: list[dict[str, str]]) -> None:
+    """The run's input files, into the scratch folder (paths checked by the host)."""
+    for file in files:
+        path = os.path.join("/tmp", file["path"])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as out:
+            out.write(base64.b64decode(file["content_base64"]))
 
 
 def _output_files() -> list[dict[str, str]]:
