@@ -59,6 +59,8 @@ pub struct ServerState {
     executions: AtomicU64,
     /// Connections so far, to name each one's tenant.
     connections: AtomicU64,
+    /// Whether a request may choose its tier (`sandpy.native.per_run`).
+    tier_per_run: bool,
     /// Every tool, from the three routers.
     tools: ToolRouter<ServerState>,
     /// Each tool's argument check: parsing into its parameter struct.
@@ -193,6 +195,8 @@ struct RunRequest {
     allowed_tools: Option<Vec<String>>,
     /// Put in the run's `/tmp` before the code starts.
     files: Vec<sandpy::InputFile>,
+    /// The tier the request asked for, when the server lets requests choose.
+    tier: Option<sandpy::Tier>,
 }
 
 impl SandpyServer {
@@ -225,6 +229,7 @@ impl SandpyServer {
             sandbox,
             hub,
             run: resolved.run_options(),
+            tier_per_run: settings.native.as_ref().is_some_and(|n| n.per_run),
             model_output: settings.model_output.clone(),
             sessions,
             session_dir: settings.session_dir.clone(),
@@ -362,6 +367,7 @@ impl ServerState {
             tools: Some(self.hub.for_execution(execution_id, self.audit.clone())),
             allowed_tools: request.allowed_tools,
             files: request.files,
+            tier: request.tier.unwrap_or(self.run.tier),
             ..self.run.clone()
         }
     }

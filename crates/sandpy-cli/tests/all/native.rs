@@ -701,3 +701,54 @@ attempt("daemon", daemon)
         }
     }
 }
+
+#[test]
+fn run_python_chooses_its_tier_only_where_the_operator_allows_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let version = "import sys\nsys.version_info[:2]";
+    let requests = json!([
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": version}},
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": version, "tier": "native"}},
+        {"method": "call_tool", "name": "run_python",
+         "arguments": {"code": "import numpy\nint(numpy.arange(4).sum())", "tier": "native"}},
+    ]);
+    let serve = |config: &str| {
+        super::mcp_client(
+            &[
+                "stdio",
+                env!("CARGO_BIN_EXE_sandpy"),
+                "serve",
+                "--config",
+                config,
+            ],
+            &requests,
+        )
+    };
+    let mut allowed = json!({"sandpy": {"native": {"venv": native_venv(), "per_run": true}}});
+    let config = dir.path().join("allowed.json");
+    std::fs::write(&config, allowed.to_string()).expect("config");
+    let (out, status, _) = serve(&config.display().to_string());
+    assert_eq!(status, 0, "{out}");
+    assert_eq!(
+        out[0]["structuredContent"]["return_value"],
+        json!([3, 14]),
+        "{out}"
+    );
+    let native = &out[1]["structuredContent"]["return_value"];
+    assert!(native[1].as_u64().is_some_and(|minor| minor < 14), "{out}");
+    assert_eq!(out[2]["structuredContent"]["return_value"], 6, "{out}");
+
+    // Without `per_run`, a request cannot pick the native tier.
+    allowed["sandpy"]["native"]["per_run"] = json!(false);
+    let config = dir.path().join("fixed.json");
+    std::fs::write(&config, allowed.to_string()).expect("config");
+    let (out, status, _) = serve(&config.display().to_string());
+    assert_eq!(status, 0, "{out}");
+    assert_eq!(
+        out[0]["structuredContent"]["return_value"],
+        json!([3, 14]),
+        "{out}"
+    );
+    let refused = out[1].to_string();
+    assert!(refused.contains("sandpy.native.per_run"), "{out}");
+}

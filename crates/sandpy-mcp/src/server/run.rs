@@ -46,6 +46,44 @@ struct RunPython {
     session_id: Option<String>,
     /// input files, put in /tmp (the working directory) before the code runs
     files: Option<Vec<FileArg>>,
+    /// where the code runs, when the server lets requests choose: `wasm` (WebAssembly) or
+    /// `native` (the machine's CPython with numpy and pandas, kernel-confined)
+    tier: Option<TierArg>,
+}
+
+/// The tiers a request may name.
+#[derive(Deserialize, JsonSchema, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+#[schemars(inline)]
+enum TierArg {
+    Wasm,
+    Native,
+}
+
+impl ServerState {
+    /// The tier a request asked for, or why it may not choose.
+    fn requested_tier(
+        &self,
+        tier: Option<TierArg>,
+        session: bool,
+    ) -> Result<Option<sandpy::Tier>, ErrorData> {
+        let Some(tier) = tier else {
+            return Ok(None);
+        };
+        if !self.tier_per_run {
+            return Err(invalid(
+                "this server does not let requests choose their tier (sandpy.native.per_run)",
+            ));
+        }
+        let tier = match tier {
+            TierArg::Wasm => sandpy::Tier::Wasm,
+            TierArg::Native => sandpy::Tier::Native,
+        };
+        if session && tier == sandpy::Tier::Native {
+            return Err(invalid("sessions run on the wasm tier only"));
+        }
+        Ok(Some(tier))
+    }
 }
 
 /// `call_python_function`'s arguments.
@@ -62,6 +100,8 @@ struct CallPythonFunction {
     timeout_ms: Option<NonZeroU64>,
     /// input files, put in /tmp (the working directory) before the code runs
     files: Option<Vec<FileArg>>,
+    /// where the code runs, when the server lets requests choose: `wasm` or `native`
+    tier: Option<TierArg>,
 }
 
 // One input file: `path` and exactly one of `text` and `content_base64` (checked by
@@ -170,6 +210,7 @@ impl ServerState {
             timeout_ms: args.timeout_ms,
             allowed_tools: args.allowed_tools,
             files: input_files(args.files)?,
+            tier: self.requested_tier(args.tier, args.session_id.is_some())?,
         };
         let options = self.options(id.clone(), request);
         let execution = match &args.session_id {
@@ -195,6 +236,7 @@ impl ServerState {
         let request = RunRequest {
             timeout_ms: args.timeout_ms,
             files: input_files(args.files)?,
+            tier: self.requested_tier(args.tier, false)?,
             ..RunRequest::default()
         };
         let options = self.options(id.clone(), request);

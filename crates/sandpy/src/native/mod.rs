@@ -85,6 +85,10 @@ pub struct NativeConfig {
     /// Modules the zygote imports once, so that every run starts with them loaded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preimport: Vec<String>,
+    /// Whether a request may choose its tier (`run_python`'s `tier`); otherwise every run
+    /// takes the config's `tier`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub per_run: bool,
     /// The program started as the zygote; default: this process's own executable, whose
     /// `main` must call [`main_if_requested`] first.
     #[serde(skip)]
