@@ -159,5 +159,13 @@ fn _sandpy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<execution::PyViolation>()?;
     m.add_class::<execution::PyOutputFile>()?;
     m.add_function(wrap_pyfunction!(warmup, m)?)?;
+    m.add_function(wrap_pyfunction!(_native_zygote, m)?)?;
     Ok(())
+}
+
+/// The native tier's zygote, in the configured Python started by a `Sandbox` whose
+/// tier is native (see `sandbox::native_launcher`); never returns. Not for users.
+#[pyfunction]
+fn _native_zygote() -> PyResult<()> {
+    sandpy::native::serve_as_zygote()
 }

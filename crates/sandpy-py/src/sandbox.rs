@@ -90,21 +90,56 @@ impl Drop for Shared {
     }
 }
 
+/// The command that starts the native tier's zygote: the configured Python loading this
+/// very extension module by its file (not from `sys.path`, which is that Python's own) and
+/// serving as the zygote.
+fn native_launcher(py: Python<'_>, python: &std::path::Path) -> PyResult<Vec<std::ffi::OsString>> {
+    let extension: String = py
+        .import("sandpy._sandpy")?
+        .getattr("__file__")?
+        .extract()?;
+    let literal =
+        serde_json::to_string(&extension).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let code = format!(
+        "import importlib.util as util\n\
+         spec = util.spec_from_file_location('sandpy._sandpy', {literal})\n\
+         module = util.module_from_spec(spec)\n\
+         spec.loader.exec_module(module)\n\
+         module._native_zygote()\n"
+    );
+    Ok(vec![python.into(), "-I".into(), "-c".into(), code.into()])
+}
+
 #[pymethods]
 impl PySandbox {
     #[new]
-    #[pyo3(signature = (config=None, policy=None, mounts=None))]
+    #[pyo3(signature = (config=None, policy=None, mounts=None, tier=None))]
     fn new(
         py: Python<'_>,
         config: Option<PathBuf>,
         policy: Option<&Bound<'_, PyAny>>,
         mounts: Option<&Bound<'_, PyDict>>,
+        tier: Option<&str>,
     ) -> PyResult<PySandbox> {
         let file = match &config {
             Some(path) => sandpy_mcp::Config::load(path).map_err(config_error)?,
             None => sandpy_mcp::Config::default(),
         };
         let mut settings = file.settings.clone();
+        match tier {
+            None => {}
+            Some("wasm") => settings.tier = sandpy::Tier::Wasm,
+            Some("native") => settings.tier = sandpy::Tier::Native,
+            Some(other) => {
+                return Err(PyValueError::new_err(format!(
+                    "tier must be \"wasm\" or \"native\", not {other:?}"
+                )))
+            }
+        }
+        if settings.tier == sandpy::Tier::Native || settings.native.is_some() {
+            let native = settings.native.get_or_insert_with(Default::default);
+            native.launcher = native_launcher(py, &native.python_executable())?;
+        }
         if let Some(mounts) = mounts {
             for (guest, host) in mounts.iter() {
                 let guest: String = guest.extract().map_err(|_| {

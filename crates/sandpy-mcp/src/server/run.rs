@@ -46,8 +46,7 @@ struct RunPython {
     session_id: Option<String>,
     /// input files, put in /tmp (the working directory) before the code runs
     files: Option<Vec<FileArg>>,
-    /// where the code runs, when the server lets requests choose: `wasm` (WebAssembly) or
-    /// `native` (the machine's CPython with numpy and pandas, kernel-confined)
+    /// wasm (default) or native (compiled packages such as numpy), if the server allows it
     tier: Option<TierArg>,
 }
 
@@ -100,7 +99,7 @@ struct CallPythonFunction {
     timeout_ms: Option<NonZeroU64>,
     /// input files, put in /tmp (the working directory) before the code runs
     files: Option<Vec<FileArg>>,
-    /// where the code runs, when the server lets requests choose: `wasm` or `native`
+    /// wasm (default) or native (compiled packages such as numpy), if the server allows it
     tier: Option<TierArg>,
 }
 

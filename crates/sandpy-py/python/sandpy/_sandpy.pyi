@@ -149,7 +149,10 @@ class Sandbox:
     `config` is a path to the JSON config file the `sandpy` CLI reads (upstream
     `mcpServers`, whose tools the code may call, and the `sandpy` section); None means no
     config: default limits (30 s, 256 MiB, 1 MiB of output), no tools. `policy` applies to
-    every run. `mounts` maps guest paths to host folders the code may read.
+    every run. `mounts` maps guest paths to host folders the code may read. `tier` is
+    where runs execute: `"wasm"` (the default) or `"native"`, the machine's CPython with
+    compiled packages (numpy, pandas) confined by the kernel, configured in the config's
+    `sandpy.native` section (Linux only; see the README).
 
     Creating the first Sandbox of a process loads the compiled runtime (compiling it once
     per machine and version, see `warmup`). A Sandbox is safe to share between threads;
@@ -162,6 +165,7 @@ class Sandbox:
         config: str | os.PathLike[str] | None = None,
         policy: PolicyArg | None = None,
         mounts: Mapping[str, str | os.PathLike[str]] | None = None,
+        tier: Literal["wasm", "native"] | None = None,
     ) -> None: ...
     def run(
         self,

@@ -90,17 +90,33 @@ impl NativeTier {
             SockFlag::SOCK_CLOEXEC,
         )
         .map_err(|e| NativeError::Start(format!("socketpair: {e}")))?;
-        let launcher = match &config.launcher {
-            Some(path) => path.clone(),
-            None => std::env::current_exe().map_err(|source| NativeError::Launcher {
-                launcher: PathBuf::from("(this program)"),
-                source,
-            })?,
+        let (launcher, arguments) = match config.launcher.split_first() {
+            Some((program, arguments)) => (PathBuf::from(program), arguments.to_vec()),
+            None => (
+                std::env::current_exe().map_err(|source| NativeError::Launcher {
+                    launcher: PathBuf::from("(this program)"),
+                    source,
+                })?,
+                vec![super::zygote::ZYGOTE_ARG.into()],
+            ),
         };
         let zygote_fd = zygote_end.as_raw_fd();
         let mut command = std::process::Command::new(&launcher);
+        // The zygote's whole environment. Numerical libraries read it as they load:
+        // no thread pools (a fork keeps only the forking thread); glibc keeps one malloc
+        // arena, whose address space would otherwise count against the memory cap per
+        // thread.
         command
-            .arg(super::zygote::ZYGOTE_ARG)
+            .args(arguments)
+            .env_clear()
+            .envs([
+                ("PYTHONNOUSERSITE", "1"),
+                ("PYTHONDONTWRITEBYTECODE", "1"),
+                ("OPENBLAS_NUM_THREADS", "1"),
+                ("OMP_NUM_THREADS", "1"),
+                ("MKL_NUM_THREADS", "1"),
+                ("MALLOC_ARENA_MAX", "1"),
+            ])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null());
         // SAFETY: only dup2 runs between fork and exec.

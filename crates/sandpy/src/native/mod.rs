@@ -34,7 +34,7 @@ pub(crate) use host::Inputs;
 #[cfg(target_os = "linux")]
 pub use host::NativeTier;
 #[cfg(target_os = "linux")]
-pub use zygote::{main_if_requested, ZYGOTE_ARG};
+pub use zygote::{main_if_requested, serve_as_zygote, ZYGOTE_ARG};
 
 /// Without Linux there is no native tier, and no process is ever a zygote.
 #[cfg(not(target_os = "linux"))]
@@ -89,10 +89,12 @@ pub struct NativeConfig {
     /// takes the config's `tier`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub per_run: bool,
-    /// The program started as the zygote; default: this process's own executable, whose
-    /// `main` must call [`main_if_requested`] first.
+    /// The command started as the zygote (program, then arguments); empty: this
+    /// process's own executable with [`ZYGOTE_ARG`] (its `main` must call
+    /// [`main_if_requested`] first). A host that is itself a Python process starts the
+    /// configured Python running [`serve_as_zygote`] through its extension module.
     #[serde(skip)]
-    pub launcher: Option<PathBuf>,
+    pub launcher: Vec<std::ffi::OsString>,
     /// Confinement layers switched off, for tests that show each layer stops its own
     /// attack. Honoured by debug builds only.
     #[serde(skip)]

@@ -119,6 +119,12 @@ pub(crate) struct CApi {
 }
 
 impl CApi {
+    /// The C API of the interpreter already running this process (a zygote started as
+    /// a Python process); it must hold the GIL on this thread.
+    pub fn attach() -> Result<CApi, String> {
+        Self::bind(libc::RTLD_DEFAULT, Path::new("this process"), false)
+    }
+
     /// Load `libpython` into this process (its symbols global, as extension modules
     /// expect) and start the interpreter, without its signal handlers.
     pub fn start(libpython: &Path) -> Result<CApi, String> {
@@ -133,6 +139,11 @@ impl CApi {
                 dl_error()
             ));
         }
+        Self::bind(handle, libpython, true)
+    }
+
+    /// Look the functions up in `handle` and, when `initialize`, start the interpreter.
+    fn bind(handle: *mut c_void, libpython: &Path, initialize: bool) -> Result<CApi, String> {
         let symbol = |name: &str| -> Result<*mut c_void, String> {
             let c_name = CString::new(name).map_err(|_| name.to_string())?;
             // SAFETY: a symbol lookup in a live handle.
@@ -147,7 +158,7 @@ impl CApi {
         type Initialize = unsafe extern "C" fn(c_int);
         // SAFETY: the signatures are CPython's stable C API (Python 3.7+).
         unsafe {
-            let initialize =
+            let start_interpreter =
                 std::mem::transmute::<*mut c_void, Initialize>(symbol("Py_InitializeEx")?);
             let api = CApi {
                 run_simple_string: std::mem::transmute::<*mut c_void, RunString>(symbol(
@@ -161,7 +172,9 @@ impl CApi {
                     "PyOS_AfterFork_Child",
                 )?),
             };
-            initialize(0);
+            if initialize {
+                start_interpreter(0);
+            }
             Ok(api)
         }
     }

@@ -39,6 +39,17 @@ pub(crate) struct Zygote {
 }
 
 fn main() -> i32 {
+    run_zygote(false)
+}
+
+/// Serve as the native tier's zygote from inside a running Python interpreter (a host
+/// that is itself Python starts the configured Python calling this through its extension
+/// module, with the GIL held); never returns.
+pub fn serve_as_zygote() -> ! {
+    std::process::exit(run_zygote(true))
+}
+
+fn run_zygote(embedded: bool) -> i32 {
     // SAFETY: the host started this process with its control socket at CONTROL_FD.
     let control = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
     let setup: ZygoteSetup = match receive(&control) {
@@ -48,7 +59,7 @@ fn main() -> i32 {
         },
         _ => return 1,
     };
-    match start(&control, setup) {
+    match start(&control, setup, embedded) {
         Ok(zygote) => serve(&control, &zygote),
         Err(message) => refuse(&control, message),
     }
@@ -66,24 +77,11 @@ fn send(control: &OwnedFd, status: &ZygoteStatus) {
     }
 }
 
-fn start(control: &OwnedFd, setup: ZygoteSetup) -> Result<Zygote, String> {
+fn start(control: &OwnedFd, setup: ZygoteSetup, embedded: bool) -> Result<Zygote, String> {
     let filters = Filters::compile().map_err(|e| e.to_string())?;
-    // Set before the interpreter and its packages read them. Numerical libraries start
-    // no thread pools (a fork keeps only the forking thread); glibc keeps one malloc
-    // arena, whose address space would otherwise count against the memory cap per thread.
-    let environment = [
-        ("PYTHONHOME", setup.python_home.as_os_str()),
-        ("PYTHONNOUSERSITE", "1".as_ref()),
-        ("PYTHONDONTWRITEBYTECODE", "1".as_ref()),
-        ("OPENBLAS_NUM_THREADS", "1".as_ref()),
-        ("OMP_NUM_THREADS", "1".as_ref()),
-        ("MKL_NUM_THREADS", "1".as_ref()),
-    ];
-    for (name, _) in std::env::vars_os() {
-        std::env::remove_var(name);
-    }
-    for (name, value) in environment {
-        std::env::set_var(name, value);
+    if !embedded {
+        // The interpreter's home, read as it starts (the host set the rest).
+        std::env::set_var("PYTHONHOME", &setup.python_home);
     }
     // SAFETY: mallopt with integer arguments, before any thread exists.
     unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
@@ -92,7 +90,11 @@ fn start(control: &OwnedFd, setup: ZygoteSetup) -> Result<Zygote, String> {
         libc::signal(libc::SIGCHLD, libc::SIG_IGN);
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
-    let api = CApi::start(&setup.libpython)?;
+    let api = if embedded {
+        CApi::attach()?
+    } else {
+        CApi::start(&setup.libpython)?
+    };
     let boot = format!(
         "import sys\nsys.path.insert(0, {})\nimport sandpy_native\nsandpy_native.boot({}, {})\n",
         literal(&setup.guest_dir),

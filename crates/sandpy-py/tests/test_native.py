@@ -1,0 +1,67 @@
+"""The native tier from Python: `Sandbox(tier="native")` runs numpy in the machine's
+CPython, confined by the kernel, with the same `Execution` as the WebAssembly tier."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import sandpy
+
+from conftest import REPO
+
+# The venv the CLI's tests make with `sandpy build --native` (same pins).
+PACKAGES = ["numpy==2.4.6", "pandas==3.1.1"]
+VENV = REPO / "target" / "native-test-venv"
+
+
+@pytest.fixture(scope="module")
+def native_config(tmp_path_factory, cli):
+    marker = VENV / ".installed"
+    if not marker.is_file() or marker.read_text() != " ".join(PACKAGES):
+        args = [str(cli), "build", "--native", "--output", str(VENV)]
+        for package in PACKAGES:
+            args += ["--with", package]
+        subprocess.run(args, check=True)
+        marker.write_text(" ".join(PACKAGES))
+    config = tmp_path_factory.mktemp("native") / "sandpy.json"
+    native = {"venv": str(VENV), "preimport": ["numpy"]}
+    config.write_text(json.dumps({"sandpy": {"native": native}}))
+    return config
+
+
+def test_tier_native_runs_numpy_and_answers_like_the_wasm_tier(native_config):
+    native = sandpy.Sandbox(config=native_config, tier="native")
+    execution = native.run("import numpy as np, sys\nprint('hi')\n[int(np.arange(5).sum()), sys.version_info[1]]")
+    assert execution.status == "ok", execution.error
+    assert execution.stdout == "hi\n"
+    total, minor = execution.return_value
+    assert total == 10
+    assert minor == sys.version_info[1] or minor < 14  # the venv's Python, not 3.14
+    failed = native.run("1 / 0")
+    assert failed.status == "error"
+    assert failed.error.type == "ZeroDivisionError"
+    timed_out = native.run("while True: pass", timeout_ms=500)
+    assert timed_out.status == "timeout"
+    called = native.call_function("def f(x):\n    return x * 2\n", "f", [21])
+    assert called.return_value == 42
+
+
+def test_host_tools_answer_native_runs(native_config):
+    native = sandpy.Sandbox(config=native_config, tier="native")
+    execution = native.run(
+        "import numpy\ncall_mcp_tool('mcp__host__double', {'x': int(numpy.int64(21))})",
+        tools={"double": lambda x: x * 2},
+    )
+    assert execution.status == "ok", execution.error
+    assert execution.return_value == 42
+
+
+def test_the_config_tier_is_the_default_and_wasm_stays_available(native_config):
+    wasm = sandpy.Sandbox(config=native_config)
+    assert wasm.run("import sys\nsys.version_info[:2]").return_value == [3, 14]
+    refused = wasm.run("import numpy")
+    assert refused.status == "error"
+    with pytest.raises(ValueError, match="tier"):
+        sandpy.Sandbox(tier="docker")
