@@ -2,8 +2,11 @@
 CPython, confined by the kernel, with the same `Execution` as the WebAssembly tier."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -65,3 +68,34 @@ def test_the_config_tier_is_the_default_and_wasm_stays_available(native_config):
     assert refused.status == "error"
     with pytest.raises(ValueError, match="tier"):
         sandpy.Sandbox(tier="docker")
+
+
+def _zygotes_of_this_process() -> list[int]:
+    """Pids of this process's children that serve as the native tier's zygote."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == os.getpid() and b"_native_zygote" in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def test_a_run_after_the_zygote_died_starts_a_new_one(native_config):
+    native = sandpy.Sandbox(config=native_config, tier="native")
+    assert native.run("1").status == "ok"
+    before = set(_zygotes_of_this_process())
+    assert before, "no zygote found"
+    for pid in before:
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
+    again = native.run("import numpy\nint(numpy.ones(3).sum())")
+    assert again.status == "ok", again.error
+    assert again.return_value == 3
+    assert not before & set(_zygotes_of_this_process())

@@ -33,9 +33,10 @@ pub(crate) struct Runner {
     config: Config,
     admission: Admission,
     folders: Arc<RunFolders>,
-    /// The native tier, started by its first run.
+    /// The native tier, started by its first run and again by the first run after its
+    /// zygote died (the lock also keeps two runs from starting it at once).
     #[cfg(target_os = "linux")]
-    native: tokio::sync::OnceCell<Arc<crate::native::NativeTier>>,
+    native: tokio::sync::Mutex<Option<Arc<crate::native::NativeTier>>>,
 }
 
 /// A guest instance with its host side: its store (WASI context, memory limiter, tools),
@@ -141,7 +142,7 @@ impl Runner {
             )),
             config,
             #[cfg(target_os = "linux")]
-            native: tokio::sync::OnceCell::new(),
+            native: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -243,25 +244,30 @@ impl Runner {
         Execution::refused(Status::InvalidInput, "the native tier needs Linux".into())
     }
 
-    /// The native tier, started on first use (off the async threads: it blocks).
+    /// The native tier, started on first use or when its zygote is gone (off the async
+    /// threads: starting blocks while the zygote imports its packages).
     #[cfg(target_os = "linux")]
     pub async fn native_tier(&self) -> Result<Arc<crate::native::NativeTier>, String> {
+        let mut current = self.native.lock().await;
+        if let Some(tier) = current.as_ref().filter(|tier| tier.is_alive()) {
+            return Ok(tier.clone());
+        }
+        if current.is_some() {
+            tracing::warn!("the native tier's zygote is gone; starting a new one");
+        }
         let config = self.config.native.clone().unwrap_or_default();
         let cache_dir = self.config.resolved_cache_dir();
-        self.native
-            .get_or_try_init(|| async move {
-                let started = tokio::task::spawn_blocking(move || {
-                    crate::native::NativeTier::start(&config, &cache_dir)
-                })
-                .await;
-                match started {
-                    Ok(Ok(tier)) => Ok(Arc::new(tier)),
-                    Ok(Err(e)) => Err(error_chain(&e)),
-                    Err(e) => Err(format!("the native tier's start failed: {e}")),
-                }
-            })
-            .await
-            .cloned()
+        let started = tokio::task::spawn_blocking(move || {
+            crate::native::NativeTier::start(&config, &cache_dir)
+        })
+        .await;
+        let tier = match started {
+            Ok(Ok(tier)) => Arc::new(tier),
+            Ok(Err(e)) => return Err(error_chain(&e)),
+            Err(e) => return Err(format!("the native tier's start failed: {e}")),
+        };
+        *current = Some(tier.clone());
+        Ok(tier)
     }
 
     /// Run `task` in the session's instance (made now if it has none), journaling its

@@ -803,7 +803,13 @@ fn compat_programs_answer_alike_in_both_tiers() {
         let wasm: Value = serde_json::from_slice(&out.stdout).expect("json");
         // Tracebacks through the stdlib name its files, which differ between the two
         // Pythons; everything else must not.
-        for field in ["/status", "/stdout", "/return_value", "/error/type", "/error/message"] {
+        for field in [
+            "/status",
+            "/stdout",
+            "/return_value",
+            "/error/type",
+            "/error/message",
+        ] {
             assert_eq!(
                 native.pointer(field),
                 wasm.pointer(field),

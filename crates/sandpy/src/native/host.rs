@@ -185,6 +185,14 @@ impl NativeTier {
             .map_err(|e| NativeError::Start(format!("bad answer from the zygote: {e}")))
     }
 
+    /// Whether the zygote is still running (a run after it died starts a new one).
+    pub fn is_alive(&self) -> bool {
+        self.zygote
+            .lock()
+            .map(|mut child| matches!(child.try_wait(), Ok(None)))
+            .unwrap_or(false)
+    }
+
     /// The Python version runs get.
     pub fn python_version(&self) -> &str {
         &self.install.version
