@@ -35,12 +35,6 @@ fn failed<E: Into<std::io::Error>>(step: impl Into<String>) -> impl FnOnce(E) ->
     }
 }
 
-impl ConfineError {
-    pub(crate) fn from_errno(step: &str, errno: nix::errno::Errno) -> ConfineError {
-        failed(step)(errno)
-    }
-}
-
 fn other(step: &str, e: impl std::fmt::Display) -> ConfineError {
     ConfineError {
         step: step.into(),
@@ -281,19 +275,9 @@ pub(crate) struct ChildFds {
     pub channel: OwnedFd,
 }
 
-/// Everything the child does to itself before Python runs user code.
-pub(crate) fn confine_child(
-    fds: ChildFds,
-    request: &RunRequest,
-    zygote_vm_bytes: u64,
-    readable: &[PathBuf],
-    filters: &super::seccomp::Filters,
-) -> Result<(), ConfineError> {
-    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-        .map_err(failed("pdeathsig"))?;
-    if !request.without(Layer::Setsid) {
-        nix::unistd::setsid().map_err(failed("setsid"))?;
-    }
+/// Put the run's four descriptors at 0-3 (stdin, stdout, stderr, channel), first thing,
+/// so that every later failure is written to the run's stderr.
+pub(crate) fn move_descriptors(fds: ChildFds) -> Result<(), ConfineError> {
     let wanted: [RawFd; 4] = [
         fds.stdin.as_raw_fd(),
         fds.stdout.as_raw_fd(),
@@ -316,6 +300,24 @@ pub(crate) fn confine_child(
         if unsafe { libc::dup2(fd, target as RawFd) } < 0 {
             return Err(failed("dup2")(std::io::Error::last_os_error()));
         }
+        // SAFETY: the copy is ours and no longer needed.
+        unsafe { libc::close(fd) };
+    }
+    Ok(())
+}
+
+/// Everything the child does to itself, once its root is built, before Python runs
+/// user code.
+pub(crate) fn confine_child(
+    request: &RunRequest,
+    zygote_vm_bytes: u64,
+    readable: &[PathBuf],
+    filters: &super::seccomp::Filters,
+) -> Result<(), ConfineError> {
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(failed("pdeathsig"))?;
+    if !request.without(Layer::Setsid) {
+        nix::unistd::setsid().map_err(failed("setsid"))?;
     }
     // SAFETY: closes every descriptor above the four the child keeps.
     if unsafe { libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) } < 0 {

@@ -2,12 +2,13 @@
 //! that embeds CPython, imports the guest code and the configured packages once, and then
 //! forks one supervisor per run request. It never runs user code.
 
-use super::protocol::{RunFds, RunRequest, ZygoteSetup, ZygoteStatus};
+use super::protocol::{Ended, Report, RunFds, RunRequest, ZygoteSetup, ZygoteStatus};
 use super::python::CApi;
 use super::seccomp::Filters;
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
 
 /// The first argument that makes a `sandpy` process a zygote.
 pub const ZYGOTE_ARG: &str = "__sandpy-native-zygote";
@@ -85,9 +86,8 @@ fn start(control: &OwnedFd, setup: ZygoteSetup, embedded: bool) -> Result<Zygote
     }
     // SAFETY: mallopt with integer arguments, before any thread exists.
     unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
-    // SAFETY: setting dispositions; the zygote reaps its supervisors by ignoring SIGCHLD.
+    // SAFETY: setting a disposition (a host gone mid-report is an error, not a signal).
     unsafe {
-        libc::signal(libc::SIGCHLD, libc::SIG_IGN);
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     let api = if embedded {
@@ -195,40 +195,152 @@ fn own_size() -> (u64, u64) {
     (vm, rss)
 }
 
-/// Fork a supervisor for each run request until the host closes the socket.
+/// Start a run for each request and supervise every live one, until the host closes
+/// the control socket (then every live run is killed).
 fn serve(control: &OwnedFd, zygote: &Zygote) -> i32 {
+    let mut live: Vec<Supervised> = Vec::new();
     loop {
-        let (bytes, fds) = match receive(control) {
-            Ok(Some(message)) => message,
-            Ok(None) => return 0,
-            Err(_) => return 1,
-        };
-        let Some(fds) = RunFds::from_vec(fds) else {
-            continue; // descriptors missing: the host sees its report socket close
-        };
-        let Ok(request) = serde_json::from_slice::<RunRequest>(&bytes) else {
-            continue;
-        };
-        if let Err(why) = spawn_supervisor(control, zygote, request, fds) {
-            tracing::debug!("native run not started: {why}");
+        let now = Instant::now();
+        let wait_ms = live
+            .iter()
+            .filter(|run| !run.timed_out && !run.abandoned)
+            .map(|run| run.deadline.saturating_duration_since(now).as_millis())
+            .min()
+            .map_or(-1, |ms| ms.clamp(1, i32::MAX as u128) as i32);
+        let mut polled = vec![libc::pollfd {
+            fd: control.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        for run in &live {
+            polled.push(libc::pollfd {
+                fd: run.pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            polled.push(libc::pollfd {
+                // A run the host gave up on is no longer watched for the hang-up.
+                fd: if run.abandoned {
+                    -1
+                } else {
+                    run.report.as_raw_fd()
+                },
+                events: libc::POLLIN | libc::POLLRDHUP,
+                revents: 0,
+            });
+        }
+        // SAFETY: poll over valid pollfd entries (negative descriptors are skipped).
+        let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, wait_ms) };
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return 1;
+        }
+        let now = Instant::now();
+        let mut ended = Vec::new();
+        for (i, run) in live.iter_mut().enumerate() {
+            let (exited, hung_up) = (polled[1 + 2 * i].revents, polled[2 + 2 * i].revents);
+            if hung_up != 0 && !run.abandoned {
+                // The host has its answer, or gave up: nothing is reported.
+                run.abandoned = true;
+                run.kill();
+            }
+            if !run.timed_out && !run.abandoned && now >= run.deadline {
+                run.timed_out = true;
+                run.kill();
+            }
+            if exited != 0 {
+                ended.push(i);
+            }
+        }
+        for i in ended.into_iter().rev() {
+            let run = live.swap_remove(i);
+            run.reap_and_report();
+        }
+        if polled[0].revents != 0 {
+            let (bytes, fds) = match receive(control) {
+                Ok(Some(message)) => message,
+                Ok(None) | Err(_) => {
+                    for run in live {
+                        run.kill();
+                        run.reap_and_report();
+                    }
+                    return 0;
+                }
+            };
+            let Some(fds) = RunFds::from_vec(fds) else {
+                continue; // descriptors missing: the host sees its report socket close
+            };
+            let Ok(request) = serde_json::from_slice::<RunRequest>(&bytes) else {
+                continue;
+            };
+            match spawn_run(control, zygote, request, fds) {
+                Ok(run) => live.push(run),
+                Err(why) => tracing::debug!("native run not started: {why}"),
+            }
         }
     }
 }
 
-/// Clone a supervisor into the run's new namespaces and map its user ids; it starts once
-/// they are written (a byte on its sync pipe).
-fn spawn_supervisor(
+/// A run the zygote supervises: its time limit, and its report to the host.
+struct Supervised {
+    pid: i32,
+    pidfd: OwnedFd,
+    report: OwnedFd,
+    deadline: Instant,
+    timed_out: bool,
+    abandoned: bool,
+}
+
+impl Supervised {
+    fn kill(&self) {
+        // SAFETY: SIGKILL to our own (unreaped) child: pid 1 of its namespace, so all of
+        // the run goes.
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+    }
+
+    /// Reap the run and tell the host how it ended (unless the host gave up on it).
+    fn reap_and_report(self) {
+        let (status, max_rss_bytes) = super::supervisor::reap(self.pid);
+        if self.abandoned {
+            return;
+        }
+        let ended = if self.timed_out {
+            Ended::TimedOut
+        } else if libc::WIFEXITED(status) {
+            Ended::Exited(libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            match libc::WTERMSIG(status) {
+                libc::SIGXCPU => Ended::TimedOut,
+                signal => Ended::Signaled(signal),
+            }
+        } else {
+            Ended::Failed(format!("the run ended with wait status {status}"))
+        };
+        super::supervisor::write_report(
+            &self.report,
+            &Report {
+                ended,
+                max_rss_bytes,
+                files: Vec::new(),
+            },
+        );
+    }
+}
+
+/// Clone the run's process straight into its new namespaces, map its user ids, and let
+/// it go (a byte on its sync pipe); it builds its root and confines itself.
+fn spawn_run(
     control: &OwnedFd,
     zygote: &Zygote,
     request: RunRequest,
     fds: RunFds,
-) -> Result<(), String> {
+) -> Result<Supervised, String> {
     let (sync_read, sync_write) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| e.to_string())?;
     let flags = super::confine::namespaces(&request).bits() as libc::c_ulong;
+    let deadline = Instant::now() + Duration::from_millis(request.timeout_ms);
     zygote.api.before_fork();
     // SAFETY: clone without a new stack behaves as fork (the zygote is single-threaded);
-    // the child only runs the supervisor and leaves with _exit.
+    // the child only runs the run and leaves with _exit.
     let pid = unsafe {
         libc::syscall(
             libc::SYS_clone,
@@ -241,36 +353,73 @@ fn spawn_supervisor(
     };
     if pid == 0 {
         drop(sync_write);
-        // SAFETY: the control socket is the zygote's; the supervisor never uses it.
+        // SAFETY: the control socket is the zygote's; the run never uses it.
         unsafe { libc::close(control.as_raw_fd()) };
+        let RunFds {
+            channel,
+            stdin,
+            stdout,
+            stderr,
+            report,
+        } = fds;
+        drop(report);
         let mut byte = [0u8; 1];
         // SAFETY: a read into a valid one-byte buffer.
         let n = unsafe { libc::read(sync_read.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
         if n != 1 {
-            super::supervisor::report_failure(
-                &fds.report,
-                "the zygote could not map the run's user ids".into(),
-            );
-            // SAFETY: leaves at once.
-            unsafe { libc::_exit(0) }
+            // SAFETY: leaves at once: the zygote could not map the user ids.
+            unsafe { libc::_exit(super::supervisor::CONFINEMENT_FAILED) }
         }
-        super::supervisor::run(zygote, request, fds)
+        let child = super::confine::ChildFds {
+            stdin,
+            stdout,
+            stderr,
+            channel,
+        };
+        super::supervisor::run(zygote, &request, child)
     }
     zygote.api.after_fork_parent();
     drop(sync_read);
     if pid < 0 {
-        let e = std::io::Error::last_os_error();
-        let why = format!("clone into new namespaces: {e}");
+        let why = format!(
+            "clone into new namespaces: {}",
+            std::io::Error::last_os_error()
+        );
         super::supervisor::report_failure(&fds.report, why.clone());
         return Err(why);
     }
-    let mapped = super::confine::write_id_maps(pid as i32);
-    if mapped.is_ok() {
-        // SAFETY: a one-byte write to the sync pipe.
-        unsafe { libc::write(sync_write.as_raw_fd(), b"1".as_ptr().cast(), 1) };
-    }
-    // Dropping the sync pipe without the byte makes the supervisor report the failure.
-    mapped.map_err(|e| e.to_string())
+    let pid = pid as i32;
+    let run = (|| {
+        super::confine::write_id_maps(pid).map_err(|e| e.to_string())?;
+        // SAFETY: pidfd_open of our own child.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if pidfd < 0 {
+            return Err(format!("pidfd_open: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: the kernel just made this descriptor for us.
+        Ok(unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) })
+    })();
+    let pidfd = match run {
+        Ok(pidfd) => pidfd,
+        Err(why) => {
+            // SAFETY: kill and reap our own child, which never started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            super::supervisor::reap(pid);
+            super::supervisor::report_failure(&fds.report, why.clone());
+            return Err(why);
+        }
+    };
+    // SAFETY: a one-byte write to the sync pipe.
+    unsafe { libc::write(sync_write.as_raw_fd(), b"1".as_ptr().cast(), 1) };
+    let RunFds { report, .. } = fds; // the run's other descriptors are the child's now
+    Ok(Supervised {
+        pid,
+        pidfd,
+        report,
+        deadline,
+        timed_out: false,
+        abandoned: false,
+    })
 }
 
 /// One datagram and the descriptors it carries; `None` at EOF.
