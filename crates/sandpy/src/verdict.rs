@@ -156,6 +156,30 @@ pub(crate) fn overrun(captured: Captured, limit: Duration, duration: Duration) -
     }
 }
 
+/// An `ok` execution of what a run printed, its time and its counts; the verdict then
+/// sets the status and error.
+fn ran(
+    captured: Captured,
+    duration: Duration,
+    memory_peak_bytes: u64,
+    tool_calls: u64,
+) -> Execution {
+    Execution {
+        status: Status::Ok,
+        stdout: captured.stdout,
+        stderr: captured.stderr,
+        return_value: None,
+        return_value_is_repr: false,
+        error: None,
+        output_truncated: captured.truncated,
+        duration_ms: duration.as_secs_f64() * 1e3,
+        memory_peak_bytes,
+        tool_calls,
+        violations: Vec::new(),
+        files: Vec::new(),
+    }
+}
+
 /// The execution of one finished (or stopped) call. `memory_cap` is the cap the
 /// instance has (a session's own, not the run's).
 pub(crate) fn decide(
@@ -166,20 +190,12 @@ pub(crate) fn decide(
     memory_cap: usize,
     duration: Duration,
 ) -> Execution {
-    let mut execution = Execution {
-        status: Status::Ok,
-        stdout: captured.stdout,
-        stderr: captured.stderr,
-        return_value: None,
-        return_value_is_repr: false,
-        error: None,
-        output_truncated: captured.truncated,
-        duration_ms: duration.as_secs_f64() * 1e3,
-        memory_peak_bytes: state.limiter.peak as u64,
-        tool_calls: state.tools.calls as u64,
-        violations: Vec::new(),
-        files: Vec::new(),
-    };
+    let mut execution = ran(
+        captured,
+        duration,
+        state.limiter.peak as u64,
+        state.tools.calls as u64,
+    );
     let disk_refusal = state.disk.take_refusal();
     let (status, error) = match result {
         Err(_elapsed) => Stop::Timeout {
@@ -187,7 +203,7 @@ pub(crate) fn decide(
             waiting_for: state.tools.waiting_for(),
         }
         .verdict(),
-        Ok(Err(trap)) => trap_verdict(&trap, state, captured.truncated, limits, memory_cap),
+        Ok(Err(trap)) => trap_verdict(&trap, state, execution.output_truncated, limits, memory_cap),
         Ok(Ok(outcome)) => outcome_verdict(
             outcome,
             state.limiter.refused,
@@ -324,22 +340,9 @@ pub(crate) fn native(
     memory_peak_bytes: u64,
     duration: Duration,
 ) -> Execution {
-    let mut execution = Execution {
-        status: Status::Ok,
-        stdout: captured.stdout,
-        stderr: captured.stderr,
-        return_value: None,
-        return_value_is_repr: false,
-        error: None,
-        output_truncated: captured.truncated,
-        duration_ms: duration.as_secs_f64() * 1e3,
-        memory_peak_bytes,
-        tool_calls,
-        violations: Vec::new(),
-        files: Vec::new(),
-    };
+    let mut execution = ran(captured, duration, memory_peak_bytes, tool_calls);
     let (status, error) = match end {
-        _ if captured.truncated => Stop::Output(limits.output_bytes).verdict(),
+        _ if execution.output_truncated => Stop::Output(limits.output_bytes).verdict(),
         NativeEnd::Output => Stop::Output(limits.output_bytes).verdict(),
         NativeEnd::Message(cap) => Stop::Output(cap).verdict(),
         NativeEnd::ToolCalls => Stop::ToolCalls(limits.tool_calls).verdict(),

@@ -723,33 +723,25 @@ fn run_python_chooses_its_tier_only_where_the_operator_allows_it() {
             &requests,
         )
     };
-    let mut allowed = json!({"sandpy": {"native": {"venv": native_venv(), "per_run": true}}});
-    let config = dir.path().join("allowed.json");
-    std::fs::write(&config, allowed.to_string()).expect("config");
-    let (out, status, _) = serve(&config.display().to_string());
-    assert_eq!(status, 0, "{out}");
-    assert_eq!(
-        out[0]["structuredContent"]["return_value"],
-        json!([3, 14]),
-        "{out}"
-    );
-    let native = &out[1]["structuredContent"]["return_value"];
-    assert!(native[1].as_u64().is_some_and(|minor| minor < 14), "{out}");
-    assert_eq!(out[2]["structuredContent"]["return_value"], 6, "{out}");
-
-    // Without `per_run`, a request cannot pick the native tier.
-    allowed["sandpy"]["native"]["per_run"] = json!(false);
-    let config = dir.path().join("fixed.json");
-    std::fs::write(&config, allowed.to_string()).expect("config");
-    let (out, status, _) = serve(&config.display().to_string());
-    assert_eq!(status, 0, "{out}");
-    assert_eq!(
-        out[0]["structuredContent"]["return_value"],
-        json!([3, 14]),
-        "{out}"
-    );
-    let refused = out[1].to_string();
-    assert!(refused.contains("sandpy.native.per_run"), "{out}");
+    for per_run in [true, false] {
+        let config = dir.path().join(format!("per-run-{per_run}.json"));
+        let file = json!({"sandpy": {"native": {"venv": native_venv(), "per_run": per_run}}});
+        std::fs::write(&config, file.to_string()).expect("config");
+        let (out, status, _) = serve(&config.display().to_string());
+        assert_eq!(status, 0, "{out}");
+        // The config's tier (here the default, wasm) when the request names none.
+        let first = &out[0]["structuredContent"]["return_value"];
+        assert_eq!(first, &json!([3, 14]), "{out}");
+        if per_run {
+            let native = &out[1]["structuredContent"]["return_value"];
+            assert!(native[1].as_u64().is_some_and(|minor| minor < 14), "{out}");
+            assert_eq!(out[2]["structuredContent"]["return_value"], 6, "{out}");
+        } else {
+            // Without `per_run`, a request cannot pick the native tier.
+            let refused = out[1].to_string();
+            assert!(refused.contains("sandpy.native.per_run"), "{out}");
+        }
+    }
 }
 
 /// Programs of the language tests (`crates/sandpy/tests/all/language.rs`) print and return
