@@ -320,6 +320,9 @@ pub(crate) enum NativeEnd {
     Output,
     /// The program sent a channel message over the host's limit, in bytes.
     Message(usize),
+    /// The program wrote something other than the guest code's messages on its channel
+    /// (fd 3), and why it did not parse.
+    Channel(String),
     /// The tool-call cap was reached and the run killed.
     ToolCalls,
     /// The child exited without an outcome.
@@ -345,6 +348,17 @@ pub(crate) fn native(
         _ if execution.output_truncated => Stop::Output(limits.output_bytes).verdict(),
         NativeEnd::Output => Stop::Output(limits.output_bytes).verdict(),
         NativeEnd::Message(cap) => Stop::Output(cap).verdict(),
+        NativeEnd::Channel(why) => (
+            Status::Error,
+            Some(ErrorInfo {
+                kind: "ChannelError".into(),
+                message: format!(
+                    "the program wrote to the sandbox's channel (descriptor 3) what is not \
+                     a message of the sandbox: {why}"
+                ),
+                traceback: None,
+            }),
+        ),
         NativeEnd::ToolCalls => Stop::ToolCalls(limits.tool_calls).verdict(),
         NativeEnd::Timeout { waiting_for } => Stop::Timeout {
             limit: limits.timeout,

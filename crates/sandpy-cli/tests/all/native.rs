@@ -232,6 +232,24 @@ fn native_limits_end_runs_with_their_statuses() {
         let (_, execution) = native_run(&config, code, args, "");
         assert_eq!(execution["status"], status, "{code}: {execution}");
     }
+    // The run's channel to the host (descriptor 3): a message without end is cut at the
+    // host's limit, not held whole; bytes that are no message end the run as its error.
+    let (_, flood) = native_run(
+        &config,
+        "import os\nwhile True: os.write(3, b'x' * 65536)",
+        &[],
+        "",
+    );
+    assert_eq!(flood["status"], "output_limit", "{flood}");
+    let (_, garbage) = native_run(
+        &config,
+        "import os\nos.write(3, b'{nonsense\\n')\nimport time\ntime.sleep(5)",
+        &[],
+        "",
+    );
+    assert_eq!(garbage["status"], "error", "{garbage}");
+    assert_eq!(garbage["error"]["type"], "ChannelError", "{garbage}");
+
     // The deadline holds while the run waits in a blocking call too.
     let (_, slept) = native_run(
         &config,

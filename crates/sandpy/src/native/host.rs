@@ -418,15 +418,15 @@ const CHUNK: usize = 64 << 10;
 
 impl Run<'_> {
     /// The longest channel message the host holds: a batch of calls with arguments at
-    /// their cap, or an outcome whose texts are at the output cap, JSON-escaped.
+    /// their cap, or an outcome with texts at the output cap and `/output`'s files,
+    /// base64, each with room for JSON escapes.
     fn max_message(&self) -> usize {
         let limits = self.limits;
-        // The outcome carries /output's files too, base64: 4/3 of their cap.
         let files = (limits.output_files_bytes as usize).saturating_mul(2);
         limits
             .tool_result_bytes
-            .max(limits.output_bytes)
-            .saturating_mul(8)
+            .saturating_mul(4)
+            .saturating_add(limits.output_bytes.saturating_mul(4))
             .saturating_add(files)
             .saturating_add(1 << 20)
     }
@@ -536,8 +536,16 @@ impl Run<'_> {
                 },
                 n = channel_read.read(&mut channel_buf), if channel_open && channel_write.is_some() => match n {
                     Ok(n) if n > 0 => {
+                        // Only the new bytes are searched for the end of a line.
+                        let searched = message.len();
                         message.extend_from_slice(&channel_buf[..n]);
-                        while let Some(end) = message.iter().position(|&b| b == b'\n') {
+                        let mut from = searched;
+                        while let Some(end) = message[from..]
+                            .iter()
+                            .position(|&b| b == b'\n')
+                            .map(|at| from + at)
+                        {
+                            from = 0;
                             let line: Vec<u8> = message.drain(..=end).collect();
                             let Some(writer) = channel_write.as_mut() else { break };
                             let answered = tokio::time::timeout_at(
@@ -636,11 +644,8 @@ impl Run<'_> {
         writer: &mut tokio::net::unix::OwnedWriteHalf,
         outcome: &mut Option<GuestOutcome>,
     ) -> Result<(), NativeEnd> {
-        let message: GuestMessage = serde_json::from_slice(line).map_err(|e| {
-            NativeEnd::Internal(format!(
-                "the run sent a malformed message on its channel: {e}"
-            ))
-        })?;
+        let message: GuestMessage =
+            serde_json::from_slice(line).map_err(|e| NativeEnd::Channel(format!("{e}")))?;
         let internal = |e: wasmtime::Error| NativeEnd::Internal(e.to_string());
         let answer = match message {
             GuestMessage::Outcome(reported) => {
