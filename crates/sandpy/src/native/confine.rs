@@ -1,7 +1,7 @@
-//! Confinement of one run, in two steps. The supervisor enters new namespaces (user,
-//! mount, pid, net, ipc, uts, cgroup) as an unprivileged user and builds the run's
-//! filesystem: a read-only root holding only the Python installation, the packages, the
-//! guest code and a few devices, a size-capped `/tmp` (scratch) and `/output`. The child
+//! Confinement of one run. The zygote clones it into new namespaces (user, mount, pid,
+//! net, ipc, uts, cgroup) whose root is an unprivileged user on the host; the run builds
+//! its filesystem: a read-only root holding only the Python installation, the packages,
+//! the guest code and a few devices, a size-capped `/tmp` (scratch) and `/output`. It
 //! then confines itself before any user code runs: its own session, only its four
 //! descriptors, rlimits, no capabilities, Landlock, and the seccomp allow-list.
 
@@ -49,7 +49,7 @@ const NOBODY: u32 = 65534;
 const STAGING: &str = "/tmp";
 
 /// Files and folders of the host that the run sees read-only at the same path, opened
-/// (inside the run's mount namespace) while the supervisor still has its host identity.
+/// (inside the run's mount namespace) while the run still has its host identity.
 pub(crate) enum Source {
     Folder(PathBuf, OwnedFd),
     File(PathBuf, OwnedFd),
@@ -112,8 +112,8 @@ impl Source {
     }
 }
 
-/// The namespaces a run's supervisor is cloned into: user, mount, net, ipc, uts,
-/// cgroup, and pid (the supervisor is pid 1 of its run's pid namespace).
+/// The namespaces a run is cloned into: user, mount, net, ipc, uts, cgroup, and pid (the
+/// run is pid 1 of its own pid namespace).
 pub(crate) fn namespaces(request: &RunRequest) -> CloneFlags {
     let mut flags = CloneFlags::CLONE_NEWUSER
         | CloneFlags::CLONE_NEWNS
@@ -129,7 +129,7 @@ pub(crate) fn namespaces(request: &RunRequest) -> CloneFlags {
 
 /// Map the root of `pid`'s new user namespace to `nobody` on the host when sandpy runs
 /// as root (to the caller's own uid otherwise). Written from the parent namespace, where
-/// root may map another user; the supervisor keeps its host identity until
+/// root may map another user; the run keeps its host identity until
 /// [`become_namespace_root`], so that it can still reach private folders such as
 /// `/root` while it builds the run's filesystem.
 pub(crate) fn write_id_maps(pid: i32) -> Result<(), ConfineError> {
@@ -155,7 +155,7 @@ pub(crate) fn become_namespace_root() -> Result<(), ConfineError> {
     let (uid, gid) = (Uid::from_raw(0), Gid::from_raw(0));
     nix::unistd::setresgid(gid, gid, gid).map_err(failed("setresgid"))?;
     nix::unistd::setresuid(uid, uid, uid).map_err(failed("setresuid"))?;
-    // Changing uid cleared it; the supervisor reads its own /proc/self/fd.
+    // Changing uid cleared it; the run reads its own /proc/self/fd.
     nix::sys::prctl::set_dumpable(true).map_err(failed("set dumpable"))
 }
 
@@ -206,7 +206,7 @@ pub(crate) const DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/urandom",
 /// Build the run's root from `sources`, the devices, `/tmp` and `/output`, and move
 /// into it; the host's root is then out of reach (detached, not hidden).
 pub(crate) fn build_root(sources: &[Source], request: &RunRequest) -> Result<(), ConfineError> {
-    // Files the supervisor makes must belong to a user the namespace knows.
+    // Files the run makes must belong to a user the namespace knows.
     become_namespace_root()?;
     mount(
         None::<&str>,

@@ -1,6 +1,6 @@
 //! The host side of the native tier: starts the zygote, and for each run hands it the
 //! run's descriptors, then serves the run's channel (task, tool calls, outcome), reads
-//! its output under the cap and its supervisor's report, and decides the execution.
+//! its output under the cap and the zygote's report, and decides the execution.
 
 use super::confine;
 use super::protocol::{
@@ -49,7 +49,6 @@ pub struct NativeTier {
     control: OwnedFd,
     zygote: std::sync::Mutex<std::process::Child>,
     install: PythonInstall,
-    rss_bytes: u64,
     layers_off: Vec<Layer>,
 }
 
@@ -133,11 +132,10 @@ impl NativeTier {
             source,
         })?;
         drop(zygote_end);
-        let mut tier = NativeTier {
+        let tier = NativeTier {
             control,
             zygote: std::sync::Mutex::new(child),
             install,
-            rss_bytes: 0,
             layers_off: config.layers_off.clone(),
         };
         let setup_json =
@@ -145,7 +143,7 @@ impl NativeTier {
         send(&tier.control, &setup_json, &[])
             .map_err(|e| NativeError::Start(format!("cannot reach the zygote: {e}")))?;
         match tier.receive_status()? {
-            ZygoteStatus::Ready { rss_bytes, .. } => tier.rss_bytes = rss_bytes,
+            ZygoteStatus::Ready => {}
             ZygoteStatus::Error(message) => return Err(NativeError::Start(message)),
         }
         Ok(tier)
@@ -248,7 +246,7 @@ impl NativeTier {
         let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC);
         let made = (|| -> nix::Result<_> {
             let (channel, child_channel) = pair()?;
-            let (report, supervisor_report) = pair()?;
+            let (report, zygote_report) = pair()?;
             let (stdin_read, stdin_write) = pipe()?;
             let (stdout_read, stdout_write) = pipe()?;
             let (stderr_read, stderr_write) = pipe()?;
@@ -257,7 +255,7 @@ impl NativeTier {
                 stdin: stdin_read,
                 stdout: stdout_write,
                 stderr: stderr_write,
-                report: supervisor_report,
+                report: zygote_report,
             };
             let launched = Launched {
                 channel,
@@ -587,7 +585,7 @@ impl Run<'_> {
         if let Some(mut outcome) = outcome {
             // The program flushed its output before it sent the outcome: what is left is
             // in the pipes now. The process's end is not waited for (the report socket is
-            // dropped below, which makes the supervisor end what is left of the run).
+            // dropped below, which makes the zygote end what is left of the run).
             for (pipe, which, buffer) in [
                 (&mut stdout, Which::Stdout, &mut out_buf),
                 (&mut stderr, Which::Stderr, &mut err_buf),
@@ -609,12 +607,12 @@ impl Run<'_> {
             };
         }
         if let Some(end) = stopped {
-            // Hanging up the report socket makes the supervisor kill the run.
+            // Hanging up the report socket makes the zygote kill the run.
             drop(report);
             return RunEnd::without(end);
         }
         let Ok(report) = serde_json::from_slice::<Report>(&report_bytes) else {
-            let why = "the run's supervisor ended without a report";
+            let why = "the native tier's zygote ended the run without a report";
             return RunEnd::without(NativeEnd::Internal(why.into()));
         };
         let end = match report.ended {
@@ -624,7 +622,7 @@ impl Run<'_> {
             Ended::Failed(why) => {
                 NativeEnd::Internal(format!("the run could not be set up: {why}"))
             }
-            Ended::Exited(super::supervisor::CONFINEMENT_FAILED) => {
+            Ended::Exited(super::child::CONFINEMENT_FAILED) => {
                 NativeEnd::Internal("the run could not be confined (see stderr)".into())
             }
             Ended::Exited(code) => NativeEnd::Exited(code),
@@ -632,7 +630,7 @@ impl Run<'_> {
         };
         RunEnd {
             end,
-            files: report.files,
+            files: Vec::new(),
             max_rss_bytes: report.max_rss_bytes,
         }
     }

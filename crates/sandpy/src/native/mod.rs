@@ -5,13 +5,16 @@
 //! operator chooses this tier in the config, never the code.
 //!
 //! Processes: the host (this library) starts the zygote (`zygote`), a process of its own
-//! that embeds the configured Python (`python`). Per run the zygote forks a supervisor
-//! (`supervisor`) that enters new namespaces and builds the run's filesystem, then forks
-//! the child that confines itself (`confine`, `seccomp`) and runs the code. The child's
-//! only way out is its channel to the host (`protocol`, served by `host`).
+//! that embeds the configured Python (`python`). Per run the zygote clones a process
+//! straight into new namespaces (`child`), which builds the run's filesystem, confines
+//! itself (`confine`, `seccomp`) and runs the code, while the zygote supervises it (time
+//! limit, the host's hang-up). The run's only way out is its channel to the host
+//! (`protocol`, served by `host`).
 //!
 //! What it shares with the host is the kernel: see the README's security model.
 
+#[cfg(target_os = "linux")]
+mod child;
 #[cfg(target_os = "linux")]
 mod confine;
 #[cfg(target_os = "linux")]
@@ -24,8 +27,6 @@ mod protocol;
 mod python;
 #[cfg(target_os = "linux")]
 mod seccomp;
-#[cfg(target_os = "linux")]
-mod supervisor;
 #[cfg(target_os = "linux")]
 mod zygote;
 

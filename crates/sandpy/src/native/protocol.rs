@@ -1,11 +1,12 @@
-//! The messages between the host, the zygote, a run's supervisor and its child.
+//! The messages between the host, the zygote and a run.
 //!
 //! - host -> zygote (control socket, one datagram each): [`ZygoteSetup`] once, then one
 //!   [`RunRequest`] per run with the run's descriptors attached ([`RunFds`]);
 //!   zygote -> host: one [`ZygoteStatus`].
-//! - supervisor -> host (the run's report socket): one [`Report`], then EOF.
-//! - child <-> host (the run's channel, one JSON line each): the task
-//!   ([`task_line`]), then [`GuestMessage`]s from the child, each but the outcome
+//! - zygote -> host (the run's report socket): one [`Report`] when the run ended without
+//!   the host hanging up first, then EOF.
+//! - run <-> host (the run's channel, one JSON line each): the task
+//!   ([`task_line`]), then [`GuestMessage`]s from the run, each but the outcome
 //!   answered with one line.
 
 use super::Layer;
@@ -31,13 +32,13 @@ pub(crate) struct ZygoteSetup {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum ZygoteStatus {
-    /// Ready for runs; its address-space size and resident size, in bytes.
-    Ready { vm_bytes: u64, rss_bytes: u64 },
+    /// Ready for runs.
+    Ready,
     /// It could not start, and why.
     Error(String),
 }
 
-/// One run's limits, for the supervisor and the child.
+/// One run's limits, for the zygote and the run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct RunRequest {
     pub timeout_ms: u64,
@@ -62,7 +63,7 @@ pub(crate) struct RunFds {
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
-    /// The supervisor's end of the report socket.
+    /// The zygote's end of the report socket.
     pub report: OwnedFd,
 }
 
@@ -82,7 +83,7 @@ impl RunFds {
     }
 }
 
-/// How the child ended, as its supervisor saw it.
+/// How the run ended, as the zygote saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Ended {
@@ -90,20 +91,18 @@ pub(crate) enum Ended {
     Exited(i32),
     /// A signal killed it.
     Signaled(i32),
-    /// The supervisor killed it at its deadline.
+    /// The zygote killed it at its deadline.
     TimedOut,
     /// The run could not be set up; nothing ran.
     Failed(String),
 }
 
-/// What the supervisor reports once the child is gone.
+/// What the zygote reports once the run is gone (a run with an outcome sent its files).
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Report {
     pub ended: Ended,
-    /// The child's peak resident size (the zygote's pages it shares included), in bytes.
+    /// The run's peak resident size (the zygote's pages it shares included), in bytes.
     pub max_rss_bytes: u64,
-    /// Files left under `/output`.
-    pub files: Vec<ReportFile>,
 }
 
 /// A file of `/output`.

@@ -1,6 +1,7 @@
 //! The zygote: a process of its own (the `sandpy` binary started with [`ZYGOTE_ARG`])
 //! that embeds CPython, imports the guest code and the configured packages once, and then
-//! forks one supervisor per run request. It never runs user code.
+//! clones one run per request into its namespaces and supervises it. It never runs user
+//! code.
 
 use super::protocol::{Ended, Report, RunFds, RunRequest, ZygoteSetup, ZygoteStatus};
 use super::python::CApi;
@@ -31,7 +32,7 @@ pub fn main_if_requested() {
     }
 }
 
-/// What the zygote keeps for its supervisors.
+/// What the zygote keeps for the runs it clones.
 pub(crate) struct Zygote {
     pub api: CApi,
     pub setup: ZygoteSetup,
@@ -115,14 +116,8 @@ fn start(control: &OwnedFd, setup: ZygoteSetup, embedded: bool) -> Result<Zygote
         ));
     }
     collapse_heap();
-    let (vm_bytes, rss_bytes) = own_size();
-    send(
-        control,
-        &ZygoteStatus::Ready {
-            vm_bytes,
-            rss_bytes,
-        },
-    );
+    let vm_bytes = own_address_space();
+    send(control, &ZygoteStatus::Ready);
     Ok(Zygote {
         api,
         setup,
@@ -182,17 +177,17 @@ fn literal<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "None".into())
 }
 
-/// This process's address-space and resident sizes, in bytes.
-fn own_size() -> (u64, u64) {
+/// This process's address-space size in bytes (a run's memory cap comes on top).
+fn own_address_space() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let mut pages = statm
+    let pages: u64 = statm
         .split_whitespace()
-        .map(|n| n.parse::<u64>().unwrap_or(0));
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
     // SAFETY: sysconf with a valid name.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
-    let vm = pages.next().unwrap_or(0) * page;
-    let rss = pages.next().unwrap_or(0) * page;
-    (vm, rss)
+    pages * page
 }
 
 /// Start a run for each request and supervise every live one, until the host closes
@@ -299,7 +294,7 @@ impl Supervised {
 
     /// Reap the run and tell the host how it ended (unless the host gave up on it).
     fn reap_and_report(self) {
-        let (status, max_rss_bytes) = super::supervisor::reap(self.pid);
+        let (status, max_rss_bytes) = super::child::reap(self.pid);
         if self.abandoned {
             return;
         }
@@ -315,12 +310,11 @@ impl Supervised {
         } else {
             Ended::Failed(format!("the run ended with wait status {status}"))
         };
-        super::supervisor::write_report(
+        super::child::write_report(
             &self.report,
             &Report {
                 ended,
                 max_rss_bytes,
-                files: Vec::new(),
             },
         );
     }
@@ -368,7 +362,7 @@ fn spawn_run(
         let n = unsafe { libc::read(sync_read.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
         if n != 1 {
             // SAFETY: leaves at once: the zygote could not map the user ids.
-            unsafe { libc::_exit(super::supervisor::CONFINEMENT_FAILED) }
+            unsafe { libc::_exit(super::child::CONFINEMENT_FAILED) }
         }
         let child = super::confine::ChildFds {
             stdin,
@@ -376,7 +370,7 @@ fn spawn_run(
             stderr,
             channel,
         };
-        super::supervisor::run(zygote, &request, child)
+        super::child::run(zygote, &request, child)
     }
     zygote.api.after_fork_parent();
     drop(sync_read);
@@ -385,7 +379,7 @@ fn spawn_run(
             "clone into new namespaces: {}",
             std::io::Error::last_os_error()
         );
-        super::supervisor::report_failure(&fds.report, why.clone());
+        super::child::report_failure(&fds.report, why.clone());
         return Err(why);
     }
     let pid = pid as i32;
@@ -404,8 +398,8 @@ fn spawn_run(
         Err(why) => {
             // SAFETY: kill and reap our own child, which never started.
             unsafe { libc::kill(pid, libc::SIGKILL) };
-            super::supervisor::reap(pid);
-            super::supervisor::report_failure(&fds.report, why.clone());
+            super::child::reap(pid);
+            super::child::report_failure(&fds.report, why.clone());
             return Err(why);
         }
     };
