@@ -411,8 +411,8 @@ struct Run<'a> {
     limits: &'a Limits,
 }
 
-/// Bytes read at a time from each stream.
-const CHUNK: usize = 64 << 10;
+/// Bytes read at a time from each stream (four buffers per run, faulted in per run).
+const CHUNK: usize = 16 << 10;
 
 impl Run<'_> {
     /// The longest channel message the host holds: a batch of calls with arguments at

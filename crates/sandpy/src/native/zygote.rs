@@ -54,15 +54,16 @@ pub fn serve_as_zygote() -> ! {
 fn run_zygote(embedded: bool) -> i32 {
     // SAFETY: the host started this process with its control socket at CONTROL_FD.
     let control = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
-    let setup: ZygoteSetup = match receive(&control) {
-        Ok(Some((bytes, _))) => match serde_json::from_slice(&bytes) {
+    let mut buffer = vec![0u8; MAX_MESSAGE];
+    let setup: ZygoteSetup = match receive(&control, &mut buffer) {
+        Ok(Some((bytes, _))) => match serde_json::from_slice(bytes) {
             Ok(setup) => setup,
             Err(e) => return refuse(&control, format!("bad setup: {e}")),
         },
         _ => return 1,
     };
     match start(&control, setup, embedded) {
-        Ok(zygote) => serve(&control, &zygote),
+        Ok(zygote) => serve(&control, &zygote, &mut buffer),
         Err(message) => refuse(&control, message),
     }
 }
@@ -192,7 +193,7 @@ fn own_address_space() -> u64 {
 
 /// Start a run for each request and supervise every live one, until the host closes
 /// the control socket (then every live run is killed).
-fn serve(control: &OwnedFd, zygote: &Zygote) -> i32 {
+fn serve(control: &OwnedFd, zygote: &Zygote, buffer: &mut [u8]) -> i32 {
     let mut live: Vec<Supervised> = Vec::new();
     loop {
         let now = Instant::now();
@@ -251,7 +252,7 @@ fn serve(control: &OwnedFd, zygote: &Zygote) -> i32 {
             run.reap_and_report();
         }
         if polled[0].revents != 0 {
-            let (bytes, fds) = match receive(control) {
+            let (bytes, fds) = match receive(control, buffer) {
                 Ok(Some(message)) => message,
                 Ok(None) | Err(_) => {
                     for run in live {
@@ -264,7 +265,7 @@ fn serve(control: &OwnedFd, zygote: &Zygote) -> i32 {
             let Some(fds) = RunFds::from_vec(fds) else {
                 continue; // descriptors missing: the host sees its report socket close
             };
-            let Ok(request) = serde_json::from_slice::<RunRequest>(&bytes) else {
+            let Ok(request) = serde_json::from_slice::<RunRequest>(bytes) else {
                 continue;
             };
             match spawn_run(control, zygote, request, fds) {
@@ -416,12 +417,15 @@ fn spawn_run(
     })
 }
 
-/// One datagram and the descriptors it carries; `None` at EOF.
-fn receive(control: &OwnedFd) -> nix::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
-    let mut buffer = vec![0u8; MAX_MESSAGE];
+/// One datagram, read into `buffer` (kept from one request to the next: a fresh one
+/// would be faulted in for every run), and the descriptors it carries; `None` at EOF.
+fn receive<'a>(
+    control: &OwnedFd,
+    buffer: &'a mut [u8],
+) -> nix::Result<Option<(&'a [u8], Vec<OwnedFd>)>> {
     let mut space = nix::cmsg_space!([RawFd; RunFds::COUNT]);
     let (length, fds) = {
-        let mut iov = [IoSliceMut::new(&mut buffer)];
+        let mut iov = [IoSliceMut::new(buffer)];
         let message = loop {
             match recvmsg::<()>(
                 control.as_raw_fd(),
@@ -448,6 +452,5 @@ fn receive(control: &OwnedFd) -> nix::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
     if length == 0 && fds.is_empty() {
         return Ok(None);
     }
-    buffer.truncate(length);
-    Ok(Some((buffer, fds)))
+    Ok(Some((&buffer[..length], fds)))
 }
