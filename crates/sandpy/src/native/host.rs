@@ -482,9 +482,8 @@ impl Run<'_> {
         let mut outcome: Option<GuestOutcome> = None;
         let mut stopped: Option<NativeEnd> = None;
         let mut report_bytes: Vec<u8> = Vec::new();
-        let report_cap = (self.limits.output_files_bytes as usize)
-            .saturating_mul(2)
-            .saturating_add(1 << 20);
+        // The zygote's report is a few bytes (how the run ended, its peak size).
+        let report_cap = 64 << 10;
         let (mut channel_open, mut stdout_open, mut stderr_open, mut report_open) =
             (true, true, true, true);
         let mut out_buf = vec![0u8; CHUNK];
