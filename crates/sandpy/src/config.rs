@@ -9,11 +9,14 @@ pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
 /// How a run that outlives its time limit is stopped (see [`Config::interruption`]).
 #[derive(Clone, Default)]
 pub enum Interruption {
-    /// Checks compiled into the guest's code (wasmtime's epoch interruption) let the host
-    /// stop any run and go on. What a library, a server or a batch needs.
+    /// Checks compiled into the guest's code (wasmtime's epoch interruption; on x86-64
+    /// Linux each is one load of a page made inaccessible when an epoch ends, see
+    /// `vendor/README.md`) let the host stop any run and go on. What a library, a server
+    /// or a batch needs.
     #[default]
     Checks,
-    /// No checks in the compiled code: CPU-bound code runs about a fifth faster, but a
+    /// No checks in the compiled code: CPU-bound code runs a few percent faster (about a
+    /// fifth where the checks are comparisons, not x86-64 Linux), but a
     /// busy run cannot be stopped inside the process. When a run is still going 20 ms
     /// after its time limit, this function gets its `timeout` [`Execution`](crate::Execution)
     /// (what it printed so far; its memory peak and tool calls are not known outside it,

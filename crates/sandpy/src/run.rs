@@ -480,6 +480,7 @@ impl Guest {
         guest_options: &GuestOptions,
         timeout: Duration,
     ) -> CallResult {
+        crate::runtime::keep_trap_handlers_first();
         let store = &mut self.store;
         let instance = &mut self.instance;
         // One deadline for the call and for the tool calls it makes (see `ToolAccess`).

@@ -159,13 +159,16 @@ impl Runtime {
     }
 }
 
-/// Advances the engine's epoch every tick until the engine is dropped.
+/// Advances the engine's epoch every tick until the engine is dropped. On x86-64 Linux an
+/// epoch ends by making the running stores' epoch pages inaccessible: the guest's next
+/// check faults and yields (vendor/README.md, fix 3).
 fn start_epoch_ticker(engine: &Engine) {
     let weak = engine.weak();
     std::thread::Builder::new()
         .name("sandpy-epoch".into())
         .spawn(move || {
             while let Some(engine) = weak.upgrade() {
+                keep_trap_handlers_first();
                 engine.increment_epoch();
                 drop(engine);
                 std::thread::sleep(EPOCH_TICK);
@@ -175,6 +178,14 @@ fn start_epoch_ticker(engine: &Engine) {
         .unwrap_or_else(|e| {
             tracing::error!("cannot start the epoch thread, timeouts will not preempt: {e}")
         });
+}
+
+/// Wasmtime's signal handlers back in front of any that a library installed after them
+/// (Ray does in its processes): such a handler would take the guest's faults, which every
+/// epoch now makes, for crashes. Called before each call into a guest and at every tick.
+pub(crate) fn keep_trap_handlers_first() {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    wasmtime::unix::ensure_trap_handlers_first();
 }
 
 /// The cache file name: component hash, wasmtime version and everything of the engine's

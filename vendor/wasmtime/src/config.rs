@@ -105,7 +105,11 @@ impl Default for ModuleVersionStrategy {
 impl core::hash::Hash for ModuleVersionStrategy {
     fn hash<H: core::hash::Hasher>(&self, hasher: &mut H) {
         match self {
-            Self::WasmtimeVersion => env!("CARGO_PKG_VERSION").hash(hasher),
+            // sandpy patch: code compiled by this build probes epoch pages
+            // (`vm::epoch_probe`) and must never be mixed with the published crate's.
+            Self::WasmtimeVersion => {
+                concat!(env!("CARGO_PKG_VERSION"), "-sandpy-epoch-probes").hash(hasher)
+            }
             Self::Custom(s) => s.hash(hasher),
             Self::None => {}
         };
@@ -116,7 +120,7 @@ impl ModuleVersionStrategy {
     /// Get the string-encoding version of the module.
     pub fn as_str(&self) -> &str {
         match &self {
-            Self::WasmtimeVersion => env!("CARGO_PKG_VERSION_MAJOR"),
+            Self::WasmtimeVersion => concat!(env!("CARGO_PKG_VERSION_MAJOR"), "-sandpy-epoch-probes"),
             Self::Custom(c) => c,
             Self::None => "",
         }

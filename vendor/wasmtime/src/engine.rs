@@ -62,6 +62,9 @@ struct EngineInner {
     signatures: TypeRegistry,
     #[cfg(all(feature = "runtime", target_has_atomic = "64"))]
     epoch: AtomicU64,
+    /// sandpy patch: the epoch pages of this engine's stores.
+    #[cfg(all(feature = "runtime", has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+    epoch_pages: Arc<crate::runtime::vm::epoch_probe::EpochPages>,
 
     /// One-time check of whether the compiler's settings, if present, are
     /// compatible with the native host.
@@ -161,6 +164,8 @@ impl Engine {
                 signatures: TypeRegistry::new(),
                 #[cfg(all(feature = "runtime", target_has_atomic = "64"))]
                 epoch: AtomicU64::new(0),
+                #[cfg(all(feature = "runtime", has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+                epoch_pages: Default::default(),
                 compatible_with_native_host: Default::default(),
                 config,
                 tunables,
@@ -856,6 +861,16 @@ impl Engine {
     #[cfg(target_has_atomic = "64")]
     pub fn increment_epoch(&self) {
         self.inner.epoch.fetch_add(1, Ordering::Relaxed);
+        // sandpy patch: compiled code probes its store's epoch page instead of reading
+        // the counter (`vm::epoch_probe`); not signal-safe any more (it takes a lock).
+        #[cfg(all(feature = "runtime", has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+        self.inner.epoch_pages.end_epoch();
+    }
+
+    /// sandpy patch: the epoch pages of this engine's stores.
+    #[cfg(all(feature = "runtime", has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+    pub(crate) fn epoch_pages(&self) -> &Arc<crate::runtime::vm::epoch_probe::EpochPages> {
+        &self.inner.epoch_pages
     }
 
     /// Returns a [`std::hash::Hash`] that can be used to check precompiled WebAssembly compatibility.

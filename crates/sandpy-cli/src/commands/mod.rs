@@ -81,7 +81,7 @@ pub fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// single `sandpy call`): instances allocated on demand. The pool a server keeps (256
 /// slots, each with its stack and guard pages set up at start) took more of such a
 /// process's time than its run (docs/performance.md, "One-shot runs"). With `overrun`,
-/// the guest's code has no interruption checks (CPU-bound code runs about a fifth
+/// the guest's code has no interruption checks (CPU-bound code runs a few percent
 /// faster) and a run past its time limit is reported by `overrun`, which ends the process.
 pub fn one_shot_sandbox(
     resolved: &sandpy::Resolved,

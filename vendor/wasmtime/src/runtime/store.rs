@@ -462,6 +462,9 @@ pub struct StoreOpaque {
 
     engine: Engine,
     vm_store_context: VMStoreContext,
+    /// sandpy patch: the page this store's code probes for the end of an epoch.
+    #[cfg(all(has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+    epoch_page: Option<crate::runtime::vm::epoch_probe::EpochPage>,
 
     // Contains all continuations ever allocated throughout the lifetime of this
     // store.
@@ -728,6 +731,11 @@ impl<T> Store<T> {
             _marker: marker::PhantomPinned,
             engine: engine.clone(),
             vm_store_context: Default::default(),
+            #[cfg(all(has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+            epoch_page: engine
+                .tunables()
+                .epoch_interruption
+                .then(|| engine.epoch_pages().acquire()),
             #[cfg(feature = "stack-switching")]
             continuations: Vec::new(),
             instances: TryPrimaryMap::new(),
@@ -1944,6 +1952,18 @@ impl StoreOpaque {
     }
 
     #[inline]
+    /// sandpy patch: what this store's compiled code reads for the epoch: its epoch
+    /// page where code probes one (`vm::epoch_probe`), else the engine's counter.
+    #[cfg(target_has_atomic = "64")]
+    pub(crate) fn epoch_ptr(&self) -> NonNull<core::sync::atomic::AtomicU64> {
+        #[cfg(all(has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+        if let Some(page) = &self.epoch_page {
+            page.set_store(self.traitobj());
+            return page.probe_ptr();
+        }
+        NonNull::from(self.engine().epoch_counter())
+    }
+
     pub fn traitobj(&self) -> NonNull<dyn VMStore> {
         self.traitobj.0.unwrap()
     }

@@ -15,6 +15,15 @@ use crate::Store;
 #[cfg(has_native_signals)]
 use crate::prelude::*;
 
+/// sandpy patch: put wasmtime's trap handlers back in front of signal handlers that
+/// another library installed after them (they would take Wasm's faults, an epoch probe's
+/// among them, for crashes); that library's handlers then get the faults outside Wasm.
+/// Cheap (a `sigaction` query per signal) when nothing changed.
+#[cfg(all(has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+pub fn ensure_trap_handlers_first() {
+    crate::runtime::vm::ensure_trap_handlers_first()
+}
+
 /// Extensions for the [`Store`] type only available on Unix.
 pub trait StoreExt {
     // TODO: needs more docs?

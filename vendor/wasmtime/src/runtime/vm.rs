@@ -71,6 +71,9 @@ mod table;
 mod throw;
 mod traphandlers;
 mod vmcontext;
+/// sandpy patch: epoch interruption by memory protection.
+#[cfg(all(has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+pub mod epoch_probe;
 
 #[cfg(feature = "threads")]
 mod parking_spot;

@@ -570,8 +570,7 @@ impl Instance {
                 .write(Some(store.vm_store_context_ptr().into()));
             #[cfg(target_has_atomic = "64")]
             {
-                *self.as_mut().epoch_ptr() =
-                    Some(NonNull::from(store.engine().epoch_counter()).into());
+                *self.as_mut().epoch_ptr() = Some(store.epoch_ptr().into());
             }
 
             if self.env_module().needs_gc_heap {

@@ -690,6 +690,27 @@ fn out_of_gas(store: &mut dyn VMStore, _instance: InstanceId) -> Result<()> {
 // Hook for when an instance observes that the epoch has changed.
 #[cfg(target_has_atomic = "64")]
 fn new_epoch(store: &mut dyn VMStore, _instance: InstanceId) -> Result<NextEpoch> {
+    epoch_deadline_reached(store)
+}
+
+/// sandpy patch: what the `new_epoch` libcall does, for a faulted epoch probe
+/// (`vm::epoch_probe`); `false` when a trap was recorded and must be raised.
+#[cfg(all(has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+pub(crate) fn epoch_ended(store: &mut dyn VMStore) -> bool {
+    // A probe faults at every tick; the store's deadline may be further away (the
+    // comparison the probe replaced).
+    let opaque = store.store_opaque_mut();
+    if opaque.engine().current_epoch() < opaque.get_epoch_deadline() {
+        return true;
+    }
+    let abi = crate::runtime::vm::traphandlers::catch_unwind_and_record_trap(store, |store| {
+        epoch_deadline_reached(store)
+    });
+    abi != <NextEpoch as HostResultHasUnwindSentinel>::SENTINEL
+}
+
+#[cfg(target_has_atomic = "64")]
+fn epoch_deadline_reached(store: &mut dyn VMStore) -> Result<NextEpoch> {
     use crate::UpdateDeadline;
 
     #[cfg(feature = "debug")]

@@ -60,6 +60,9 @@ pub(crate) enum TrapTest {
     HandledByEmbedder,
     /// This is a wasm trap, it needs to be handled.
     Trap(Handler),
+    /// sandpy patch: an epoch probe faulted; the thread continues in the probe stub.
+    #[cfg(all(has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+    EpochProbe,
 }
 
 fn lazy_per_thread_init() {
@@ -1002,6 +1005,17 @@ impl CallThreadState {
         let Some(trap) = code.lookup_trap_code(text_offset) else {
             return TrapTest::NotWasm;
         };
+
+        // sandpy patch: the only code with the `interrupt` trap code is an epoch probe
+        // (`vm::epoch_probe`), whose fault means that the epoch ended.
+        #[cfg(all(has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+        if matches!(
+            trap,
+            wasmtime_environ::CompiledTrap::Normal(wasmtime_environ::Trap::Interrupt)
+        ) && faulting_addr.is_some()
+        {
+            return TrapTest::EpochProbe;
+        }
 
         // If all that passed then this is indeed a wasm trap, so return the
         // `Handler` setup in the original wasm frame.

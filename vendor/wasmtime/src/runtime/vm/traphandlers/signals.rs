@@ -38,6 +38,20 @@ pub fn init_traps(macos_use_mach_ports: bool) {
     }
 }
 
+/// sandpy patch: put this process's trap handlers back in front of handlers another
+/// library installed after them (Ray's crash reporter, for one): such a handler would
+/// take every fault of Wasm code (an epoch probe faults at every tick) for a crash.
+/// The library's handler becomes the one faults outside Wasm are passed to. Does
+/// nothing before the first engine set the handlers up.
+#[cfg(all(has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+pub fn ensure_trap_handlers_first() {
+    let lock = TRAP_HANDLER.write();
+    if let Some(state) = lock.as_ref() {
+        // SAFETY: the lock keeps this from running concurrently with itself.
+        unsafe { state.ensure_first() };
+    }
+}
+
 /// De-initializes platform-specific state for trap handling.
 ///
 /// # Panics

@@ -67,6 +67,32 @@ impl TrapHandler {
     pub fn validate_config(&self, macos_use_mach_ports: bool) {
         assert!(!macos_use_mach_ports || !cfg!(target_vendor = "apple"));
     }
+
+    /// sandpy patch: for each signal whose handler is not ours any more, install ours
+    /// again in front of it, and pass it the faults that are not Wasm's from now on.
+    ///
+    /// # Unsafety
+    ///
+    /// Not safe to call concurrently with itself (see `ensure_trap_handlers_first`).
+    #[cfg(all(has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+    pub unsafe fn ensure_first(&self) {
+        foreach_handler(|slot, signal| unsafe {
+            let mut current: libc::sigaction = mem::zeroed();
+            if libc::sigaction(signal, ptr::null(), &mut current) != 0
+                || current.sa_sigaction == (trap_handler as *const ()).addr()
+            {
+                return;
+            }
+            let mut handler: libc::sigaction = mem::zeroed();
+            handler.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK;
+            handler.sa_sigaction = (trap_handler as *const ()).addr();
+            libc::sigemptyset(&mut handler.sa_mask);
+            let mut prev: libc::sigaction = mem::zeroed();
+            if libc::sigaction(signal, &handler, &mut prev) == 0 {
+                *slot = prev;
+            }
+        });
+    }
 }
 
 fn foreach_handler(mut f: impl FnMut(*mut libc::sigaction, i32)) {
@@ -179,6 +205,17 @@ unsafe extern "C" fn trap_handler(
                 false
             }
             TrapTest::HandledByEmbedder => true,
+            #[cfg(all(has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+            TrapTest::EpochProbe => {
+                // SAFETY: a SIGSEGV of a probe in Wasm code (`test_if_trap`).
+                unsafe {
+                    crate::runtime::vm::epoch_probe::redirect_to_stub(
+                        context,
+                        faulting_addr.unwrap_or_default(),
+                    );
+                }
+                true
+            }
             TrapTest::Trap(handler) => {
                 unsafe {
                     store_handler_in_ucontext(context, &handler);
@@ -192,7 +229,39 @@ unsafe extern "C" fn trap_handler(
         return;
     }
 
-    unsafe { delegate_signal_to_previous_handler(previous, signum, siginfo, context) }
+    #[cfg(all(has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+    unsafe {
+        forward_once(previous, signum, siginfo, context);
+    }
+    #[cfg(not(all(has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std")))]
+    unsafe {
+        delegate_signal_to_previous_handler(previous, signum, siginfo, context);
+    }
+}
+
+/// sandpy patch: after `TrapHandler::ensure_first`, the handler a fault is passed on to may
+/// pass it back here (it was installed after us and saw us as its previous handler). The
+/// second time round, the fault gets the default action instead of going round forever.
+#[cfg(all(has_native_signals, target_arch = "x86_64", target_os = "linux", feature = "std"))]
+unsafe fn forward_once(
+    previous: *const libc::sigaction,
+    signum: libc::c_int,
+    siginfo: *mut libc::siginfo_t,
+    context: *mut libc::c_void,
+) {
+    std::thread_local! {
+        static FORWARDING: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+    }
+    if FORWARDING.with(|f| f.replace(true)) {
+        unsafe {
+            let mut default: libc::sigaction = mem::zeroed();
+            default.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(signum, &default, ptr::null_mut());
+        }
+        return;
+    }
+    unsafe { delegate_signal_to_previous_handler(previous, signum, siginfo, context) };
+    FORWARDING.with(|f| f.set(false));
 }
 
 pub unsafe fn delegate_signal_to_previous_handler(

@@ -1,0 +1,3 @@
+mod control_effect;
+pub(crate) mod fatpointer;
+pub(crate) mod instructions;
