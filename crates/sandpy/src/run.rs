@@ -344,6 +344,11 @@ impl Runner {
         Ran { execution, reached }
     }
 
+    /// Remove this process's run folders (see [`crate::Sandbox::release_at_exit`]).
+    pub fn remove_own_folders(&self) {
+        crate::files::remove_own_folders(&self.config.resolved_scratch_dir());
+    }
+
     /// The runtime for sessions: the same component on an engine without the instance
     /// pool. A pooled slot keeps the pages its last instance dirtied resident for the
     /// next run (what makes fresh runs fast); a session's instance lives long and its

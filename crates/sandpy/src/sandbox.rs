@@ -68,6 +68,15 @@ impl Sandbox {
         })
     }
 
+    /// For a process that exits once its runs are done (the CLI's one-shot commands):
+    /// removes this process's run folders and leaves everything else (the compiled code's
+    /// mapping, the engine's tables) to the exit, which frees it at once instead of piece
+    /// by piece. Call it when no clone of this `Sandbox` will run again.
+    pub fn release_at_exit(self) {
+        self.runner.remove_own_folders();
+        std::mem::forget(self);
+    }
+
     /// The compiled runtime's cache file (to copy into images, or to check it exists).
     pub fn cache_file(&self) -> &std::path::Path {
         &self.runner.runtime().cache_file

@@ -146,12 +146,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
                 };
                 let overrun = super::print_and_exit(args.json);
                 let sandbox = super::one_shot_sandbox(&resolved, Some(overrun))?;
-                super::one_shot_runtime()?.block_on(sandbox.call_function(
-                    &code,
-                    &args.function,
-                    &arguments,
-                    &options,
-                ))
+                let rt = super::one_shot_runtime()?;
+                let execution =
+                    rt.block_on(sandbox.call_function(&code, &args.function, &arguments, &options));
+                // The process ends now: its run folders go, the rest goes with the exit.
+                sandbox.release_at_exit();
+                std::mem::forget(rt);
+                execution
             }
         };
         super::run::print_execution(&execution, args.json)?;

@@ -508,6 +508,47 @@ fn time_limit_a_busy_loop_ends_with_the_process_and_reports_its_timeout() {
     }
 }
 
+/// A one-shot command leaves its compiled code and engine to the process's exit, but its
+/// run folders (the run's `/tmp` and `/output`, the guest's `/` for its mounts) go first:
+/// after `sandpy run` and a single `sandpy call`, with an input file and a mount, the
+/// scratch folder is empty.
+#[test]
+fn one_shot_commands_leave_no_run_folder_behind() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let host = tempfile::tempdir().expect("tempdir");
+    std::fs::write(host.path().join("data.txt"), "mounted").expect("write");
+    std::fs::write(host.path().join("f.py"), "def f(x):\n    return x + 1\n").expect("write");
+    let mount = format!("{}:/data", host.path().display());
+    let input = format!("{}:in.txt", host.path().join("data.txt").display());
+    let commands: [Vec<&str>; 2] = [
+        vec![
+            "run", "--mount", &mount, "--file", &input, "-c",
+            "open('/output/o.txt', 'w').write(open('/data/data.txt').read() + open('in.txt').read())",
+        ],
+        vec!["call", "--mount", &mount, "f.py", "f", "--args", "[41]"],
+    ];
+    for args in commands {
+        let out = crate::sandpy()
+            .env("SANDPY_SCRATCH_DIR", scratch.path())
+            .current_dir(host.path())
+            .args(&args)
+            .output()
+            .expect("sandpy");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let left: Vec<_> = std::fs::read_dir(scratch.path())
+            .expect("scratch")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "{args:?} left behind: {left:?}");
+    }
+}
+
 /// An `--args-file` batch runs in worker processes on code without interruption checks:
 /// a line that loops past its time ends its worker and is answered `timeout`, the lines
 /// after it are answered by new workers, all in input order, the same as on threads
