@@ -30,8 +30,10 @@ pub struct CompiledModule {
     /// Initializing a funcref (each `ref.func`, and each element of an active
     /// segment written into an imported table at instantiation) looks both up;
     /// the binary searches of `CompiledFunctionsTable` were the largest single
-    /// cost of instantiating a component with thousands of such elements.
-    defined_locs: Vec<(FunctionLoc, Option<FunctionLoc>)>,
+    /// cost of instantiating a component with thousands of such elements. Each
+    /// entry is looked up on first use: filling all of them at load was 5% of a
+    /// process that loads the module for one instance.
+    defined_locs: Vec<crate::sync::OnceLock<(FunctionLoc, Option<FunctionLoc>)>>,
 }
 
 impl CompiledModule {
@@ -61,16 +63,7 @@ impl CompiledModule {
         let module: Arc<Module> = try_new::<Arc<_>>(info.module)?;
         let defined_locs = module
             .defined_func_indices()
-            .map(|i| {
-                let wasm = index
-                    .func_loc(FuncKey::DefinedWasmFunction(module.module_index, i))
-                    .copied()
-                    .unwrap_or(FunctionLoc { start: 0, length: 0 });
-                let array = index
-                    .func_loc(FuncKey::ArrayToWasmTrampoline(module.module_index, i))
-                    .copied();
-                (wasm, array)
-            })
+            .map(|_| crate::sync::OnceLock::new())
             .collect();
         let mut ret = Self {
             unique_id: CompiledModuleId::new(),
@@ -187,18 +180,43 @@ impl CompiledModule {
         }
     }
 
+    /// sandpy patch: the cached locations of defined function `i` and of its
+    /// array-to-wasm trampoline, looked up on first use.
+    fn defined_loc(
+        &self,
+        i: wasmtime_environ::DefinedFuncIndex,
+    ) -> Option<&(FunctionLoc, Option<FunctionLoc>)> {
+        let slot = self.defined_locs.get(i.as_u32() as usize)?;
+        Some(slot.get_or_init(|| {
+            let module = self.module.module_index;
+            let wasm = self
+                .index
+                .func_loc(FuncKey::DefinedWasmFunction(module, i))
+                .copied()
+                .unwrap_or(FunctionLoc {
+                    start: 0,
+                    length: 0,
+                });
+            let array = self
+                .index
+                .func_loc(FuncKey::ArrayToWasmTrampoline(module, i))
+                .copied();
+            (wasm, array)
+        }))
+    }
+
     /// Gets the function location information for a given function index.
     pub fn func_loc(&self, key: FuncKey) -> &FunctionLoc {
         match key {
             FuncKey::DefinedWasmFunction(m, i) if m == self.module_index() => {
-                if let Some((loc, _)) = self.defined_locs.get(i.as_u32() as usize) {
+                if let Some((loc, _)) = self.defined_loc(i) {
                     if loc.length != 0 {
                         return loc;
                     }
                 }
             }
             FuncKey::ArrayToWasmTrampoline(m, i) if m == self.module_index() => {
-                if let Some((_, Some(loc))) = self.defined_locs.get(i.as_u32() as usize) {
+                if let Some((_, Some(loc))) = self.defined_loc(i) {
                     return loc;
                 }
             }
