@@ -2763,6 +2763,16 @@ impl Config {
             );
         }
 
+        // sandpy patch: on x86-64 Linux epoch checks are probes whose faults only the
+        // signal handler can turn into the end of an epoch (`vm::epoch_probe`).
+        if tunables.epoch_interruption && cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+            ensure!(
+                tunables.signals_based_traps,
+                "epoch interruption needs signals-based traps in this build (its checks are \
+                 probes of a page made inaccessible when an epoch ends)"
+            );
+        }
+
         // Concurrency support is required for some component model features.
         let requires_concurrency = WasmFeatures::CM_ASYNC
             | WasmFeatures::CM_MORE_ASYNC_BUILTINS

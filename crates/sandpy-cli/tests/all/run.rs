@@ -499,11 +499,7 @@ fn time_limit_a_busy_loop_ends_with_the_process_and_reports_its_timeout() {
                 "{stderr}"
             );
         }
-        let left: Vec<_> = std::fs::read_dir(scratch.path())
-            .expect("scratch")
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
+        let left = entries(scratch.path());
         assert!(left.is_empty(), "left behind: {left:?}");
     }
 }
@@ -540,13 +536,18 @@ fn one_shot_commands_leave_no_run_folder_behind() {
             "{args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let left: Vec<_> = std::fs::read_dir(scratch.path())
-            .expect("scratch")
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
+        let left = entries(scratch.path());
         assert!(left.is_empty(), "{args:?} left behind: {left:?}");
     }
+}
+
+/// The names in `dir`.
+fn entries(dir: &std::path::Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .expect("scratch")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect()
 }
 
 /// An `--args-file` batch runs in worker processes on code without interruption checks:

@@ -207,42 +207,47 @@ fn trap_of(error: &wasmtime::Error) -> Option<Trap> {
     error.downcast_ref::<Trap>().copied()
 }
 
+/// A store of `module`'s engine whose deadline is the next tick, with what happens then
+/// set by `at_deadline`, and `module`'s instance in it.
+fn instantiate(
+    module: &wasmtime::Module,
+    at_deadline: impl FnOnce(&mut Store<()>),
+) -> (Store<()>, Instance) {
+    let mut store = Store::new(module.engine(), ());
+    store.set_epoch_deadline(1);
+    at_deadline(&mut store);
+    let instance = Instance::new(&mut store, module, &[]).expect("instantiate");
+    (store, instance)
+}
+
+/// Call `f(arg)` of `module`, which never returns by itself, with epochs ending every
+/// 5 ms and a deadline that traps: the trap it ends with.
+fn stopped<P>(module: wasmtime::Module, arg: P) -> Option<Trap>
+where
+    P: wasmtime::WasmParams + Send + 'static,
+{
+    let _ticker = Ticker::start(module.engine(), Duration::from_millis(5));
+    let error = within_a_minute(move || {
+        let (mut store, instance) = instantiate(&module, |store| store.epoch_deadline_trap());
+        let f = instance
+            .get_typed_func::<P, ()>(&mut store, "f")
+            .expect("f");
+        f.call(&mut store, arg).expect_err("it never returns")
+    });
+    trap_of(&error)
+}
+
 #[test]
 fn time_limit_a_loop_without_calls_stops_when_its_epoch_ends() {
     let engine = engine();
-    let module = spin(&engine);
-    let _ticker = Ticker::start(&engine, Duration::from_millis(5));
-    let error = within_a_minute(move || {
-        let mut store = Store::new(module.engine(), ());
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_trap();
-        let instance = Instance::new(&mut store, &module, &[]).expect("instantiate");
-        let f = instance
-            .get_typed_func::<(), ()>(&mut store, "f")
-            .expect("f");
-        f.call(&mut store, ())
-            .expect_err("an endless loop cannot return")
-    });
-    assert_eq!(trap_of(&error), Some(Trap::Interrupt), "{error:?}");
+    assert_eq!(stopped(spin(&engine), ()), Some(Trap::Interrupt));
 }
 
 #[test]
 fn time_limit_a_call_tree_without_loops_stops_at_a_function_entry() {
+    // 2^60 calls.
     let engine = engine();
-    let module = call_tree(&engine);
-    let _ticker = Ticker::start(&engine, Duration::from_millis(5));
-    let error = within_a_minute(move || {
-        let mut store = Store::new(module.engine(), ());
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_trap();
-        let instance = Instance::new(&mut store, &module, &[]).expect("instantiate");
-        let f = instance
-            .get_typed_func::<i32, ()>(&mut store, "f")
-            .expect("f");
-        f.call(&mut store, 60)
-            .expect_err("2^60 calls cannot finish")
-    });
-    assert_eq!(trap_of(&error), Some(Trap::Interrupt), "{error:?}");
+    assert_eq!(stopped(call_tree(&engine), 60i32), Some(Trap::Interrupt));
 }
 
 #[test]
@@ -251,13 +256,12 @@ fn registers_survive_execution_resumed_at_a_probe() {
     let module = checksum(&engine);
     let rounds: i64 = 20_000_000;
     let run = |module: &wasmtime::Module, resumed: Arc<AtomicU64>| {
-        let mut store = Store::new(module.engine(), ());
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            resumed.fetch_add(1, Ordering::Relaxed);
-            Ok(UpdateDeadline::Continue(1))
+        let (mut store, instance) = instantiate(module, |store| {
+            store.epoch_deadline_callback(move |_| {
+                resumed.fetch_add(1, Ordering::Relaxed);
+                Ok(UpdateDeadline::Continue(1))
+            })
         });
-        let instance = Instance::new(&mut store, module, &[]).expect("instantiate");
         let f = instance
             .get_typed_func::<i64, i64>(&mut store, "f")
             .expect("f");
@@ -288,15 +292,15 @@ fn time_limit_a_deadline_several_ticks_away_is_kept() {
     let callbacks = Arc::new(AtomicU64::new(0));
     let counted = callbacks.clone();
     let error = within_a_minute(move || {
-        let mut store = Store::new(module.engine(), ());
-        store.set_epoch_deadline(5);
-        store.epoch_deadline_callback(move |_| {
-            if counted.fetch_add(1, Ordering::Relaxed) == 2 {
-                return Err(wasmtime::Error::msg("third deadline"));
-            }
-            Ok(UpdateDeadline::Continue(5))
+        let (mut store, instance) = instantiate(&module, |store| {
+            store.set_epoch_deadline(5);
+            store.epoch_deadline_callback(move |_| {
+                if counted.fetch_add(1, Ordering::Relaxed) == 2 {
+                    return Err(wasmtime::Error::msg("third deadline"));
+                }
+                Ok(UpdateDeadline::Continue(5))
+            })
         });
-        let instance = Instance::new(&mut store, &module, &[]).expect("instantiate");
         let f = instance
             .get_typed_func::<(), ()>(&mut store, "f")
             .expect("f");
@@ -307,6 +311,14 @@ fn time_limit_a_deadline_several_ticks_away_is_kept() {
     assert_eq!(callbacks.load(Ordering::Relaxed), 3);
     // Three deadlines of five ticks each: the behaviour ran at deadlines, not at ticks.
     assert!(ticker.ticks() >= 15, "only {} ticks passed", ticker.ticks());
+}
+
+/// A store that yields to the async executor at every tick, as sandpy's do.
+fn yielding_store(engine: &Engine) -> Store<()> {
+    let mut store = Store::new(engine, ());
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+    store
 }
 
 #[test]
@@ -320,9 +332,7 @@ fn time_limit_a_fiber_dropped_while_it_yields_from_a_probe_leaves_the_engine_sou
         .build()
         .expect("tokio");
     for _ in 0..20 {
-        let mut store = Store::new(&engine, ());
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+        let mut store = yielding_store(&engine);
         let stopped = rt.block_on(async {
             let instance = Instance::new_async(&mut store, &spin, &[])
                 .await
@@ -335,9 +345,7 @@ fn time_limit_a_fiber_dropped_while_it_yields_from_a_probe_leaves_the_engine_sou
         assert!(stopped.is_err(), "an endless loop returned: {stopped:?}");
     }
     // The dropped stores' pages went back to the engine: a new store computes as before.
-    let mut store = Store::new(&engine, ());
-    store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+    let mut store = yielding_store(&engine);
     let value = rt.block_on(async {
         let instance = Instance::new_async(&mut store, &checksum, &[])
             .await
@@ -347,9 +355,8 @@ fn time_limit_a_fiber_dropped_while_it_yields_from_a_probe_leaves_the_engine_sou
             .expect("f");
         f.call_async(&mut store, 1_000_000).await.expect("returns")
     });
-    let mut quiet = Store::new(&engine, ());
-    quiet.set_epoch_deadline(u64::MAX / 2);
-    let instance = Instance::new(&mut quiet, &checksum, &[]).expect("instantiate");
+    let (mut quiet, instance) =
+        instantiate(&checksum, |store| store.set_epoch_deadline(u64::MAX / 2));
     let f = instance
         .get_typed_func::<i64, i64>(&mut quiet, "f")
         .expect("f");
@@ -381,14 +388,27 @@ fn traps_that_are_not_probes_keep_their_own_code() {
         (out_of_bounds, Trap::MemoryOutOfBounds),
         (unreachable, Trap::UnreachableCodeReached),
     ] {
-        let mut store = Store::new(&engine, ());
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Continue(1)));
-        let instance = Instance::new(&mut store, &module, &[]).expect("instantiate");
+        let (mut store, instance) = instantiate(&module, |store| {
+            store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Continue(1)))
+        });
         let f = instance
             .get_typed_func::<(), ()>(&mut store, "f")
             .expect("f");
         let error = f.call(&mut store, ()).expect_err("traps");
         assert_eq!(trap_of(&error), Some(expected), "{error:?}");
     }
+}
+
+/// Probes need the signal handler: an engine that would run them without it is refused
+/// rather than left unable to end an epoch.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[test]
+fn time_limit_epoch_probes_without_signal_handling_are_refused() {
+    let mut config = Config::new();
+    config.epoch_interruption(true).signals_based_traps(false);
+    let error = Engine::new(&config).expect_err("refused");
+    assert!(
+        error.to_string().contains("needs signals-based traps"),
+        "{error}"
+    );
 }
