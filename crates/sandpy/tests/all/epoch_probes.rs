@@ -2,7 +2,8 @@
 //! for the end of an epoch by loading from its store's epoch page, which the engine makes
 //! inaccessible at each tick; the fault is turned into the `new_epoch` call and execution
 //! resumes at the probe. These tests drive wasmtime directly with small modules, so that
-//! each one attacks one part of that path: loops and call trees without any other check,
+//! each one attacks one part of that path: loops and call trees without any other check
+//! (a probe merged away by alias analysis would leave a loop unstoppable),
 //! registers across a resumed probe, deadlines further than one tick, a fiber dropped
 //! while it yields from a probe, and traps that are not probes.
 
@@ -248,6 +249,20 @@ fn time_limit_a_call_tree_without_loops_stops_at_a_function_entry() {
     // 2^60 calls.
     let engine = engine();
     assert_eq!(stopped(call_tree(&engine), 60i32), Some(Trap::Interrupt));
+}
+
+#[test]
+fn time_limit_a_loop_past_a_pages_worth_of_probes_stops() {
+    // Each probe of a function reads its own byte of the 4 KiB page; later ones are
+    // atomic loads. 5,000 loops that run once, then one that spins.
+    let engine = engine();
+    let mut body = Vec::new();
+    for _ in 0..5_000 {
+        body.extend([I::Loop(BlockType::Empty), I::End]);
+    }
+    body.extend([I::Loop(BlockType::Empty), I::Br(0), I::End]);
+    let module = module(&engine, &[], &[], &[], &body, false);
+    assert_eq!(stopped(module, ()), Some(Trap::Interrupt));
 }
 
 #[test]
