@@ -2183,14 +2183,12 @@ where
         )
     }
 
-    /// sandpy patch: probe the epoch page (`FuncEnvironment::epoch_probe`): a load of
-    /// its byte at `offset`, or an atomic load of its start without one, its value unused,
-    /// that faults with `trap` when the epoch has ended.
+    /// sandpy patch: probe the epoch page (`FuncEnvironment::epoch_probe`): an atomic
+    /// load of it, its value unused, that faults with `trap` when the epoch has ended.
     pub fn epoch_probe(
         &mut self,
         cursor: &mut FuncCursor<'_>,
         epoch_ptr: ir::Value,
-        offset: Option<i32>,
         trap: ir::TrapCode,
     ) {
         let region = self.region(
@@ -2204,10 +2202,7 @@ where
             .with_aligned()
             .with_trap_code(Some(trap))
             .with_alias_region(Some(region));
-        match offset {
-            Some(offset) => cursor.ins().load(ir::types::I8, flags, epoch_ptr, offset),
-            None => cursor.ins().atomic_load(ir::types::I64, flags, epoch_ptr),
-        };
+        cursor.ins().atomic_load(ir::types::I64, flags, epoch_ptr);
     }
 }
 

@@ -200,10 +200,6 @@ pub struct FuncEnvironment<'module_environment> {
     /// spill, and this isn't any worse than reloading each time.
     epoch_ptr_var: cranelift_frontend::Variable,
 
-    /// sandpy patch: how many epoch probes this function has so far (each probes its own
-    /// byte of the page, see `epoch_probe`).
-    epoch_probes: u32,
-
     fuel_consumed: i64,
 
     /// A stack limit for when signals-based traps are disabled.
@@ -245,9 +241,6 @@ pub struct FuncEnvironment<'module_environment> {
     /// Cached alias regions for alias analysis.
     pub(crate) alias_regions: AliasRegions<VMOffsets<u8>>,
 }
-
-/// sandpy patch: the distinct bytes of a 4 KiB epoch page a function's probes read.
-const EPOCH_PROBE_OFFSETS: i32 = 4096;
 
 impl<'module_environment> FuncEnvironment<'module_environment> {
     pub fn new(
@@ -297,7 +290,6 @@ impl<'module_environment> FuncEnvironment<'module_environment> {
             fuel_var: Variable::reserved_value(),
             epoch_deadline_var: Variable::reserved_value(),
             epoch_ptr_var: Variable::reserved_value(),
-            epoch_probes: 0,
 
             // Start with at least one fuel being consumed because even empty
             // functions should consume at least some fuel.
@@ -718,21 +710,14 @@ impl<'module_environment> FuncEnvironment<'module_environment> {
             && matches!(triple.operating_system, target_lexicon::OperatingSystem::Linux)
     }
 
-    /// sandpy patch: the probe, a load of the epoch page whose value is unused, carrying
-    /// the `interrupt` trap code so that the runtime knows its fault is the end of an
-    /// epoch. A trapping load is never removed as dead, but alias analysis would replace a
-    /// load of the same address by an earlier one with no store between them (then a loop
-    /// without stores had no probe left): so each probe of a function reads its own byte
-    /// of the page, and past a page's worth of probes they are atomic loads, which alias
-    /// analysis never merges (they cost a little more: it treats them as fences).
+    /// sandpy patch: the probe, a load of the epoch page whose value is unused. It is an
+    /// atomic load so that alias analysis neither merges it with an earlier probe nor
+    /// removes it, and it carries the `interrupt` trap code so that the runtime knows its
+    /// fault is the end of an epoch.
     fn epoch_probe(&mut self, builder: &mut FunctionBuilder<'_>) {
         let addr = builder.use_var(self.epoch_ptr_var);
-        let offset = i32::try_from(self.epoch_probes)
-            .ok()
-            .filter(|offset| *offset < EPOCH_PROBE_OFFSETS);
-        self.epoch_probes = self.epoch_probes.saturating_add(1);
         self.alias_regions
-            .epoch_probe(&mut builder.cursor(), addr, offset, crate::TRAP_INTERRUPT);
+            .epoch_probe(&mut builder.cursor(), addr, crate::TRAP_INTERRUPT);
     }
 
     fn hook_malloc_exit(&mut self, builder: &mut FunctionBuilder, retvals: &[ir::Value]) {

@@ -252,20 +252,6 @@ fn time_limit_a_call_tree_without_loops_stops_at_a_function_entry() {
 }
 
 #[test]
-fn time_limit_a_loop_past_a_pages_worth_of_probes_stops() {
-    // Each probe of a function reads its own byte of the 4 KiB page; later ones are
-    // atomic loads. 5,000 loops that run once, then one that spins.
-    let engine = engine();
-    let mut body = Vec::new();
-    for _ in 0..5_000 {
-        body.extend([I::Loop(BlockType::Empty), I::End]);
-    }
-    body.extend([I::Loop(BlockType::Empty), I::Br(0), I::End]);
-    let module = module(&engine, &[], &[], &[], &body, false);
-    assert_eq!(stopped(module, ()), Some(Trap::Interrupt));
-}
-
-#[test]
 fn registers_survive_execution_resumed_at_a_probe() {
     let engine = engine();
     let module = checksum(&engine);

@@ -12,8 +12,7 @@
 //!
 //! This is the approach of upstream pull request bytecodealliance/wasmtime#12990
 //! ("MMU-based epoch interruption"), reduced to what the existing trap machinery allows:
-//! the probe is a load carrying a trap code, each probe of a function reading its own
-//! byte of the page so that alias analysis never merges two (atomic loads past 4,096).
+//! the probe is an atomic load (alias analysis keeps it) carrying a trap code.
 
 use crate::runtime::vm::traphandlers::raise_preexisting_trap;
 use crate::runtime::vm::{VMStore, VMStoreRawPtr, host_page_size};
