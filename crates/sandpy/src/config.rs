@@ -68,6 +68,13 @@ pub struct Config {
     /// ([`crate::Tier::Native`]); `None` means the defaults of
     /// [`NativeConfig`](crate::native::NativeConfig).
     pub native: Option<crate::native::NativeConfig>,
+    /// For a process that exits after its run (the CLI's one-shot commands): each fresh
+    /// run's instance (its memory, WASI state and folders) is kept, not torn down, until
+    /// the `Sandbox` is dropped, or goes with the process after
+    /// [`Sandbox::release_at_exit`](crate::Sandbox::release_at_exit). Tearing it down took
+    /// about 2 ms of a one-shot `sandpy run` (docs/performance.md). Memory grows with
+    /// every run: not for a process that makes many.
+    pub leave_instances_to_exit: bool,
 }
 
 impl Default for Config {
@@ -82,6 +89,7 @@ impl Default for Config {
             runtime: None,
             interruption: Interruption::Checks,
             native: None,
+            leave_instances_to_exit: false,
         }
     }
 }
@@ -97,6 +105,7 @@ impl std::fmt::Debug for Config {
             .field("scratch_dir", &self.scratch_dir)
             .field("runtime", &self.runtime)
             .field("interruption_checks", &self.interruption.has_checks())
+            .field("leave_instances_to_exit", &self.leave_instances_to_exit)
             .finish()
     }
 }

@@ -37,6 +37,8 @@ pub(crate) struct Runner {
     /// zygote died (the lock also keeps two runs from starting it at once).
     #[cfg(target_os = "linux")]
     native: tokio::sync::Mutex<Option<Arc<crate::native::NativeTier>>>,
+    /// Fresh runs' instances left to the process's exit (`Config::leave_instances_to_exit`).
+    left: std::sync::Mutex<Vec<Guest>>,
 }
 
 /// A guest instance with its host side: its store (WASI context, memory limiter, tools),
@@ -143,6 +145,7 @@ impl Runner {
             config,
             #[cfg(target_os = "linux")]
             native: tokio::sync::Mutex::new(None),
+            left: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -207,7 +210,14 @@ impl Runner {
             .call(&self.runtime, &task, &guest_options, time_left(deadline))
             .await;
         drop(watchdog);
-        guest.collect(result, limits, run.started.elapsed()).0
+        let execution = guest.collect(result, limits, run.started.elapsed()).0;
+        if self.config.leave_instances_to_exit {
+            self.left
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(guest);
+        }
+        execution
     }
 
     /// Run `task` in a confined fork of the native tier's zygote (started now if this is

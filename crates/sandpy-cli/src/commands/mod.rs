@@ -80,7 +80,8 @@ pub fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// The sandbox of a command that makes one run and exits (`sandpy run`, `sandpy check`, a
 /// single `sandpy call`): instances allocated on demand. The pool a server keeps (256
 /// slots, each with its stack and guard pages set up at start) took more of such a
-/// process's time than its run (docs/performance.md, "One-shot runs"). With `overrun`,
+/// process's time than its run (docs/performance.md, "One-shot runs"); the run's instance
+/// is left to the process's exit instead of torn down. With `overrun`,
 /// the guest's code has no interruption checks (CPU-bound code runs a few percent
 /// faster) and a run past its time limit is reported by `overrun`, which ends the process.
 pub fn one_shot_sandbox(
@@ -90,6 +91,7 @@ pub fn one_shot_sandbox(
     sandbox_with(resolved.sandbox_config(sandpy::Config {
         pooled_instances: None,
         max_concurrent_runs: Some(1),
+        leave_instances_to_exit: true,
         interruption: match overrun {
             Some(end) => sandpy::Interruption::EndProcess(end),
             None => sandpy::Interruption::Checks,

@@ -32,6 +32,36 @@ fn host_folder() -> tempfile::TempDir {
     dir
 }
 
+/// `Config::leave_instances_to_exit` (one-shot processes) keeps each run's instance and
+/// folders, not torn down after the run; they go with the sandbox all the same.
+#[test]
+fn files_instances_left_to_exit_keep_their_folders_until_the_sandbox_goes() {
+    let base = tempfile::tempdir().expect("temp dir");
+    let config = sandpy::Config {
+        scratch_dir: Some(base.path().to_path_buf()),
+        pooled_instances: None,
+        leave_instances_to_exit: true,
+        ..sandpy::Config::default()
+    };
+    let own = sandpy::Sandbox::new(config).expect("sandbox");
+    for _ in 0..2 {
+        let e = block_on(own.run("open('kept.txt', 'w').write('x')", &Limits::default()));
+        assert_eq!(e.status, Status::Ok, "{e:#?}");
+    }
+    let kept = std::fs::read_dir(base.path())
+        .expect("read")
+        .flatten()
+        .filter(|e| e.path().join("tmp").join("kept.txt").exists())
+        .count();
+    assert_eq!(
+        kept, 2,
+        "both runs' folders are kept while the sandbox lives"
+    );
+    drop(own);
+    let left = std::fs::read_dir(base.path()).expect("read").count();
+    assert_eq!(left, 0, "and go with the sandbox");
+}
+
 #[test]
 fn scratch_is_the_working_directory_private_to_each_run_and_removed_after() {
     let base = tempfile::tempdir().expect("temp dir");
