@@ -149,9 +149,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
                 let rt = super::one_shot_runtime()?;
                 let execution =
                     rt.block_on(sandbox.call_function(&code, &args.function, &arguments, &options));
-                // The process ends now: its run folders go, the rest goes with the exit.
-                sandbox.release_at_exit();
-                std::mem::forget(rt);
+                super::release_at_exit(sandbox, rt);
                 execution
             }
         };

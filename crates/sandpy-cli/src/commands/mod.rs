@@ -112,6 +112,13 @@ pub fn print_and_exit(json: bool) -> sandpy::OnOverrun {
     })
 }
 
+/// The end of a one-shot command: its run folders go now, the sandbox and the runtime
+/// with the process's exit.
+pub fn release_at_exit(sandbox: sandpy::Sandbox, rt: tokio::runtime::Runtime) {
+    sandbox.release_at_exit();
+    std::mem::forget(rt);
+}
+
 /// The tokio runtime of a one-run command: this thread alone, no worker threads to start
 /// and stop.
 pub fn one_shot_runtime() -> anyhow::Result<tokio::runtime::Runtime> {

@@ -189,9 +189,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     });
     print_execution(&execution, args.json)?;
     args.files.save_outputs(&execution)?;
-    // The process ends now: its run folders go, the rest goes with the exit.
-    sandbox.release_at_exit();
-    std::mem::forget(rt);
+    super::release_at_exit(sandbox, rt);
     Ok(Outcome::Run(execution.status))
 }
 

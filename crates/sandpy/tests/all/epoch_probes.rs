@@ -73,19 +73,11 @@ fn spin(engine: &Engine) -> wasmtime::Module {
 /// `f(depth)`: calls itself twice with `depth - 1` until 0: a tree of 2^depth calls with
 /// no loop anywhere, so only the probes at function entries can stop it.
 fn call_tree(engine: &Engine) -> wasmtime::Module {
-    let body = [
-        I::LocalGet(0),
-        I::If(BlockType::Empty),
-        I::LocalGet(0),
-        I::I32Const(1),
-        I::I32Sub,
-        I::Call(0),
-        I::LocalGet(0),
-        I::I32Const(1),
-        I::I32Sub,
-        I::Call(0),
-        I::End,
-    ];
+    let mut body = vec![I::LocalGet(0), I::If(BlockType::Empty)];
+    for _ in 0..2 {
+        body.extend([I::LocalGet(0), I::I32Const(1), I::I32Sub, I::Call(0)]);
+    }
+    body.push(I::End);
     module(engine, &[ValType::I32], &[], &[], &body, false)
 }
 

@@ -5,8 +5,8 @@
 //! page* whose value is unused (a "probe", trap code `interrupt`), instead of loading the
 //! epoch counter, comparing it with the deadline and branching. `Engine::increment_epoch`
 //! makes the epoch page of every store in use inaccessible; the next probe of a running
-//! store faults, and the signal handler sends the thread to `probe_stub`, which saves
-//! every register, calls [`probe_faulted`] (the page is made readable again and the
+//! store faults, and the signal handler sends the thread to the stub below, which saves
+//! every register, calls [`probe_faulted`] (the page is made accessible again and the
 //! store's epoch deadline behaviour runs exactly as the `new_epoch` libcall would run it:
 //! yield, continue, or trap), restores the registers and resumes at the probe.
 //!
@@ -58,7 +58,7 @@ fn header(page: usize) -> &'static Header {
 
 fn protect(page: usize, accessible: bool) {
     let prot = if accessible {
-        libc::PROT_READ
+        libc::PROT_READ | libc::PROT_WRITE
     } else {
         libc::PROT_NONE
     };
@@ -102,16 +102,10 @@ impl EpochPages {
                         std::io::Error::last_os_error()
                     );
                 }
-                let addr = ptr as usize;
-                protect(addr, true);
-                addr
+                ptr as usize
             }
         };
-        let header = header(addr);
-        if header.armed.load(Ordering::Relaxed) {
-            protect(addr, true);
-            header.armed.store(false, Ordering::Relaxed);
-        }
+        disarm_locked(addr);
         pages.in_use.push(addr);
         EpochPage {
             pool: self.clone(),
@@ -134,11 +128,17 @@ impl EpochPages {
 
     fn disarm(&self, page: usize) {
         let _pages = self.lock();
-        let header = header(page);
-        if header.armed.load(Ordering::Relaxed) {
-            protect(page, true);
-            header.armed.store(false, Ordering::Relaxed);
-        }
+        disarm_locked(page);
+    }
+}
+
+/// Make `page` accessible again if an epoch's end left it inaccessible; the caller holds
+/// its pool's lock.
+fn disarm_locked(page: usize) {
+    let header = header(page);
+    if header.armed.load(Ordering::Relaxed) {
+        protect(page, true);
+        header.armed.store(false, Ordering::Relaxed);
     }
 }
 
@@ -168,9 +168,10 @@ impl Drop for EpochPage {
     }
 }
 
-/// Called by `probe_stub` on the faulting thread, out of the signal handler: `fault` is
-/// the probed address, `trampoline_fp` the stub's frame (whose caller is the Wasm frame
-/// that probed, as for a libcall's trampoline) and `pc` the probe's address.
+/// Called by the stub (`wasmtime_sandpy_epoch_probe_stub`) on the faulting thread, out of
+/// the signal handler: `fault` is the probed address, `trampoline_fp` the stub's frame
+/// (whose caller is the Wasm frame that probed, as for a libcall's trampoline) and `pc`
+/// the probe's address.
 unsafe extern "C" fn probe_faulted(fault: usize, trampoline_fp: usize, pc: usize) {
     let page = fault & !(host_page_size() - 1);
     let header = header(page);
