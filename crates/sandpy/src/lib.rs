@@ -67,6 +67,8 @@ mod sessions;
 mod settings;
 mod tools;
 mod verdict;
+#[cfg(target_os = "linux")]
+pub mod warm;
 
 pub use config::{Config, Interruption, OnOverrun, Progress};
 pub use error::{Cause, Error};

@@ -319,16 +319,22 @@ impl Bench {
         Ok(())
     }
 
-    /// Whole-process latency, warm cache, against native python3 start-up.
+    /// Whole-process latency, warm cache, against native python3 start-up: `sandpy run`
+    /// loading the runtime itself, and handing the run to a warm runner (`--warm`).
     fn process(&self) -> anyhow::Result<()> {
         let (args, exe) = (&self.args, &self.exe);
         let exe = exe.to_string_lossy();
         let sandpy = [exe.as_ref(), "run", "-c", "print('hello')"];
+        let warm = [exe.as_ref(), "run", "--warm", "-c", "print('hello')"];
         // Native Python's fastest start: isolated (-I), no site module (-S).
         let python = [args.python.as_str(), "-I", "-S", "-c", "print('hello')"];
-        let (mut sandpy_ms, mut python_ms) = (Vec::new(), Vec::new());
+        #[cfg(target_os = "linux")]
+        start_warm_runner(&exe)?;
+        let (mut sandpy_ms, mut warm_ms, mut python_ms) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..args.process_runs.max(1) {
             sandpy_ms.push(whole_process_ms(&sandpy)?);
+            #[cfg(target_os = "linux")]
+            warm_ms.push(whole_process_ms(&warm)?);
             python_ms.push(whole_process_ms(&python)?);
         }
         let (s, p) = (median(&mut sandpy_ms), median(&mut python_ms));
@@ -342,6 +348,15 @@ impl Bench {
             args.python,
             s / p
         );
+        if !warm_ms.is_empty() {
+            let w = median(&mut warm_ms);
+            println!(
+                "  the same with --warm (handed to a warm runner): {w:.1} ms, peak RSS {}; \
+                 ratio to native {:.2}x",
+                peak_rss(&args.python, &warm)?,
+                w / p
+            );
+        }
         Ok(())
     }
 
@@ -798,6 +813,28 @@ fn eval_batch(exe: &std::path::Path, cores: usize) -> anyhow::Result<()> {
         w / t
     );
     Ok(())
+}
+
+/// Start this binary's warm runner for the default settings and wait until it serves
+/// runs (it leaves by itself when idle).
+#[cfg(target_os = "linux")]
+fn start_warm_runner(exe: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let out = Command::new(exe)
+            .args(["run", "--warm", "-c", "pass"])
+            .env("SANDPY_LOG", "sandpy=debug")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .with_context(|| format!("cannot run `{exe}`"))?;
+        if String::from_utf8_lossy(&out.stderr).contains(super::warm::SERVED) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("no warm runner came up in 120 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// Run `command` to its end (its output discarded): milliseconds from spawn to exit.

@@ -45,6 +45,10 @@ pub struct Args {
     /// Print the whole execution as JSON (single call).
     #[arg(long)]
     json: bool,
+    /// Hand a single call to a background runner that keeps the runtime loaded (as
+    /// `sandpy run --warm`).
+    #[arg(long, env = "SANDPY_WARM", value_parser = clap::builder::FalseyValueParser::new())]
+    warm: bool,
     #[command(flatten)]
     limits: super::run::LimitArgs,
     #[command(flatten)]
@@ -139,7 +143,28 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         let execution = match (program.into_text(), arguments) {
             (Err(refused), _) => *refused,
             (Ok(_), Err(why)) => Execution::refused(Status::InvalidInput, format!("--args: {why}")),
-            (Ok((code, filename)), Ok(arguments)) => {
+            (Ok((code, filename)), Ok(arguments)) => 'call: {
+                #[cfg(target_os = "linux")]
+                if args.warm {
+                    let request = |key| sandpy::warm::WarmRequest {
+                        key,
+                        code: code.clone(),
+                        call: Some(sandpy::warm::WarmCall {
+                            function: args.function.clone(),
+                            arguments: arguments.clone(),
+                        }),
+                        filename: Some(filename.clone()),
+                        stdin: Vec::new(),
+                        limit_overrides: options.limit_overrides.clone(),
+                        allowed_tools: options.allowed_tools.clone(),
+                        files: options.files.clone(),
+                        mounts: options.mounts.clone(),
+                    };
+                    if let Some(execution) = super::warm::served(&resolved, &args.settings, request)
+                    {
+                        break 'call execution;
+                    }
+                }
                 let options = RunOptions {
                     filename: Some(filename),
                     ..options

@@ -8,6 +8,8 @@ mod demo;
 mod files;
 mod run;
 mod serve;
+#[cfg(target_os = "linux")]
+mod warm;
 mod warmup;
 mod workers;
 
@@ -41,6 +43,10 @@ enum Command {
     Bench(bench::Args),
     /// Build a runtime with extra pure-Python packages from PyPI (or a folder to mount).
     Build(build::Args),
+    /// The background runner `sandpy run --warm` starts (not for direct use).
+    #[cfg(target_os = "linux")]
+    #[command(hide = true)]
+    WarmRunner(warm::Args),
 }
 
 pub fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
@@ -53,6 +59,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Warmup(args) => warmup::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Build(args) => build::run(args),
+        #[cfg(target_os = "linux")]
+        Command::WarmRunner(args) => warm::run(args),
     }
 }
 
@@ -192,6 +200,26 @@ impl ConfigArgs {
             }
         }
         Ok(settings.resolve(self.policy.as_deref())?)
+    }
+
+    /// The flags that choose the settings (not the per-run tool allowlist), to start
+    /// another `sandpy` process with the same ones.
+    pub fn to_flags(&self) -> Vec<std::ffi::OsString> {
+        let mut flags = Vec::new();
+        for (flag, value) in [("--config", &self.config), ("--runtime", &self.runtime)] {
+            if let Some(value) = value {
+                flags.extend([flag.into(), value.clone().into_os_string()]);
+            }
+        }
+        if let Some(policy) = &self.policy {
+            flags.extend(["--policy".into(), policy.into()]);
+        }
+        match self.tier {
+            Some(TierArg::Wasm) => flags.extend(["--tier".into(), "wasm".into()]),
+            Some(TierArg::Native) => flags.extend(["--tier".into(), "native".into()]),
+            None => {}
+        }
+        flags
     }
 
     pub fn allowed(&self) -> Option<Vec<String>> {

@@ -23,6 +23,12 @@ pub struct Args {
     /// Print which stdlib modules are available and which are absent, and why.
     #[arg(long, conflicts_with_all = ["file", "code"])]
     list_modules: bool,
+    /// Hand the run to a background runner that keeps the runtime loaded, started by the
+    /// first such run and gone after $SANDPY_WARM_IDLE_SECS (default 60) without runs: a
+    /// run starts in milliseconds instead of loading the runtime. Configs without MCP
+    /// servers, WebAssembly tier.
+    #[arg(long, env = "SANDPY_WARM", value_parser = clap::builder::FalseyValueParser::new())]
+    warm: bool,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -157,6 +163,25 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             return Ok(Outcome::Run(refused.status));
         }
     };
+    #[cfg(target_os = "linux")]
+    if args.warm && !args.list_modules && config.servers.is_empty() {
+        let request = |key| sandpy::warm::WarmRequest {
+            key,
+            code: code.clone(),
+            call: None,
+            filename: Some(filename.clone()),
+            stdin: stdin.clone().unwrap_or_default(),
+            limit_overrides: args.limits.overrides(),
+            allowed_tools: args.settings.allowed(),
+            files: files.clone(),
+            mounts: mounts.clone(),
+        };
+        if let Some(execution) = super::warm::served(&resolved, &args.settings, request) {
+            print_execution(&execution, args.json)?;
+            args.files.save_outputs(&execution)?;
+            return Ok(Outcome::Run(execution.status));
+        }
+    }
     let overrun = (!args.list_modules).then(|| super::print_and_exit(args.json));
     let sandbox = super::one_shot_sandbox(&resolved, overrun)?;
     let rt = super::one_shot_runtime()?;

@@ -9,6 +9,7 @@ mod packages;
 mod run;
 mod serve;
 mod upstream_attacks;
+mod warm;
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -39,6 +40,7 @@ pub fn sandpy() -> Command {
     command
         .env_remove("SANDPY_CONFIG")
         .env_remove("SANDPY_TOKEN")
+        .env_remove("SANDPY_WARM")
         .stdin(Stdio::null());
     command
 }

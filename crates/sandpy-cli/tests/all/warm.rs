@@ -1,0 +1,322 @@
+//! `sandpy run --warm`: runs handed to a background runner. Each test has its own socket
+//! folder (`$XDG_RUNTIME_DIR`) and a short idle time, so its runners are its own and leave
+//! by themselves.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const SERVED: &str = "served by the warm runner";
+/// Seconds a test's runner waits for runs before it leaves.
+const IDLE_SECS: &str = "3";
+
+struct Warm {
+    xdg: tempfile::TempDir,
+    cwd: tempfile::TempDir,
+}
+
+impl Warm {
+    fn new() -> Warm {
+        let xdg = tempfile::tempdir().expect("tempdir");
+        std::fs::set_permissions(xdg.path(), std::fs::Permissions::from_mode(0o700))
+            .expect("chmod");
+        Warm {
+            xdg,
+            cwd: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    fn folder(&self) -> PathBuf {
+        self.xdg.path().join("sandpy")
+    }
+
+    /// `sandpy COMMAND --warm ARGS` with this test's folders.
+    fn command(&self, command: &str, args: &[&str]) -> Command {
+        let mut sandpy = crate::sandpy();
+        sandpy
+            .env("XDG_RUNTIME_DIR", self.xdg.path())
+            .env("SANDPY_WARM_IDLE_SECS", IDLE_SECS)
+            .env("SANDPY_LOG", "sandpy=debug")
+            .current_dir(self.cwd.path())
+            .args([command, "--warm"])
+            .args(args);
+        sandpy
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command("run", args)
+            .output()
+            .expect("sandpy run --warm")
+    }
+
+    /// Run `args` until a runner serves it (the first runs start one and run cold).
+    fn run_served(&self, args: &[&str]) -> Output {
+        self.served("run", args)
+    }
+
+    fn served(&self, command: &str, args: &[&str]) -> Output {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let out = self.command(command, args).output().expect("sandpy --warm");
+            if stderr(&out).contains(SERVED) {
+                return out;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no runner came up: {}",
+                stderr(&out)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn sockets(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.folder())
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|e| e == "sock"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into()
+}
+
+/// The run's JSON without its timing and memory figures.
+fn comparable(out: &Output) -> serde_json::Value {
+    let mut value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let object = value.as_object_mut().expect("object");
+    object.remove("duration_ms");
+    object.remove("memory_peak_bytes");
+    value
+}
+
+#[test]
+fn warm_runs_answer_as_cold_runs_do() {
+    let warm = Warm::new();
+    let program = "import sys\nprint('out')\nprint('err', file=sys.stderr)\n6 * 7";
+    let cold = crate::sandpy()
+        .current_dir(warm.cwd.path())
+        .args(["run", "--json", "-c", program])
+        .output()
+        .expect("sandpy run");
+    let served = warm.run_served(&["--json", "-c", program]);
+    assert_eq!(comparable(&served), comparable(&cold));
+    // Errors keep their status and exit code.
+    let failed = warm.run_served(&["-c", "raise ValueError('boom')"]);
+    assert_eq!(failed.status.code(), Some(1), "{}", stderr(&failed));
+    assert!(
+        stderr(&failed).contains("ValueError: boom"),
+        "{}",
+        stderr(&failed)
+    );
+}
+
+#[test]
+fn warm_calls_answer_as_cold_calls_do() {
+    let warm = Warm::new();
+    std::fs::write(
+        warm.cwd.path().join("f.py"),
+        "def f(x, y=1):\n    return {'sum': x + y}\n",
+    )
+    .expect("write");
+    let args = ["f.py", "f", "--args", "[40, 2]", "--json"];
+    let cold = crate::sandpy()
+        .current_dir(warm.cwd.path())
+        .arg("call")
+        .args(args)
+        .output()
+        .expect("sandpy call");
+    let served = warm.served("call", &args);
+    assert_eq!(comparable(&served), comparable(&cold));
+    assert_eq!(
+        comparable(&served)["return_value"],
+        serde_json::json!({"sum": 42})
+    );
+}
+
+#[test]
+fn warm_runner_runs_share_no_state() {
+    let warm = Warm::new();
+    let leak = "import builtins, os\nprint(hasattr(builtins, 'leak'), os.listdir('.'))\nbuiltins.leak = 1\nopen('left.txt', 'w').write('x')";
+    warm.run_served(&["-c", "1"]);
+    for _ in 0..3 {
+        let out = warm.run_served(&["-c", leak]);
+        assert_eq!(stdout(&out), "False []\n", "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn warm_runner_time_limit_stops_a_busy_loop_and_serves_the_next_run() {
+    let warm = Warm::new();
+    warm.run_served(&["-c", "1"]);
+    let out = warm.run(&["--timeout-ms", "300", "-c", "while True: pass"]);
+    assert!(stderr(&out).contains(SERVED), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let next = warm.run(&["-c", "print('next')"]);
+    assert!(stderr(&next).contains(SERVED), "{}", stderr(&next));
+    assert_eq!(stdout(&next), "next\n");
+}
+
+#[test]
+fn warm_runner_takes_files_and_stdin_and_returns_outputs() {
+    let warm = Warm::new();
+    let dir = warm.cwd.path();
+    std::fs::write(dir.join("in.txt"), "file-bytes").expect("write");
+    std::fs::write(dir.join("stdin.txt"), "stdin-bytes").expect("write");
+    let program =
+        "import sys\nopen('/output/o.txt', 'w').write(open('in.txt').read() + sys.stdin.read())";
+    let out = warm.run_served(&[
+        "--file",
+        "in.txt",
+        "--input",
+        "stdin.txt",
+        "--output-dir",
+        "outs",
+        "-c",
+        program,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let saved = std::fs::read_to_string(dir.join("outs/o.txt")).expect("output file");
+    assert_eq!(saved, "file-bytesstdin-bytes");
+}
+
+#[test]
+fn warm_runner_keeps_the_policy_and_a_new_setting_gets_its_own_runner() {
+    let warm = Warm::new();
+    warm.run_served(&["-c", "1"]);
+    let out = warm.run_served(&["--policy", "strict", "--json", "-c", "import os"]);
+    let execution: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(execution["status"], "policy_violation", "{execution}");
+    assert_eq!(warm.sockets().len(), 2, "one runner per setting");
+}
+
+/// Boundary: the runner's socket. A local client that sends an oversized length, a
+/// request for another runner, or bytes that are no request gets the connection closed,
+/// without an answer, and the runner goes on serving.
+#[test]
+fn warm_runner_attack_refuses_oversized_foreign_and_garbage_requests() {
+    let warm = Warm::new();
+    warm.run_served(&["-c", "1"]);
+    let socket = warm.sockets().pop().expect("a socket");
+    let foreign = serde_json::json!({
+        "key": "0".repeat(32), "code": "print(1)", "filename": null,
+        "stdin": "", "limit_overrides": {}, "allowed_tools": null, "files": [], "mounts": []
+    })
+    .to_string();
+    let attempts: [(&str, Vec<u8>); 3] = [
+        ("an oversized length", (1u64 << 40).to_le_bytes().to_vec()),
+        ("another runner's key", framed(foreign.as_bytes())),
+        ("garbage", framed(b"\xff not json")),
+    ];
+    for (what, bytes) in attempts {
+        let mut client = UnixStream::connect(&socket).expect("connect");
+        client
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        client.write_all(&bytes).expect("write");
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).expect("the runner closes");
+        assert!(answer.is_empty(), "{what}: answered {answer:?}");
+    }
+    let out = warm.run(&["-c", "print('still here')"]);
+    assert!(stderr(&out).contains(SERVED), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "still here\n");
+}
+
+fn framed(body: &[u8]) -> Vec<u8> {
+    let mut bytes = (body.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// Boundary: the socket folder. One that others can enter is not used (another user could
+/// put a runner of theirs there); the run happens in the process.
+#[test]
+fn warm_runner_attack_a_folder_others_can_enter_is_not_used() {
+    let warm = Warm::new();
+    std::fs::create_dir(warm.folder()).expect("mkdir");
+    std::fs::set_permissions(warm.folder(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    for _ in 0..2 {
+        let out = warm.run(&["-c", "print('cold')"]);
+        assert_eq!(stdout(&out), "cold\n", "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("is not a folder only this user can use"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(warm.sockets().is_empty(), "a runner used the open folder");
+}
+
+#[test]
+fn warm_runner_leaves_when_idle_and_a_killed_one_is_reported_not_rerun() {
+    let warm = Warm::new();
+    warm.run_served(&["-c", "1"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !warm.sockets().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the runner stayed past its idle time"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A runner that dies during a run: the command says so and does not run the
+    // program a second time itself (the run may have had effects).
+    warm.run_served(&["-c", "1"]);
+    let program = "import time\nprint('started', flush=True)\ntime.sleep(30)";
+    let child = warm
+        .command("run", &["-c", program])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_secs(2));
+    kill_runners(warm.xdg.path());
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(10), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the warm runner took the run, then its answer was lost"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !stdout(&out).contains("started"),
+        "ran again in the command"
+    );
+}
+
+/// Kill the runners whose environment names this socket folder.
+fn kill_runners(xdg: &Path) {
+    let wanted = format!("XDG_RUNTIME_DIR={}", xdg.display());
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        let is_runner = cmdline.split(|&b| b == 0).any(|arg| arg == b"warm-runner");
+        let is_ours = environ
+            .split(|&b| b == 0)
+            .any(|var| var == wanted.as_bytes());
+        if is_runner && is_ours {
+            // SAFETY: kill(2) on a pid just read; at worst it names no process.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}

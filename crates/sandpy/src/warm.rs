@@ -1,0 +1,414 @@
+//! The warm runner: a background process of the user's that keeps the runtime loaded and
+//! runs one-shot commands' programs for them over a Unix socket.
+//!
+//! A `sandpy run` process that loads the compiled runtime itself spends most of its time
+//! on that load and on the first touch of its pages (docs/performance.md, "One-shot
+//! runs"); one that hands its run to a warm runner starts like a small program. Every run
+//! still gets a fresh instance: the runner holds only the compiled code, as a server does.
+//!
+//! One runner serves one [`WarmKey`]: the binary, the working folder, the resolved
+//! settings and the environment they were read from, so that a run is served as its
+//! command would have run it. The socket is in a folder only the user can enter, the
+//! runner answers only its own user (peer credentials), and it removes its socket and
+//! exits when idle.
+//!
+//! The exchange, one run per connection: the client sends its [`WarmRequest`] (a frame:
+//! 8-byte little-endian length, then JSON); the runner answers one byte if it takes it;
+//! the client answers one byte to start it, so that a client that gave up waiting never
+//! leaves a run behind that it then runs again itself; the runner sends the
+//! [`Execution`] as a frame.
+
+use crate::{Execution, InputFile, LimitOverrides, Mount, Resolved, RunOptions, Sandbox};
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Largest request or answer either side reads: the run's own limits (output, files,
+/// code size) keep real ones far under it.
+pub const MAX_MESSAGE_BYTES: u64 = 1 << 30;
+/// How long a client waits for a runner to take its run before running it itself.
+const TAKE_WAIT: Duration = Duration::from_secs(2);
+/// How long a runner waits for a client's request and its go-ahead.
+const REQUEST_WAIT: Duration = Duration::from_secs(10);
+const TAKEN: u8 = b'+';
+const GO: u8 = b'!';
+
+/// Why a run could not be handed to a warm runner, or its answer not read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WarmError {
+    /// No runner answered for this key (none running, or it did not take the run): the
+    /// caller runs the program itself.
+    #[error("no warm runner took the run")]
+    NotTaken(#[source] std::io::Error),
+    /// The socket folder exists but others than its owner could enter or change it.
+    #[error("`{path}` is not a folder only this user can use")]
+    UnsafeFolder {
+        /// The folder.
+        path: PathBuf,
+    },
+    /// The request would be larger than [`MAX_MESSAGE_BYTES`]: run it in the process.
+    #[error("the run's request is {bytes} bytes, over the warm runner's {MAX_MESSAGE_BYTES}")]
+    TooLarge {
+        /// Its size.
+        bytes: u64,
+    },
+    /// The runner took the run and then its answer was lost (it ended, or answered
+    /// something unreadable): the run may have happened.
+    #[error("the warm runner took the run, then its answer was lost")]
+    Lost(#[source] std::io::Error),
+    /// The folder, the lock or the socket could not be set up.
+    #[error("cannot set up the warm runner at `{path}`")]
+    Io {
+        /// What was being set up.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Variables of sandpy's that do not change how a run is served.
+const NOT_SETTINGS: [&str; 3] = ["SANDPY_LOG", "SANDPY_WARM", "SANDPY_WARM_IDLE_SECS"];
+
+/// Which runner may serve a run: equal keys mean equal binaries, working folders,
+/// settings and environments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmKey(String);
+
+impl WarmKey {
+    /// The key of a command run in this process with `resolved`.
+    pub fn of(resolved: &Resolved) -> Result<WarmKey, WarmError> {
+        let mut hash = Sha256::new();
+        let exe = std::env::current_exe().map_err(|source| WarmError::Io {
+            path: "/proc/self/exe".into(),
+            source,
+        })?;
+        hash.update(identity(&exe).as_bytes());
+        let cwd = std::env::current_dir().map_err(|source| WarmError::Io {
+            path: ".".into(),
+            source,
+        })?;
+        hash.update(cwd.as_os_str().as_encoded_bytes());
+        // Resolved settings hold only ordered maps: their debug form is stable.
+        hash.update(format!("\0{resolved:?}\0").as_bytes());
+        let mut vars: Vec<_> = std::env::vars_os()
+            .filter(|(name, _)| {
+                let name = name.to_string_lossy();
+                (name.starts_with("SANDPY_") && !NOT_SETTINGS.contains(&&*name))
+                    || ["HOME", "XDG_CACHE_HOME", "TMPDIR", "PATH"].contains(&&*name)
+            })
+            .collect();
+        vars.sort();
+        for (name, value) in vars {
+            hash.update(name.as_encoded_bytes());
+            hash.update(b"=");
+            hash.update(value.as_encoded_bytes());
+            hash.update(b"\0");
+        }
+        let runtime = resolved
+            .settings
+            .runtime
+            .clone()
+            .or_else(|| std::env::var_os("SANDPY_RUNTIME").map(PathBuf::from));
+        if let Some(runtime) = runtime {
+            hash.update(identity(&runtime).as_bytes());
+        }
+        let digest = hash.finalize();
+        Ok(WarmKey(
+            digest[..16].iter().map(|b| format!("{b:02x}")).collect(),
+        ))
+    }
+
+    /// The key's text, as `sandpy` passes it to the runner it starts.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// A key given as text (the runner's command line).
+    pub fn from_text(text: &str) -> WarmKey {
+        WarmKey(text.to_string())
+    }
+
+    fn socket(&self) -> Result<PathBuf, WarmError> {
+        Ok(socket_folder()?.join(format!("{}.sock", self.0)))
+    }
+}
+
+/// A file's path, size and modification time: it changed when any of them did.
+fn identity(path: &Path) -> String {
+    let (size, modified) = std::fs::metadata(path)
+        .map(|m| {
+            let modified = m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .unwrap_or_default();
+            (m.len(), modified.as_nanos())
+        })
+        .unwrap_or_default();
+    format!("{}\0{size}\0{modified}\0", path.display())
+}
+
+/// The user's folder for runner sockets: `$XDG_RUNTIME_DIR/sandpy`, else
+/// `/tmp/sandpy-<uid>`; created `0700`, and refused unless it is a real folder of this
+/// user that no one else can enter (another user could otherwise answer for a runner).
+pub fn socket_folder() -> Result<PathBuf, WarmError> {
+    let uid = nix::unistd::getuid().as_raw();
+    let path = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        Some(base) if base.is_absolute() => base.join("sandpy"),
+        _ => PathBuf::from(format!("/tmp/sandpy-{uid}")),
+    };
+    let io = |source| WarmError::Io {
+        path: path.clone(),
+        source,
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io(e)),
+        _ => {}
+    }
+    let meta = std::fs::symlink_metadata(&path).map_err(io)?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(WarmError::UnsafeFolder { path });
+    }
+    Ok(path)
+}
+
+/// One run as a command hands it over: the parts of [`RunOptions`] that are per run (the
+/// rest comes from the runner's settings, equal to the command's by the key).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WarmRequest {
+    /// The runner this request is for.
+    pub key: WarmKey,
+    /// The program.
+    pub code: String,
+    /// A function of the program to call (`sandpy call`), instead of running it.
+    pub call: Option<WarmCall>,
+    /// [`RunOptions::filename`].
+    pub filename: Option<String>,
+    /// [`RunOptions::stdin`] (empty: none).
+    #[serde(with = "crate::files::base64_bytes")]
+    pub stdin: Vec<u8>,
+    /// [`RunOptions::limit_overrides`].
+    pub limit_overrides: LimitOverrides,
+    /// [`RunOptions::allowed_tools`].
+    pub allowed_tools: Option<Vec<String>>,
+    /// [`RunOptions::files`].
+    pub files: Vec<InputFile>,
+    /// [`RunOptions::mounts`].
+    pub mounts: Vec<Mount>,
+}
+
+/// A function call a request asks for, as [`Sandbox::call_function`] takes it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WarmCall {
+    /// The function's name.
+    pub function: String,
+    /// Its JSON arguments: a list (positional) or an object (keywords).
+    pub arguments: serde_json::Value,
+}
+
+/// Hand `request` to its key's runner and wait for the run's [`Execution`].
+/// [`WarmError::NotTaken`] (and every error but [`WarmError::Lost`]) means the run did not
+/// happen there: run it here.
+pub fn run_warm(request: &WarmRequest) -> Result<Execution, WarmError> {
+    let body = serde_json::to_vec(request).map_err(|e| WarmError::NotTaken(e.into()))?;
+    let bytes = body.len() as u64;
+    if bytes > MAX_MESSAGE_BYTES {
+        return Err(WarmError::TooLarge { bytes });
+    }
+    let mut stream = UnixStream::connect(request.key.socket()?).map_err(WarmError::NotTaken)?;
+    let mut offer = || -> std::io::Result<()> {
+        stream.set_read_timeout(Some(TAKE_WAIT))?;
+        stream.write_all(&bytes.to_le_bytes())?;
+        stream.write_all(&body)?;
+        let mut taken = [0u8];
+        stream.read_exact(&mut taken)?;
+        if taken[0] != TAKEN {
+            return Err(std::io::ErrorKind::InvalidData.into());
+        }
+        stream.write_all(&[GO])
+    };
+    offer().map_err(WarmError::NotTaken)?;
+    let mut answer = || -> std::io::Result<Execution> {
+        stream.set_read_timeout(None)?;
+        let mut length = [0u8; 8];
+        stream.read_exact(&mut length)?;
+        let length = u64::from_le_bytes(length);
+        if length > MAX_MESSAGE_BYTES {
+            return Err(std::io::ErrorKind::InvalidData.into());
+        }
+        let mut body = Vec::new();
+        (&mut stream).take(length).read_to_end(&mut body)?;
+        Ok(serde_json::from_slice(&body)?)
+    };
+    answer().map_err(WarmError::Lost)
+}
+
+/// A runner that holds its key: the lock that makes it the only one, and its socket.
+pub struct WarmRunner {
+    key: WarmKey,
+    socket: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl WarmRunner {
+    /// Take `key`'s lock: `None` when another runner holds it. Call before loading the
+    /// sandbox, so that runners started at once by several commands load it only once.
+    pub fn claim(key: WarmKey) -> Result<Option<WarmRunner>, WarmError> {
+        let socket = key.socket()?;
+        let lock_path = socket.with_extension("lock");
+        let io = |source| WarmError::Io {
+            path: lock_path.clone(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(io)?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => Ok(Some(WarmRunner {
+                key,
+                socket,
+                _lock: lock,
+            })),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+            Err((_, errno)) => Err(io(errno.into())),
+        }
+    }
+
+    /// Serve runs with `sandbox` and the command's `resolved` settings until no run has
+    /// come or been going for `idle`; then remove the socket.
+    pub async fn serve(
+        self,
+        sandbox: Sandbox,
+        resolved: Resolved,
+        idle: Duration,
+    ) -> Result<(), WarmError> {
+        let io = |source| WarmError::Io {
+            path: self.socket.clone(),
+            source,
+        };
+        // A socket left by a runner that died: this one holds the lock now.
+        match std::fs::remove_file(&self.socket) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+            _ => {}
+        }
+        let listener = tokio::net::UnixListener::bind(&self.socket).map_err(io)?;
+        let uid = nix::unistd::getuid().as_raw();
+        let shared = std::sync::Arc::new((sandbox, resolved, self.key.clone()));
+        let running = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        loop {
+            let accepted = tokio::time::timeout(idle, listener.accept()).await;
+            let stream = match accepted {
+                Err(_) if running.load(std::sync::atomic::Ordering::SeqCst) == 0 => break,
+                Err(_) => continue,
+                Ok(Err(e)) => {
+                    tracing::warn!("warm runner: cannot accept a client: {e}");
+                    continue;
+                }
+                Ok(Ok((stream, _))) => stream,
+            };
+            match stream.peer_cred() {
+                Ok(peer) if peer.uid() == uid => {}
+                _ => continue,
+            }
+            let shared = shared.clone();
+            let running = running.clone();
+            running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let (sandbox, resolved, key) = &*shared;
+                if let Err(e) = serve_one(stream, sandbox, resolved, key).await {
+                    tracing::debug!("warm runner: a client's run ended early: {e}");
+                }
+                running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        drop(listener);
+        let _ = std::fs::remove_file(&self.socket);
+        Ok(())
+    }
+}
+
+/// One connection: read the request (bounded), take it, wait for the go-ahead, run it,
+/// answer.
+async fn serve_one(
+    mut stream: tokio::net::UnixStream,
+    sandbox: &Sandbox,
+    resolved: &Resolved,
+    key: &WarmKey,
+) -> std::io::Result<()> {
+    let invalid = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
+    let request = tokio::time::timeout(REQUEST_WAIT, async {
+        let length = stream.read_u64_le().await?;
+        if length > MAX_MESSAGE_BYTES {
+            return Err(invalid("request over the size limit"));
+        }
+        let mut body = Vec::new();
+        (&mut stream).take(length).read_to_end(&mut body).await?;
+        if body.len() as u64 != length {
+            return Err(invalid("request cut short"));
+        }
+        let request: WarmRequest = serde_json::from_slice(&body)?;
+        if request.key != *key {
+            return Err(invalid("request for another runner"));
+        }
+        stream.write_all(&[TAKEN]).await?;
+        if stream.read_u8().await? != GO {
+            return Err(invalid("no go-ahead"));
+        }
+        Ok(request)
+    })
+    .await
+    .map_err(|_| invalid("request too slow"))??;
+    let options = RunOptions {
+        limit_overrides: request.limit_overrides,
+        stdin: (!request.stdin.is_empty()).then_some(request.stdin),
+        filename: request.filename,
+        allowed_tools: request.allowed_tools,
+        files: request.files,
+        mounts: request.mounts,
+        ..resolved.run_options()
+    };
+    let execution = match &request.call {
+        Some(call) => {
+            sandbox
+                .call_function(&request.code, &call.function, &call.arguments, &options)
+                .await
+        }
+        None => sandbox.run_with(&request.code, &options).await,
+    };
+    let body = serde_json::to_vec(&execution)?;
+    stream.write_all(&(body.len() as u64).to_le_bytes()).await?;
+    stream.write_all(&body).await?;
+    stream.flush().await
+}
+
+/// Close every file descriptor above stderr: a runner started by a command must not keep
+/// its parent's pipes open (a caller waiting for their end would wait for the runner).
+pub fn close_inherited_files() {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: called at the start of the runner, before it opens anything it owns;
+        // the descriptors are inherited ones (and the listing's own, already closed).
+        unsafe {
+            libc::close(fd);
+        }
+    }
+}
