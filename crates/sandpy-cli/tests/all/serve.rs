@@ -256,6 +256,25 @@ impl Drop for Server {
 }
 
 /// Start `sandpy serve --http 127.0.0.1:0`; returns the child and its URL.
+/// Wait until the server at `url` lists its upstream servers as ready: on a loaded
+/// machine `npx` may take longer to start one than `list_tools` waits (5 s).
+fn wait_for_upstreams(url: &str, token: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let (out, _, _) = mcp_client(&["http", url, token], &json!([{"method": "list_tools"}]));
+        let description = out[0]["tools"][0]["description"]
+            .as_str()
+            .unwrap_or_default();
+        if !description.contains("(starting)") {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "upstreams never started: {description}"
+        );
+    }
+}
+
 pub fn http_server(extra: &[&str]) -> (Server, String) {
     let (server, url, _) = http_server_with(sandpy(), extra);
     (server, url)
@@ -307,6 +326,7 @@ fn http_serves_a_real_client_with_a_bearer_token() {
     let marker = format!("sandpy-http-{}", std::process::id());
     let config = config_file(dir.path(), &marker);
     let (mut server, url) = http_server(&["--config", &config, "--token", "s3cret"]);
+    wait_for_upstreams(&url, "agent-token");
     // A configured tenant's token: sessions, saves (in the tenant's folder) and all.
     let (out, status, stderr) = mcp_client(&["http", &url, "agent-token"], &requests());
     assert_eq!(status, 0, "{out}");
