@@ -132,11 +132,6 @@ impl WarmKey {
         &self.0
     }
 
-    /// A key given as text (the runner's command line).
-    pub fn from_text(text: &str) -> WarmKey {
-        WarmKey(text.to_string())
-    }
-
     fn socket(&self) -> Result<PathBuf, WarmError> {
         Ok(socket_folder()?.join(format!("{}.sock", self.0)))
     }
@@ -340,8 +335,8 @@ impl WarmRunner {
     }
 }
 
-/// One connection: read the request (bounded), take it, wait for the go-ahead, run it,
-/// answer.
+/// One connection: read the request (bounded), take it, wait for the go-ahead, run it
+/// (stopped when the client leaves), answer.
 async fn serve_one(
     mut stream: tokio::net::UnixStream,
     sandbox: &Sandbox,
@@ -380,13 +375,27 @@ async fn serve_one(
         mounts: request.mounts,
         ..resolved.run_options()
     };
-    let execution = match &request.call {
-        Some(call) => {
-            sandbox
-                .call_function(&request.code, &call.function, &call.arguments, &options)
-                .await
+    let run = async {
+        match &request.call {
+            Some(call) => {
+                sandbox
+                    .call_function(&request.code, &call.function, &call.arguments, &options)
+                    .await
+            }
+            None => sandbox.run_with(&request.code, &options).await,
         }
-        None => sandbox.run_with(&request.code, &options).await,
+    };
+    // A command that ended (Ctrl-C, killed) closes its end: its run stops there, as it
+    // would have with the command's process, instead of running on to its time limit.
+    let mut extra = [0u8; 1];
+    let execution = tokio::select! {
+        execution = run => execution,
+        _ = stream.read(&mut extra) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the command left during its run",
+            ));
+        }
     };
     let body = serde_json::to_vec(&execution)?;
     stream.write_all(&(body.len() as u64).to_le_bytes()).await?;

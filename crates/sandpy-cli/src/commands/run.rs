@@ -164,6 +164,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
     };
     #[cfg(target_os = "linux")]
+    if args.warm && !config.servers.is_empty() {
+        tracing::debug!("not using a warm runner: the config names MCP servers");
+    }
+    #[cfg(target_os = "linux")]
     if args.warm && !args.list_modules && config.servers.is_empty() {
         let request = |key| sandpy::warm::WarmRequest {
             key,

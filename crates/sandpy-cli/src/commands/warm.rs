@@ -1,5 +1,6 @@
-//! `sandpy run --warm` and `sandpy call --warm`: hand the run to the user's warm runner for these settings, and the
-//! runner itself (`sandpy warm-runner`, started by the first such run; hidden).
+//! `sandpy run --warm` and `sandpy call --warm`: hand the run to the user's warm runner
+//! for these settings; and the runner itself (`sandpy warm-runner`, hidden), which the
+//! first such command starts.
 
 use super::ConfigArgs;
 use sandpy::warm::{WarmError, WarmKey, WarmRequest, WarmRunner};

@@ -306,7 +306,18 @@ fn warm_runner_leaves_when_idle_and_a_killed_one_is_reported_not_rerun() {
 
 /// Kill the runners whose environment names this socket folder.
 fn kill_runners(xdg: &Path) {
+    for pid in runner_pids(xdg) {
+        // SAFETY: kill(2) on a pid just read; at worst it names no process.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// The runners whose environment names this socket folder.
+fn runner_pids(xdg: &Path) -> Vec<i32> {
     let wanted = format!("XDG_RUNTIME_DIR={}", xdg.display());
+    let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
             continue;
@@ -318,10 +329,54 @@ fn kill_runners(xdg: &Path) {
             .split(|&b| b == 0)
             .any(|var| var == wanted.as_bytes());
         if is_runner && is_ours {
-            // SAFETY: kill(2) on a pid just read; at worst it names no process.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
+            pids.push(pid);
         }
     }
+    pids
+}
+
+/// Seconds of CPU `pid` uses over `window`.
+fn cpu_seconds_over(pid: i32, window: Duration) -> f64 {
+    let ticks = || -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        // After the command name's closing parenthesis: state is field 3, utime 14, stime 15.
+        let fields: Vec<&str> = stat[stat.rfind(')').expect("comm") + 2..]
+            .split(' ')
+            .collect();
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+    };
+    let before = ticks();
+    std::thread::sleep(window);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (ticks() - before) as f64 / hz
+}
+
+/// A command that ends during its run (Ctrl-C, killed) stops the run in the runner, as its
+/// own process would have: a busy loop does not run on to its time limit there.
+#[test]
+fn warm_runner_stops_the_run_of_a_command_that_ended() {
+    let warm = Warm::new();
+    warm.run_served(&["-c", "1"]);
+    let pid = *runner_pids(warm.xdg.path()).first().expect("a runner");
+    let mut command = warm.command("run", &["--timeout-ms", "120000", "-c", "while True: pass"]);
+    let mut child = command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_secs(2));
+    let busy = cpu_seconds_over(pid, Duration::from_secs(2));
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+    std::thread::sleep(Duration::from_secs(1));
+    let after = cpu_seconds_over(pid, Duration::from_secs(2));
+    assert!(
+        busy > 0.25,
+        "the loop did not run in the runner: {busy} s of CPU"
+    );
+    assert!(
+        after < busy / 4.0,
+        "the runner ran on: {busy} s of CPU, then {after} s after the command ended"
+    );
 }
