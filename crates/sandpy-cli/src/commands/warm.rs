@@ -25,17 +25,14 @@ pub struct Args {
 }
 
 /// With `--warm`: the execution of the request `request` makes for the settings' key, from
-/// their runner; `None` when the run is for this process (the native tier, no usable
-/// runner yet: one is started for the next run). A runner lost during the run gives an
+/// their runner; `None` when the run is for this process (no usable runner yet: one is
+/// started for the next run). A runner lost during the run gives an
 /// `internal_error`: the run may have had effects, so it is not run again here.
 pub fn served(
     resolved: &sandpy::Resolved,
     settings: &ConfigArgs,
     request: impl FnOnce(WarmKey) -> WarmRequest,
 ) -> Option<Execution> {
-    if resolved.settings.tier != sandpy::Tier::Wasm {
-        return None;
-    }
     let key = match WarmKey::of(resolved) {
         Ok(key) => key,
         Err(e) => {

@@ -830,3 +830,56 @@ fn compat_programs_answer_alike_in_both_tiers() {
         }
     }
 }
+
+/// `sandpy run --warm` on the native tier: the runner keeps its zygote, so a run skips
+/// the zygote's start (numpy and pandas imported), and the zygote leaves with the runner.
+#[test]
+fn native_warm_runs_keep_the_zygote_and_it_leaves_with_the_runner() {
+    let warm = crate::warm::Warm::new();
+    let config = native_config(warm.cwd.path(), &["numpy", "pandas"], json!({}));
+    let program = "import pandas as pd\nint(pd.Series([1, 2]).sum())";
+    let out = warm.served("run", &["--config", &config, "--json", "-c", program]);
+    let execution: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(execution["return_value"], 3, "{execution}");
+    let runners = crate::warm::runner_pids(warm.xdg.path());
+    let zygotes: Vec<i32> = runners
+        .iter()
+        .flat_map(|&runner| children(runner))
+        .collect();
+    assert!(!zygotes.is_empty(), "the runner {runners:?} has no zygote");
+    crate::warm::kill_runners(warm.xdg.path());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while zygotes.iter().any(|&pid| is_alive(pid)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "zygotes {zygotes:?} outlived their runner"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// The processes whose parent is `parent`.
+fn children(parent: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if stat_field(pid, 1) == Some(parent.to_string()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Whether `pid` runs (a zombie, waiting for a parent that may never reap it, does not).
+fn is_alive(pid: i32) -> bool {
+    stat_field(pid, 0).is_some_and(|state| state != "Z")
+}
+
+/// Field `index` of `/proc/PID/stat` after the command name (0: state, 1: ppid).
+fn stat_field(pid: i32, index: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(index).map(str::to_string)
+}

@@ -13,13 +13,13 @@ const SERVED: &str = "served by the warm runner";
 /// Seconds a test's runner waits for runs before it leaves.
 const IDLE_SECS: &str = "10";
 
-struct Warm {
-    xdg: tempfile::TempDir,
-    cwd: tempfile::TempDir,
+pub struct Warm {
+    pub xdg: tempfile::TempDir,
+    pub cwd: tempfile::TempDir,
 }
 
 impl Warm {
-    fn new() -> Warm {
+    pub fn new() -> Warm {
         let xdg = tempfile::tempdir().expect("tempdir");
         std::fs::set_permissions(xdg.path(), std::fs::Permissions::from_mode(0o700))
             .expect("chmod");
@@ -57,7 +57,8 @@ impl Warm {
         self.served("run", args)
     }
 
-    fn served(&self, command: &str, args: &[&str]) -> Output {
+    /// Run `sandpy COMMAND --warm ARGS` until a runner serves it.
+    pub fn served(&self, command: &str, args: &[&str]) -> Output {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let out = self.command(command, args).output().expect("sandpy --warm");
@@ -305,7 +306,7 @@ fn warm_runner_leaves_when_idle_and_a_killed_one_is_reported_not_rerun() {
 }
 
 /// Kill the runners whose environment names this socket folder.
-fn kill_runners(xdg: &Path) {
+pub fn kill_runners(xdg: &Path) {
     for pid in runner_pids(xdg) {
         // SAFETY: kill(2) on a pid just read; at worst it names no process.
         unsafe {
@@ -315,7 +316,7 @@ fn kill_runners(xdg: &Path) {
 }
 
 /// The runners whose environment names this socket folder.
-fn runner_pids(xdg: &Path) -> Vec<i32> {
+pub fn runner_pids(xdg: &Path) -> Vec<i32> {
     let wanted = format!("XDG_RUNTIME_DIR={}", xdg.display());
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
