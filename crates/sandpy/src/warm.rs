@@ -133,7 +133,19 @@ impl WarmKey {
     }
 
     fn socket(&self) -> Result<PathBuf, WarmError> {
-        Ok(socket_folder()?.join(format!("{}.sock", self.0)))
+        let path = socket_folder()?.join(format!("{}.sock", self.0));
+        // A socket's path holds at most 107 bytes (`sun_path`): refused here, not by
+        // every runner started for it after loading its sandbox.
+        if path.as_os_str().len() > 107 {
+            return Err(WarmError::Io {
+                path,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "longer than a socket's path may be",
+                ),
+            });
+        }
+        Ok(path)
     }
 }
 

@@ -36,7 +36,7 @@ pub fn served(
     let key = match WarmKey::of(resolved) {
         Ok(key) => key,
         Err(e) => {
-            tracing::debug!("not using a warm runner: {e}");
+            tracing::debug!("not using a warm runner: {:#}", anyhow::Error::from(e));
             return None;
         }
     };
@@ -58,7 +58,7 @@ pub fn served(
             None
         }
         Err(other) => {
-            tracing::debug!("not using a warm runner: {other}");
+            tracing::debug!("not using a warm runner: {:#}", anyhow::Error::from(other));
             None
         }
     }

@@ -268,6 +268,30 @@ fn warm_runner_attack_a_folder_others_can_enter_is_not_used() {
     assert!(warm.sockets().is_empty(), "a runner used the open folder");
 }
 
+/// A socket folder whose path leaves no room for a socket's name is refused before any
+/// runner is started (each would load its sandbox, then fail to listen).
+#[test]
+fn warm_runner_is_not_started_where_its_socket_cannot_be() {
+    let warm = Warm::new();
+    let long = warm.xdg.path().join("x".repeat(100));
+    std::fs::create_dir(&long).expect("mkdir");
+    std::fs::set_permissions(&long, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    for _ in 0..2 {
+        let out = warm
+            .command("run", &["-c", "print('cold')"])
+            .env("XDG_RUNTIME_DIR", &long)
+            .output()
+            .expect("sandpy run --warm");
+        assert_eq!(stdout(&out), "cold\n", "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("longer than a socket's path may be"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert!(runner_pids(&long).is_empty(), "a runner was started");
+}
+
 #[test]
 fn warm_runner_leaves_when_idle_and_a_killed_one_is_reported_not_rerun() {
     let warm = Warm::new();
