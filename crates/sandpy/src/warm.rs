@@ -263,6 +263,7 @@ pub fn run_warm(request: &WarmRequest) -> Result<Execution, WarmError> {
 pub struct WarmRunner {
     key: WarmKey,
     socket: PathBuf,
+    lock_path: PathBuf,
     _lock: Flock<File>,
 }
 
@@ -276,26 +277,39 @@ impl WarmRunner {
             path: lock_path.clone(),
             source,
         };
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&lock_path)
-            .map_err(io)?;
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => Ok(Some(WarmRunner {
-                key,
-                socket,
-                _lock: lock,
-            })),
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
-            Err((_, errno)) => Err(io(errno.into())),
+        // The lock file goes with its runner (removed while still locked); a runner that
+        // locked a file just removed holds nothing, and tries again.
+        for _ in 0..8 {
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .open(&lock_path)
+                .map_err(io)?;
+            let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => lock,
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(None),
+                Err((_, errno)) => return Err(io(errno.into())),
+            };
+            let locked = lock.metadata().map_err(io)?;
+            match std::fs::metadata(&lock_path) {
+                Ok(now) if now.ino() == locked.ino() && now.dev() == locked.dev() => {
+                    return Ok(Some(WarmRunner {
+                        key,
+                        socket,
+                        lock_path,
+                        _lock: lock,
+                    }));
+                }
+                _ => continue,
+            }
         }
+        Ok(None)
     }
 
     /// Serve runs with `sandbox` and the command's `resolved` settings until no run has
-    /// come or been going for `idle`; then remove the socket.
+    /// come or been going for `idle`; then remove the socket and the lock file.
     pub async fn serve(
         self,
         sandbox: Sandbox,
@@ -343,6 +357,7 @@ impl WarmRunner {
         }
         drop(listener);
         let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_file(&self.lock_path);
         Ok(())
     }
 }

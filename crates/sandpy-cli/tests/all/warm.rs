@@ -268,6 +268,35 @@ fn warm_runner_attack_a_folder_others_can_enter_is_not_used() {
     assert!(warm.sockets().is_empty(), "a runner used the open folder");
 }
 
+/// One runner per key: a second one started for a key that has a runner leaves at once
+/// and leaves the first one's socket alone.
+#[test]
+fn warm_runner_a_second_runner_for_a_key_leaves_the_first_alone() {
+    use std::os::unix::fs::MetadataExt;
+    let warm = Warm::new();
+    warm.run_served(&["-c", "1"]);
+    let socket = warm.sockets().pop().expect("a socket");
+    let inode = std::fs::metadata(&socket).expect("socket").ino();
+    let key = socket
+        .file_stem()
+        .expect("key")
+        .to_string_lossy()
+        .to_string();
+    let second = crate::sandpy()
+        .env("XDG_RUNTIME_DIR", warm.xdg.path())
+        .env("SANDPY_WARM_IDLE_SECS", IDLE_SECS)
+        .current_dir(warm.cwd.path())
+        .args(["warm-runner", "--key", &key])
+        .output()
+        .expect("sandpy warm-runner");
+    assert!(second.status.success(), "{}", stderr(&second));
+    let now = std::fs::metadata(&socket).map(|m| m.ino());
+    assert_eq!(now.ok(), Some(inode), "the second runner took the socket");
+    assert_eq!(runner_pids(warm.xdg.path()).len(), 1);
+    let out = warm.run(&["-c", "print('first')"]);
+    assert!(stderr(&out).contains(SERVED), "{}", stderr(&out));
+}
+
 /// A socket folder whose path leaves no room for a socket's name is refused before any
 /// runner is started (each would load its sandbox, then fail to listen).
 #[test]
@@ -304,6 +333,14 @@ fn warm_runner_leaves_when_idle_and_a_killed_one_is_reported_not_rerun() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // Its lock file goes with it: nothing is left in the folder.
+    std::thread::sleep(Duration::from_millis(500));
+    let left: Vec<_> = std::fs::read_dir(warm.folder())
+        .expect("folder")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
     // A runner that dies during a run: the command says so and does not run the
     // program a second time itself (the run may have had effects).
     warm.run_served(&["-c", "1"]);
