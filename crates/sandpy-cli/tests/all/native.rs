@@ -860,26 +860,13 @@ fn native_warm_runs_keep_the_zygote_and_it_leaves_with_the_runner() {
 
 /// The processes whose parent is `parent`.
 fn children(parent: i32) -> Vec<i32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        if stat_field(pid, 1) == Some(parent.to_string()) {
-            found.push(pid);
-        }
-    }
-    found
+    let parent = Some(parent.to_string());
+    let pids = crate::warm::pids().into_iter();
+    pids.filter(|&pid| crate::warm::stat_field(pid, 1) == parent)
+        .collect()
 }
 
 /// Whether `pid` runs (a zombie, waiting for a parent that may never reap it, does not).
 fn is_alive(pid: i32) -> bool {
-    stat_field(pid, 0).is_some_and(|state| state != "Z")
-}
-
-/// Field `index` of `/proc/PID/stat` after the command name (0: state, 1: ppid).
-fn stat_field(pid: i32, index: usize) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(index).map(str::to_string)
+    crate::warm::stat_field(pid, 0).is_some_and(|state| state != "Z")
 }

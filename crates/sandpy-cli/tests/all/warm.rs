@@ -379,33 +379,45 @@ pub fn kill_runners(xdg: &Path) {
 /// The runners whose environment names this socket folder.
 pub fn runner_pids(xdg: &Path) -> Vec<i32> {
     let wanted = format!("XDG_RUNTIME_DIR={}", xdg.display());
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
-        let is_runner = cmdline.split(|&b| b == 0).any(|arg| arg == b"warm-runner");
-        let is_ours = environ
-            .split(|&b| b == 0)
-            .any(|var| var == wanted.as_bytes());
-        if is_runner && is_ours {
-            pids.push(pid);
-        }
-    }
-    pids
+    let read =
+        |pid: i32, file: &str| std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
+    pids()
+        .into_iter()
+        .filter(|&pid| {
+            let is_runner = read(pid, "cmdline")
+                .split(|&b| b == 0)
+                .any(|arg| arg == b"warm-runner");
+            let environ = read(pid, "environ");
+            is_runner
+                && environ
+                    .split(|&b| b == 0)
+                    .any(|var| var == wanted.as_bytes())
+        })
+        .collect()
+}
+
+/// Every process's pid.
+pub fn pids() -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_string_lossy().parse().ok())
+        .collect()
+}
+
+/// Field `index` of `/proc/PID/stat` after the command name (0: state, 1: parent, 11 and
+/// 12: user and system CPU time in clock ticks).
+pub fn stat_field(pid: i32, index: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(index).map(str::to_string)
 }
 
 /// Seconds of CPU `pid` uses over `window`.
 fn cpu_seconds_over(pid: i32, window: Duration) -> f64 {
     let ticks = || -> u64 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
-        // After the command name's closing parenthesis: state is field 3, utime 14, stime 15.
-        let fields: Vec<&str> = stat[stat.rfind(')').expect("comm") + 2..]
-            .split(' ')
-            .collect();
-        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+        let field = |index| stat_field(pid, index).and_then(|f| f.parse::<u64>().ok());
+        field(11).expect("utime") + field(12).expect("stime")
     };
     let before = ticks();
     std::thread::sleep(window);
