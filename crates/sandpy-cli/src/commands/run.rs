@@ -25,8 +25,8 @@ pub struct Args {
     list_modules: bool,
     /// Hand the run to a background runner that keeps the runtime loaded, started by the
     /// first such run and gone after $SANDPY_WARM_IDLE_SECS (default 60) without runs: a
-    /// run starts in milliseconds instead of loading the runtime. Configs without MCP
-    /// servers, WebAssembly tier.
+    /// run starts in milliseconds instead of loading the runtime (configs without MCP
+    /// servers).
     #[arg(long, env = "SANDPY_WARM", value_parser = clap::builder::FalseyValueParser::new())]
     warm: bool,
     #[command(flatten)]
