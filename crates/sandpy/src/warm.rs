@@ -30,8 +30,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Largest request or answer either side reads: the run's own limits (output, files,
-/// code size) keep real ones far under it.
+/// Largest request or answer either side reads, and the most that the requests a runner
+/// holds at once add up to (a request waits for room before it is read): the run's own
+/// limits (output, files, code size) keep real ones far under it.
 pub const MAX_MESSAGE_BYTES: u64 = 1 << 30;
 /// How long a client waits for a runner to take its run before running it itself.
 const TAKE_WAIT: Duration = Duration::from_secs(2);
@@ -213,6 +214,28 @@ pub struct WarmRequest {
     pub mounts: Vec<Mount>,
 }
 
+impl WarmRequest {
+    /// The request for `code` (or `call` of it) with the per-run part of `options`.
+    pub fn new(
+        key: WarmKey,
+        code: &str,
+        call: Option<WarmCall>,
+        options: &RunOptions,
+    ) -> WarmRequest {
+        WarmRequest {
+            key,
+            code: code.to_string(),
+            call,
+            filename: options.filename.clone(),
+            stdin: options.stdin.clone().unwrap_or_default(),
+            limit_overrides: options.limit_overrides.clone(),
+            allowed_tools: options.allowed_tools.clone(),
+            files: options.files.clone(),
+            mounts: options.mounts.clone(),
+        }
+    }
+}
+
 /// A function call a request asks for, as [`Sandbox::call_function`] takes it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WarmCall {
@@ -328,6 +351,7 @@ impl WarmRunner {
         let listener = tokio::net::UnixListener::bind(&self.socket).map_err(io)?;
         let uid = nix::unistd::getuid().as_raw();
         let shared = std::sync::Arc::new((sandbox, resolved, self.key.clone()));
+        let room = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_MESSAGE_BYTES as usize));
         let running = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         loop {
             let accepted = tokio::time::timeout(idle, listener.accept()).await;
@@ -344,12 +368,12 @@ impl WarmRunner {
                 Ok(peer) if peer.uid() == uid => {}
                 _ => continue,
             }
-            let shared = shared.clone();
+            let (shared, room) = (shared.clone(), room.clone());
             let running = running.clone();
             running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             tokio::spawn(async move {
                 let (sandbox, resolved, key) = &*shared;
-                if let Err(e) = serve_one(stream, sandbox, resolved, key).await {
+                if let Err(e) = serve_one(stream, sandbox, resolved, key, room).await {
                     tracing::debug!("warm runner: a client's run ended early: {e}");
                 }
                 running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
@@ -362,20 +386,27 @@ impl WarmRunner {
     }
 }
 
-/// One connection: read the request (bounded), take it, wait for the go-ahead, run it
-/// (stopped when the client leaves), answer.
+/// One connection: read the request (bounded, and held only with `room` for it among the
+/// requests held at once), take it, wait for the go-ahead, run it (stopped when the client
+/// leaves), answer.
 async fn serve_one(
     mut stream: tokio::net::UnixStream,
     sandbox: &Sandbox,
     resolved: &Resolved,
     key: &WarmKey,
+    room: std::sync::Arc<tokio::sync::Semaphore>,
 ) -> std::io::Result<()> {
     let invalid = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
-    let request = tokio::time::timeout(REQUEST_WAIT, async {
+    let (request, _room) = tokio::time::timeout(REQUEST_WAIT, async {
         let length = stream.read_u64_le().await?;
-        if length > MAX_MESSAGE_BYTES {
-            return Err(invalid("request over the size limit"));
-        }
+        let held = u32::try_from(length)
+            .ok()
+            .filter(|&length| u64::from(length) <= MAX_MESSAGE_BYTES)
+            .ok_or_else(|| invalid("request over the size limit"))?;
+        let room = room
+            .acquire_many_owned(held)
+            .await
+            .map_err(|_| invalid("the runner is closing"))?;
         let mut body = Vec::new();
         (&mut stream).take(length).read_to_end(&mut body).await?;
         if body.len() as u64 != length {
@@ -389,7 +420,7 @@ async fn serve_one(
         if stream.read_u8().await? != GO {
             return Err(invalid("no go-ahead"));
         }
-        Ok(request)
+        Ok((request, room))
     })
     .await
     .map_err(|_| invalid("request too slow"))??;

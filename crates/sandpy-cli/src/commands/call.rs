@@ -144,31 +144,22 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             (Err(refused), _) => *refused,
             (Ok(_), Err(why)) => Execution::refused(Status::InvalidInput, format!("--args: {why}")),
             (Ok((code, filename)), Ok(arguments)) => 'call: {
-                #[cfg(target_os = "linux")]
-                if args.warm {
-                    let request = |key| sandpy::warm::WarmRequest {
-                        key,
-                        code: code.clone(),
-                        call: Some(sandpy::warm::WarmCall {
-                            function: args.function.clone(),
-                            arguments: arguments.clone(),
-                        }),
-                        filename: Some(filename.clone()),
-                        stdin: Vec::new(),
-                        limit_overrides: options.limit_overrides.clone(),
-                        allowed_tools: options.allowed_tools.clone(),
-                        files: options.files.clone(),
-                        mounts: options.mounts.clone(),
-                    };
-                    if let Some(execution) = super::warm::served(&resolved, &args.settings, request)
-                    {
-                        break 'call execution;
-                    }
-                }
                 let options = RunOptions {
                     filename: Some(filename),
                     ..options
                 };
+                #[cfg(target_os = "linux")]
+                if args.warm {
+                    let call = sandpy::warm::WarmCall {
+                        function: args.function.clone(),
+                        arguments: arguments.clone(),
+                    };
+                    let served =
+                        super::warm::served(&resolved, &args.settings, &code, Some(call), &options);
+                    if let Some(execution) = served {
+                        break 'call execution;
+                    }
+                }
                 let overrun = super::print_and_exit(args.json);
                 let sandbox = super::one_shot_sandbox(&resolved, Some(overrun))?;
                 let rt = super::one_shot_runtime()?;

@@ -167,20 +167,20 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     if args.warm && !config.servers.is_empty() {
         tracing::debug!("not using a warm runner: the config names MCP servers");
     }
+    let options = RunOptions {
+        limit_overrides: args.limits.overrides(),
+        stdin,
+        filename: Some(filename),
+        allowed_tools: args.settings.allowed(),
+        files,
+        mounts,
+        ..resolved.run_options()
+    };
     #[cfg(target_os = "linux")]
     if args.warm && !args.list_modules && config.servers.is_empty() {
-        let request = |key| sandpy::warm::WarmRequest {
-            key,
-            code: code.clone(),
-            call: None,
-            filename: Some(filename.clone()),
-            stdin: stdin.clone().unwrap_or_default(),
-            limit_overrides: args.limits.overrides(),
-            allowed_tools: args.settings.allowed(),
-            files: files.clone(),
-            mounts: mounts.clone(),
-        };
-        if let Some(execution) = super::warm::served(&resolved, &args.settings, request) {
+        if let Some(execution) =
+            super::warm::served(&resolved, &args.settings, &code, None, &options)
+        {
             print_execution(&execution, args.json)?;
             args.files.save_outputs(&execution)?;
             return Ok(Outcome::Run(execution.status));
@@ -201,14 +201,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let execution = rt.block_on(async {
         let hub = super::start_hub(&config).await;
         let options = RunOptions {
-            limit_overrides: args.limits.overrides(),
-            stdin,
-            filename: Some(filename),
             tools: hub.as_ref().map(|h| h.for_execution("cli".into(), None)),
-            allowed_tools: args.settings.allowed(),
-            files,
-            mounts,
-            ..resolved.run_options()
+            ..options
         };
         let execution = sandbox.run_with(&code, &options).await;
         if let Some(hub) = hub {

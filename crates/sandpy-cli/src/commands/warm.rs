@@ -3,7 +3,7 @@
 //! first such command starts.
 
 use super::ConfigArgs;
-use sandpy::warm::{WarmError, WarmKey, WarmRequest, WarmRunner};
+use sandpy::warm::{WarmCall, WarmError, WarmKey, WarmRequest, WarmRunner};
 use sandpy::{Execution, Status};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -24,14 +24,16 @@ pub struct Args {
     settings: ConfigArgs,
 }
 
-/// With `--warm`: the execution of the request `request` makes for the settings' key, from
-/// their runner; `None` when the run is for this process (no usable runner yet: one is
-/// started for the next run). A runner lost during the run gives an
+/// With `--warm`: the execution of `code` (or `call` of it) with `options`, from the
+/// runner of the settings' key; `None` when the run is for this process (no usable runner
+/// yet: one is started for the next run). A runner lost during the run gives an
 /// `internal_error`: the run may have had effects, so it is not run again here.
 pub fn served(
     resolved: &sandpy::Resolved,
     settings: &ConfigArgs,
-    request: impl FnOnce(WarmKey) -> WarmRequest,
+    code: &str,
+    call: Option<WarmCall>,
+    options: &sandpy::RunOptions,
 ) -> Option<Execution> {
     let key = match WarmKey::of(resolved) {
         Ok(key) => key,
@@ -40,7 +42,7 @@ pub fn served(
             return None;
         }
     };
-    let request = request(key);
+    let request = WarmRequest::new(key, code, call, options);
     match sandpy::warm::run_warm(&request) {
         Ok(execution) => {
             tracing::debug!("{SERVED}");
