@@ -195,6 +195,71 @@ fn native_runs_numpy_and_pandas_with_the_same_face_as_the_wasm_tier() {
     assert_eq!(refused["status"], "policy_violation", "{refused}");
 }
 
+/// A venv, the packages in it and the cache folder (the guest code) under `/tmp` are
+/// shown to the run at their own paths inside its private `/tmp`: what the zygote did not
+/// import is still found (it was hidden beneath the run's `/tmp`, so the README's test
+/// command failed on a checkout under `/tmp`). The host's other `/tmp` files stay out.
+#[test]
+fn native_venv_and_cache_under_tmp_are_shown_to_runs() {
+    let dir = tempfile::Builder::new()
+        .prefix("sandpy-native-tmp-")
+        .tempdir_in("/tmp")
+        .expect("tempdir under /tmp");
+    let venv = dir.path().join("venv");
+    let made = sandpy()
+        .args(["build", "--native", "--output"])
+        .arg(&venv)
+        .output()
+        .expect("sandpy build --native");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let site = std::fs::read_dir(venv.join("lib"))
+        .expect("lib")
+        .filter_map(Result::ok)
+        .map(|entry| entry.path().join("site-packages"))
+        .find(|path| path.is_dir())
+        .expect("site-packages");
+    // A package whose submodule is imported lazily, after the zygote's fork.
+    std::fs::create_dir(site.join("lazy_pkg")).expect("lazy_pkg");
+    std::fs::write(site.join("lazy_pkg/__init__.py"), "NAME = 'lazy'\n").expect("init");
+    std::fs::write(site.join("lazy_pkg/sub.py"), "VALUE = 42\n").expect("sub");
+    std::fs::write(dir.path().join("host-secret.txt"), "secret").expect("secret");
+    let config = dir.path().join("native.json");
+    let file = json!({"sandpy": {"tier": "native",
+        "native": {"venv": venv, "preimport": ["lazy_pkg"]}}});
+    std::fs::write(&config, file.to_string()).expect("config");
+    let code = format!(
+        "import os, lazy_pkg, lazy_pkg.sub\n\
+         open('/tmp/mine.txt', 'w').write('x')\n\
+         try:\n\
+         \x20   open('{venv}/new.txt', 'w')\n\
+         \x20   venv_write = 'allowed'\n\
+         except OSError as e:\n\
+         \x20   venv_write = e.errno\n\
+         [lazy_pkg.NAME, lazy_pkg.sub.VALUE, os.path.exists('{secret}'), venv_write]",
+        venv = venv.display(),
+        secret = dir.path().join("host-secret.txt").display(),
+    );
+    let out = sandpy()
+        .args(["run", "--json", "--config"])
+        .arg(&config)
+        .args(["-c", &code])
+        .env("SANDPY_CACHE_DIR", dir.path().join("cache"))
+        .output()
+        .expect("sandpy");
+    let execution: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    // 30: EROFS, the venv is read-only; the host's file beside it is not there.
+    assert_eq!(
+        execution["return_value"],
+        json!(["lazy", 42, false, 30]),
+        "{execution}"
+    );
+}
+
 #[test]
 fn native_limits_end_runs_with_their_statuses() {
     let dir = tempfile::tempdir().expect("tempdir");

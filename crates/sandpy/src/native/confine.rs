@@ -58,6 +58,13 @@ pub(crate) enum Source {
 }
 
 impl Source {
+    /// The host path, which is also the path the run sees.
+    fn path(&self) -> &Path {
+        match self {
+            Source::Folder(path, _) | Source::File(path, _) | Source::Link(path, _) => path,
+        }
+    }
+
     /// Every path that exists; a path inside a folder already listed is skipped.
     pub fn open_all(paths: &[PathBuf]) -> Vec<Source> {
         let mut sorted: Vec<&PathBuf> = paths.iter().collect();
@@ -109,6 +116,23 @@ impl Source {
                 Ok(Source::Folder(PathBuf::from(guest), fd))
             })
             .collect()
+    }
+}
+
+/// Why a host path cannot be shown to a run at its own path, if it cannot: `/` would show
+/// the whole host, and `/tmp` and `/output` (or anything under `/output`) are the run's
+/// own folders. A path under `/tmp` is fine: it is shown inside the run's `/tmp`.
+pub(crate) fn unshowable(path: &Path) -> Option<&'static str> {
+    if path == Path::new("/") {
+        Some("it would show the host's whole filesystem to every run")
+    } else if path == Path::new("/tmp") {
+        Some(
+            "`/tmp` is the run's own scratch folder; move it to a folder below `/tmp` or elsewhere",
+        )
+    } else if path.starts_with("/output") {
+        Some("`/output` is the run's own output folder; move it elsewhere")
+    } else {
+        None
     }
 }
 
@@ -188,8 +212,18 @@ fn bind_read_only(source: &Path, target: &Path) -> Result<(), ConfineError> {
 }
 
 fn tmpfs(target: &Path, bytes: u64, mode: &str) -> Result<(), ConfineError> {
+    tmpfs_with_inodes(target, bytes, mode, 0)
+}
+
+/// A tmpfs of `bytes` with `extra` inodes beyond the run's own share.
+fn tmpfs_with_inodes(
+    target: &Path,
+    bytes: u64,
+    mode: &str,
+    extra: u64,
+) -> Result<(), ConfineError> {
     // Inodes are host memory too: one per 4 KiB of the size, at least 64.
-    let inodes = (bytes / 4096).max(64);
+    let inodes = (bytes / 4096).max(64) + extra;
     mount(
         Some("tmpfs"),
         target,
@@ -222,6 +256,21 @@ pub(crate) fn build_root(sources: &[Source], request: &RunRequest) -> Result<(),
     let staging = Path::new(STAGING);
     tmpfs(staging, 1 << 20, "0755")?;
     let inside = |path: &Path| staging.join(path.strip_prefix("/").unwrap_or(path));
+    // The run's own `/tmp` and `/output` come first: a host path under `/tmp` (a venv, a
+    // Python, the cache folder of a checkout under `/tmp`) is then shown read-only at its
+    // own path inside the run's `/tmp` instead of being hidden beneath it. The folders
+    // leading to it are counted on top of the scratch folder's inodes.
+    let skeleton = sources
+        .iter()
+        .filter_map(|source| source.path().strip_prefix("/tmp").ok())
+        .map(|path| path.components().count() as u64)
+        .sum::<u64>();
+    let scratch = staging.join("tmp");
+    std::fs::create_dir_all(&scratch).map_err(failed("mkdir /tmp"))?;
+    tmpfs_with_inodes(&scratch, request.disk_bytes.max(4096), "1777", skeleton)?;
+    let output = staging.join("output");
+    std::fs::create_dir_all(&output).map_err(failed("mkdir /output"))?;
+    tmpfs(&output, request.output_files_bytes.max(4096), "0777")?;
     for source in sources {
         match source {
             Source::Link(path, target) => {
@@ -247,12 +296,6 @@ pub(crate) fn build_root(sources: &[Source], request: &RunRequest) -> Result<(),
             }
         }
     }
-    let scratch = staging.join("tmp");
-    std::fs::create_dir_all(&scratch).map_err(failed("mkdir /tmp"))?;
-    tmpfs(&scratch, request.disk_bytes.max(4096), "1777")?;
-    let output = staging.join("output");
-    std::fs::create_dir_all(&output).map_err(failed("mkdir /output"))?;
-    tmpfs(&output, request.output_files_bytes.max(4096), "0777")?;
     nix::unistd::chdir(staging).map_err(failed("chdir"))?;
     nix::unistd::pivot_root(".", ".").map_err(failed("pivot_root"))?;
     umount2(".", MntFlags::MNT_DETACH).map_err(failed("detach the host's root"))?;
@@ -468,5 +511,27 @@ impl RunRequest {
     /// the tests show that each layer stops its own attack.
     pub fn without(&self, layer: Layer) -> bool {
         cfg!(debug_assertions) && self.without.contains(&layer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unshowable;
+    use std::path::Path;
+
+    #[test]
+    fn only_the_runs_own_folders_and_the_root_are_unshowable() {
+        for path in ["/", "/tmp", "/output", "/output/venv"] {
+            assert!(unshowable(Path::new(path)).is_some(), "{path}");
+        }
+        for path in [
+            "/tmp/x/venv",
+            "/usr",
+            "/root/.pyenv",
+            "/outputs",
+            "/var/tmp/venv",
+        ] {
+            assert!(unshowable(Path::new(path)).is_none(), "{path}");
+        }
     }
 }

@@ -72,7 +72,14 @@ impl NativeTier {
         let mut readable: Vec<PathBuf> = SYSTEM_PATHS.iter().map(PathBuf::from).collect();
         readable.extend(confine::DEVICES.iter().map(PathBuf::from));
         for folder in install.folders().into_iter().chain([guest_dir.clone()]) {
-            readable.push(folder.canonicalize().unwrap_or(folder));
+            let folder = folder.canonicalize().unwrap_or(folder);
+            if let Some(reason) = confine::unshowable(&folder) {
+                return Err(NativeError::Unshowable {
+                    path: folder,
+                    reason,
+                });
+            }
+            readable.push(folder);
         }
         let setup = ZygoteSetup {
             libpython: install.libpython.clone().unwrap_or_default(),

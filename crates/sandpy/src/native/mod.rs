@@ -154,6 +154,15 @@ pub enum NativeError {
         #[source]
         source: std::io::Error,
     },
+    /// A folder the runs must read (the Python, the venv, the guest code) cannot be
+    /// shown to them at its own path.
+    #[error("the native tier cannot show `{}` to its runs: {reason}", .path.display())]
+    Unshowable {
+        /// The folder.
+        path: PathBuf,
+        /// Why, and what to do.
+        reason: &'static str,
+    },
     /// The zygote's program could not be started.
     #[error("cannot start the native tier's zygote `{}`", .launcher.display())]
     Launcher {
