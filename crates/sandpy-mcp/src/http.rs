@@ -11,7 +11,7 @@
 //! [`HttpLimits`].
 
 use crate::connections::{self, HttpLimits};
-use crate::mcp_sessions::{self, CappedSessions};
+use crate::mcp_sessions::{self, CappedSessions, CheckedBearer};
 use crate::server::{SandpyServer, TokenTenantName};
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -129,12 +129,6 @@ async fn require_bearer(
     }
     next.run(request).await
 }
-
-/// Marks a request whose bearer token was checked: only then does the token say who the
-/// client is (an unchecked one, on a loopback server without tokens, could be made up per
-/// request to dodge a per-client cap).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct CheckedBearer;
 
 /// rmcp answers a successful session `DELETE` with 202 Accepted, but the session is gone
 /// by then, and the official MCP Python SDK takes anything but 200 or 204 as a failure and

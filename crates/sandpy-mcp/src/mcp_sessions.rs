@@ -16,7 +16,6 @@
 //! rmcp calls [`SessionManager::create_session`] within the request's own task.
 
 use crate::connections::HttpLimits;
-use crate::http::CheckedBearer;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
@@ -34,6 +33,12 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+/// Marks a request whose bearer token was checked: only then does the token say who the
+/// client is (an unchecked one, on a loopback server without tokens, could be made up per
+/// request to dodge a per-client cap).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CheckedBearer;
 
 /// Who holds a session: a hash of the bearer token, or of the IP address.
 type ClientKey = [u8; 32];

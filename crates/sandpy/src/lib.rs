@@ -45,36 +45,33 @@
 mod admission;
 mod bindings;
 mod config;
-mod disk;
 mod error;
 mod execution;
 mod files;
-mod host;
 mod limits;
 mod model_output;
 pub mod native;
 mod options;
 mod output;
-mod overrun;
 pub mod packages;
 mod policy;
 mod run;
-mod runtime;
 mod sandbox;
 mod search;
 mod session;
 mod sessions;
 mod settings;
+mod tool_access;
 mod tools;
 mod verdict;
 #[cfg(target_os = "linux")]
 pub mod warm;
+mod wasm;
 
 pub use config::{Config, Interruption, OnOverrun, Progress};
 pub use error::{Cause, Error};
 pub use execution::{ErrorInfo, Execution, Status};
 pub use files::{InputFile, Mount, MountError, OutputFile, OUTPUT_DIR, SCRATCH_DIR};
-pub use host::RecordedCall;
 pub use limits::{LimitError, LimitOverrides, Limits};
 pub use model_output::{Bounded, ModelOutput};
 pub use options::{RunOptions, Tier};
@@ -88,6 +85,7 @@ pub use sessions::{
 pub use settings::{
     is_plain_name, ConfigError, ConfigFile, Resolved, Settings, TokenTenant, UnknownPolicy,
 };
+pub use tool_access::RecordedCall;
 pub use tools::{
     validate_tool_pattern, Allowlist, PrepareFuture, ToolError, ToolFuture, ToolHost, ToolInfo,
     ToolPatternError,

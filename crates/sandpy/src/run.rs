@@ -6,23 +6,16 @@
 //! without the instance pool), kept while runs return normally.
 
 use crate::admission::Admission;
-use crate::bindings::{GuestOptions, GuestPolicy, Sandbox as Instance, Task};
+use crate::bindings::{GuestOptions, GuestPolicy, Task};
 use crate::execution::{Execution, Status};
-use crate::files::{InputsError, RunFolders, Workspace};
-use crate::host::{HostState, MemoryLimiter, RecordedCall, ToolAccess};
-use crate::output::Capture;
-use crate::overrun::Watchdog;
-use crate::runtime::Runtime;
+use crate::tool_access::{RecordedCall, ToolAccess};
 use crate::tools::Allowlist;
-use crate::verdict::{self, CallResult};
-use crate::{Config, Error, Limits, Mount, Policy, RunOptions};
+use crate::verdict::Refused;
+use crate::wasm::{Guest, Kept, RunFolders, Runtime};
+use crate::{Config, Error, Limits, Policy, RunOptions};
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use wasmtime::component::ResourceTable;
-use wasmtime::{Store, UpdateDeadline};
-use wasmtime_wasi::p2::pipe::MemoryInputPipe;
-use wasmtime_wasi::WasiCtxBuilder;
 
 /// What every run of one sandbox shares: the runtimes, the admission queue and the run
 /// folders.
@@ -41,41 +34,6 @@ pub(crate) struct Runner {
     left: std::sync::Mutex<Vec<Guest>>,
 }
 
-/// A guest instance with its host side: its store (WASI context, memory limiter, tools),
-/// captured output and folders.
-pub(crate) struct Guest {
-    store: Store<HostState>,
-    /// `None` until instantiated: that happens inside the first call's time limit.
-    instance: Option<Instance>,
-    capture: Capture,
-    workspace: Workspace,
-    memory_cap: usize,
-}
-
-/// A session's instance: made on its first run (on the runtime without the instance
-/// pool, with the session's memory cap), kept while runs leave it fit for another.
-pub(crate) struct Kept {
-    guest: Option<Guest>,
-    memory_cap: usize,
-}
-
-impl Kept {
-    /// No instance yet; it will get `memory_cap` bytes at most.
-    pub fn new(memory_cap: usize) -> Kept {
-        Kept {
-            guest: None,
-            memory_cap,
-        }
-    }
-
-    /// The largest size its linear memory reached, if it was made.
-    pub fn memory_peak(&self) -> u64 {
-        self.guest
-            .as_ref()
-            .map_or(0, |g| g.store.data().limiter.peak as u64)
-    }
-}
-
 /// How far a session's run got, for the session to keep its books.
 pub(crate) enum Reached {
     /// Refused before it had a run slot: nothing changed.
@@ -92,24 +50,6 @@ pub(crate) enum Reached {
 pub(crate) struct Ran {
     pub execution: Execution,
     pub reached: Reached,
-}
-
-/// A run refused by the host before its code ran: the status and why.
-pub(crate) struct Refused {
-    status: Status,
-    message: String,
-}
-
-impl Refused {
-    fn new(status: Status, message: String) -> Refused {
-        Refused { status, message }
-    }
-}
-
-impl From<Refused> for Execution {
-    fn from(refused: Refused) -> Execution {
-        Execution::refused(refused.status, refused.message)
-    }
 }
 
 /// A run that passed its checks and holds a run slot.
@@ -133,7 +73,7 @@ impl Admitted {
 impl Runner {
     /// Load the runtime and set up admission and run folders for `config`.
     pub fn new(config: Config) -> Result<Runner, Error> {
-        crate::files::sweep_stale(&config.resolved_scratch_dir());
+        crate::wasm::sweep_stale(&config.resolved_scratch_dir());
         Ok(Runner {
             runtime: Runtime::load(&config)?,
             session_runtime: OnceLock::new(),
@@ -183,8 +123,7 @@ impl Runner {
             Ok(run) => run,
             Err(refused) => return refused.into(),
         };
-        let limits = &run.limits;
-        let deadline = run.deadline();
+        let (limits, deadline) = (&run.limits, run.deadline());
         let made = Guest::new(
             &self.runtime,
             &self.folders,
@@ -198,19 +137,22 @@ impl Runner {
             Ok(guest) => guest,
             Err(refused) => return refused.into(),
         };
-        if let Err(refused) = guest.add_inputs(options, limits, deadline) {
-            return refused.into();
-        }
         let guest_options = guest_options(options, false);
-        let watchdog = match guest.watch(&self.runtime, run.started, deadline, limits.timeout) {
-            Ok(watchdog) => watchdog,
+        let executed = guest
+            .execute(
+                &self.runtime,
+                &task,
+                options,
+                &guest_options,
+                limits,
+                run.started,
+                deadline,
+            )
+            .await;
+        let execution = match executed {
+            Ok((execution, _)) => execution,
             Err(refused) => return refused.into(),
         };
-        let result = guest
-            .call(&self.runtime, &task, &guest_options, time_left(deadline))
-            .await;
-        drop(watchdog);
-        let execution = guest.collect(result, limits, run.started.elapsed()).0;
         if self.config.leave_instances_to_exit {
             self.left
                 .lock()
@@ -297,15 +239,14 @@ impl Runner {
             Ok(run) => run,
             Err(execution) => return refused(execution, Reached::Refused),
         };
-        let limits = &run.limits;
-        let deadline = run.deadline();
+        let (limits, deadline) = (&run.limits, run.deadline());
         run.tools.recorded = Some(Vec::new());
         run.tools.replay = replay;
         let runtime = match self.session_runtime() {
             Ok(runtime) => runtime,
             Err(execution) => return refused(execution, Reached::Admitted),
         };
-        let mut guest = match kept.guest.take() {
+        let mut guest = match kept.take() {
             Some(mut guest) => {
                 guest.reuse(run.tools, limits);
                 guest
@@ -315,7 +256,7 @@ impl Runner {
                     runtime,
                     &self.folders,
                     limits,
-                    kept.memory_cap,
+                    kept.memory_cap(),
                     None,
                     &options.mounts,
                     run.tools,
@@ -326,28 +267,29 @@ impl Runner {
                 }
             }
         };
-        if let Err(execution) = guest.add_inputs(options, limits, deadline) {
-            kept.guest = Some(guest);
-            return refused(execution, Reached::Admitted);
-        }
         let guest_options = guest_options(options, true);
-        let watchdog = match guest.watch(runtime, run.started, deadline, limits.timeout) {
-            Ok(watchdog) => watchdog,
+        let executed = guest
+            .execute(
+                runtime,
+                &task,
+                options,
+                &guest_options,
+                limits,
+                run.started,
+                deadline,
+            )
+            .await;
+        let (execution, fit) = match executed {
+            Ok(executed) => executed,
             Err(execution) => {
-                kept.guest = Some(guest);
+                kept.keep(guest);
                 return refused(execution, Reached::Admitted);
             }
         };
-        let result = guest
-            .call(runtime, &task, &guest_options, time_left(deadline))
-            .await;
-        drop(watchdog);
-        let (execution, fit) = guest.collect(result, limits, run.started.elapsed());
-        guest.workspace.clear_outputs();
+        let calls = guest.end_cell();
         let reached = if fit && execution.status != Status::MemoryLimit {
-            let calls = guest.store.data_mut().tools.recorded.take();
-            kept.guest = Some(guest);
-            Reached::Fit(calls.unwrap_or_default())
+            kept.keep(guest);
+            Reached::Fit(calls)
         } else {
             Reached::Unfit
         };
@@ -356,7 +298,7 @@ impl Runner {
 
     /// Remove this process's run folders (see [`crate::Sandbox::release_at_exit`]).
     pub fn remove_own_folders(&self) {
-        crate::files::remove_own_folders(&self.config.resolved_scratch_dir());
+        crate::wasm::remove_own_folders(&self.config.resolved_scratch_dir());
     }
 
     /// The runtime for sessions: the same component on an engine without the instance
@@ -377,167 +319,6 @@ impl Runner {
             .as_ref()
             .map_err(|e| Refused::new(Status::InternalError, error_chain(e)))
     }
-}
-
-impl Guest {
-    /// A store for one instance, with fresh folders: its WASI context (stdio captured,
-    /// the workspace's folders, no network), memory limiter and tools; epoch ticks yield
-    /// to tokio so timeouts can fire. `invalid_input` for bad mounts, `internal_error`
-    /// when the host cannot make the folders.
-    fn new(
-        runtime: &Runtime,
-        folders: &Arc<RunFolders>,
-        limits: &Limits,
-        memory_cap: usize,
-        stdin: Option<&[u8]>,
-        mounts: &[Mount],
-        tools: ToolAccess,
-    ) -> Result<Guest, Refused> {
-        let mounts = crate::files::check_mounts(mounts)
-            .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))?;
-        let workspace = Workspace::create(folders, limits, mounts)
-            .map_err(|e| Refused::new(Status::InternalError, e.to_string()))?;
-        let capture = Capture::new(limits.output_bytes);
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.stdout(capture.stdout_factory())
-            .stderr(capture.stderr_factory())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false);
-        if let Some(stdin) = stdin {
-            wasi.stdin(MemoryInputPipe::new(stdin.to_vec()));
-        }
-        workspace
-            .preopen(&mut wasi)
-            .map_err(|e| Refused::new(Status::InternalError, e.to_string()))?;
-        let state = HostState {
-            wasi: wasi.build(),
-            table: ResourceTable::new(),
-            limiter: MemoryLimiter {
-                cap: memory_cap,
-                peak: 0,
-                refused: false,
-            },
-            tools,
-            disk: workspace.guard(),
-        };
-        let mut store = Store::new(&runtime.engine, state);
-        store.limiter(|s| &mut s.limiter);
-        if runtime.interruption.has_checks() {
-            store.set_epoch_deadline(1);
-            store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
-        }
-        Ok(Guest {
-            store,
-            instance: None,
-            capture,
-            workspace,
-            memory_cap,
-        })
-    }
-
-    /// Write the run's input files by `deadline`; `invalid_input` if they do not fit or
-    /// the run asks for other mounts than the guest has, `timeout` if the time ran out.
-    fn add_inputs(
-        &self,
-        options: &RunOptions,
-        limits: &Limits,
-        deadline: Instant,
-    ) -> Result<(), Refused> {
-        if !self.workspace.has_mounts(&options.mounts) {
-            let message = "a session keeps the mounts of its first run; close it to change them";
-            return Err(Refused::new(Status::InvalidInput, message.into()));
-        }
-        self.workspace
-            .write_inputs(&options.files, limits, deadline)
-            .map_err(|e| {
-                let status = match e {
-                    InputsError::Refused(_) => Status::InvalidInput,
-                    InputsError::OutOfTime { .. } => Status::Timeout,
-                };
-                Refused::new(status, e.to_string())
-            })
-    }
-
-    /// The watchdog of `run` when `runtime`'s code cannot be interrupted; refused when
-    /// its thread cannot start.
-    fn watch(
-        &self,
-        runtime: &Runtime,
-        started: Instant,
-        deadline: Instant,
-        limit: Duration,
-    ) -> Result<Option<Watchdog>, Refused> {
-        runtime
-            .watch(started, deadline, limit, &self.capture)
-            .map_err(|e| {
-                Refused::new(
-                    Status::InternalError,
-                    format!("cannot start the run's watchdog thread: {e}"),
-                )
-            })
-    }
-
-    /// Ready a kept guest for its next call: new tools, output cap and time slice.
-    fn reuse(&mut self, tools: ToolAccess, limits: &Limits) {
-        self.capture.reset(limits.output_bytes);
-        let data = self.store.data_mut();
-        data.tools = tools;
-        data.limiter.refused = false;
-        self.store.set_epoch_deadline(1);
-    }
-
-    /// Call the guest (instantiating it first if needed) within `timeout`.
-    async fn call(
-        &mut self,
-        runtime: &Runtime,
-        task: &Task,
-        guest_options: &GuestOptions,
-        timeout: Duration,
-    ) -> CallResult {
-        crate::runtime::keep_trap_handlers_first();
-        let store = &mut self.store;
-        let instance = &mut self.instance;
-        // One deadline for the call and for the tool calls it makes (see `ToolAccess`).
-        let deadline = tokio::time::Instant::now().checked_add(timeout);
-        store.data_mut().tools.deadline = deadline;
-        let call = async move {
-            let instance = match instance {
-                Some(instance) => instance,
-                empty => empty.insert(runtime.pre.instantiate_async(&mut *store).await?),
-            };
-            instance
-                .call_execute(&mut *store, task, guest_options)
-                .await
-        };
-        match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, call).await,
-            None => tokio::time::timeout(timeout, call).await,
-        }
-    }
-
-    /// The execution of a finished (or stopped) call, and whether the guest returned
-    /// normally (a trap or a timeout leaves an instance unfit for another call).
-    fn collect(
-        &self,
-        result: CallResult,
-        limits: &Limits,
-        duration: Duration,
-    ) -> (Execution, bool) {
-        tracing::debug!(elapsed_us = duration.as_micros() as u64, "executed");
-        let fit = matches!(result, Ok(Ok(_)));
-        let captured = self.capture.finish();
-        let state = self.store.data();
-        let mut execution =
-            verdict::decide(state, captured, result, limits, self.memory_cap, duration);
-        execution.files = self.workspace.outputs();
-        (execution, fit)
-    }
-}
-
-/// What is left of a run's time until `deadline`.
-fn time_left(deadline: Instant) -> Duration {
-    deadline.saturating_duration_since(Instant::now())
 }
 
 /// The `invalid_input` execution for code over the size cap.

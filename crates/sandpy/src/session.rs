@@ -25,8 +25,9 @@
 use crate::bindings::Task;
 use crate::execution::{ErrorInfo, Execution, Status};
 use crate::files::InputFile;
-use crate::host::RecordedCall;
-use crate::run::{Kept, Reached};
+use crate::run::Reached;
+use crate::tool_access::RecordedCall;
+use crate::wasm::Kept;
 use crate::{RunOptions, Sandbox, SessionInfo, SessionLimits};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;

@@ -4,18 +4,15 @@
 
 use crate::bindings::{GuestViolation, Outcome, PythonError, Value};
 use crate::execution::{ErrorInfo, Execution, Status};
-use crate::host::HostState;
 use crate::output::Captured;
 use crate::{Limits, Violation};
 use std::time::Duration;
-use wasmtime::Trap;
-use wasmtime_wasi::I32Exit;
 
 /// How a call into the guest ended: it returned, trapped, or ran out of time.
 pub(crate) type CallResult = Result<wasmtime::Result<Outcome>, tokio::time::error::Elapsed>;
 
 /// Why the host ended a run, or overruled the guest; each gives its status and message.
-enum Stop {
+pub(crate) enum Stop {
     /// The wall-clock limit in force, and the tools whose answers the run was waiting for.
     Timeout {
         limit: Duration,
@@ -96,7 +93,7 @@ impl Stop {
         }
     }
 
-    fn verdict(self) -> (Status, Option<ErrorInfo>) {
+    pub fn verdict(self) -> (Status, Option<ErrorInfo>) {
         let error = ErrorInfo {
             kind: self.kind().into(),
             message: self.message(),
@@ -158,7 +155,7 @@ pub(crate) fn overrun(captured: Captured, limit: Duration, duration: Duration) -
 
 /// An `ok` execution of what a run printed, its time and its counts; the verdict then
 /// sets the status and error.
-fn ran(
+pub(crate) fn ran(
     captured: Captured,
     duration: Duration,
     memory_peak_bytes: u64,
@@ -180,78 +177,9 @@ fn ran(
     }
 }
 
-/// The execution of one finished (or stopped) call. `memory_cap` is the cap the
-/// instance has (a session's own, not the run's).
-pub(crate) fn decide(
-    state: &HostState,
-    captured: Captured,
-    result: CallResult,
-    limits: &Limits,
-    memory_cap: usize,
-    duration: Duration,
-) -> Execution {
-    let mut execution = ran(
-        captured,
-        duration,
-        state.limiter.peak as u64,
-        state.tools.calls as u64,
-    );
-    let disk_refusal = state.disk.take_refusal();
-    let (status, error) = match result {
-        Err(_elapsed) => Stop::Timeout {
-            limit: limits.timeout,
-            waiting_for: state.tools.waiting_for(),
-        }
-        .verdict(),
-        Ok(Err(trap)) => trap_verdict(&trap, state, execution.output_truncated, limits, memory_cap),
-        Ok(Ok(outcome)) => outcome_verdict(
-            outcome,
-            state.limiter.refused,
-            disk_refusal.map(|refusal| refusal.message()),
-            limits,
-            memory_cap,
-            &mut execution,
-        ),
-    };
-    execution.status = status;
-    execution.error = error;
-    execution
-}
-
-fn trap_verdict(
-    trap: &wasmtime::Error,
-    state: &HostState,
-    truncated: bool,
-    limits: &Limits,
-    memory_cap: usize,
-) -> (Status, Option<ErrorInfo>) {
-    if truncated {
-        return Stop::Output(limits.output_bytes).verdict();
-    }
-    if state.tools.limit_hit {
-        return Stop::ToolCalls(limits.tool_calls).verdict();
-    }
-    if let Some(exit) = trap.downcast_ref::<I32Exit>() {
-        return match exit.0 {
-            0 => (Status::Ok, None),
-            code => Stop::Exit(code).verdict(),
-        };
-    }
-    if let Some(Trap::StackOverflow) = trap.downcast_ref::<Trap>() {
-        return Stop::StackOverflow.verdict();
-    }
-    if state.limiter.refused {
-        return Stop::Memory(memory_cap).verdict();
-    }
-    // The interpreter aborted: the program broke it (or hit a CPython bug). The host is
-    // fine; report it as the program's error.
-    tracing::debug!("guest trapped: {trap:?}");
-    Stop::InterpreterCrash(trap.root_cause().to_string()).verdict()
-}
-
 /// The verdict of an outcome the guest reported. `memory_refused`: the memory cap refused
 /// an allocation during the run; `disk_refusal`: why a quota refused a write.
-fn outcome_verdict(
+pub(crate) fn outcome_verdict(
     outcome: Outcome,
     memory_refused: bool,
     disk_refusal: Option<String>,
@@ -460,5 +388,23 @@ mod tests {
             stop(&["a", "b", "c", "d", "e"]),
             "the run exceeded its wall-clock limit of 500 ms while waiting for a, b, c and 2 more tools"
         );
+    }
+}
+
+/// A run refused by the host before its code ran: the status and why.
+pub(crate) struct Refused {
+    status: Status,
+    message: String,
+}
+
+impl Refused {
+    pub fn new(status: Status, message: String) -> Refused {
+        Refused { status, message }
+    }
+}
+
+impl From<Refused> for Execution {
+    fn from(refused: Refused) -> Execution {
+        Execution::refused(refused.status, refused.message)
     }
 }

@@ -1,5 +1,6 @@
 //! The command line: one subcommand per file.
 
+mod batch_lines;
 mod bench;
 mod build;
 mod call;

@@ -10,7 +10,7 @@
 //! that is ending carries `"worker_ends": true` (removed before it is printed), so no
 //! line is sent to it any more.
 
-use super::call::{line_error, line_result, next_line, parse_line, InOrder};
+use super::batch_lines::{line_error, line_result, next_line, parse_line, InOrder};
 use anyhow::Context;
 use sandpy::Status;
 use serde_json::{json, Value};

@@ -4,7 +4,7 @@
 
 use super::confine::{self, ChildFds, Source};
 use super::protocol::{Ended, Report, RunRequest};
-use super::zygote::Zygote;
+use super::Zygote;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Exit status of a run whose confinement failed (it wrote why to its stderr).

@@ -11,8 +11,8 @@ use super::python::PythonInstall;
 use super::{guest_files, Layer, NativeConfig, NativeError};
 use crate::bindings::{GuestOptions, Task, ToolCall};
 use crate::execution::Execution;
-use crate::host::ToolAccess;
 use crate::output::{Capture, Which};
+use crate::tool_access::ToolAccess;
 use crate::verdict::{self, NativeEnd};
 use crate::{Limits, OutputFile};
 use nix::sys::socket::{

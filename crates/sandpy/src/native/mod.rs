@@ -31,6 +31,15 @@ mod seccomp;
 mod zygote;
 
 #[cfg(target_os = "linux")]
+/// What the zygote keeps for the runs it clones.
+pub(crate) struct Zygote {
+    pub api: python::CApi,
+    pub setup: protocol::ZygoteSetup,
+    pub filters: seccomp::Filters,
+    pub vm_bytes: u64,
+}
+
+#[cfg(target_os = "linux")]
 pub(crate) use host::Inputs;
 #[cfg(target_os = "linux")]
 pub use host::NativeTier;

@@ -6,6 +6,7 @@
 use super::protocol::{Ended, Report, RunFds, RunRequest, ZygoteSetup, ZygoteStatus};
 use super::python::CApi;
 use super::seccomp::Filters;
+use super::Zygote;
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -30,14 +31,6 @@ pub fn main_if_requested() {
     {
         std::process::exit(main());
     }
-}
-
-/// What the zygote keeps for the runs it clones.
-pub(crate) struct Zygote {
-    pub api: CApi,
-    pub setup: ZygoteSetup,
-    pub filters: Filters,
-    pub vm_bytes: u64,
 }
 
 fn main() -> i32 {

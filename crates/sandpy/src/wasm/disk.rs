@@ -1,4 +1,5 @@
-//! Host-enforced disk quotas and an open-file cap for the guest's writable folders.
+//! The guest's filesystem calls that can grow a folder or open a file, shadowed so that the
+//! host enforces disk quotas (`quota.rs`) and an open-file cap on its writable folders.
 //!
 //! wasmtime-wasi writes files straight to the host disk with no size limit, so sandpy
 //! shadows the few `wasi:filesystem` functions that can grow what a folder holds (write,
@@ -6,20 +7,16 @@
 //! the folder's quota first and refuse what does not fit: positioned writes and
 //! truncation fail with `insufficient-space` (Python: `OSError` `ENOSPC`); ordinary
 //! writes go through a stream, whose failures the guest's libc reports as `EIO` whatever
-//! the cause. Either way the run's status says which quota was hit (`disk_limit`). `open-at` is shadowed too, to cap the host file
-//! descriptors a run holds, and `rename-at`/`link-at`, to keep files from moving
-//! between quotas.
+//! the cause. Either way the run's status says which quota was hit
+//! (`disk_limit`). `open-at` is shadowed too, to cap the host file descriptors a run
+//! holds, and `rename-at`/`link-at`, to keep files from moving between quotas.
 //!
-//! Accounting is optimistic and self-correcting: growth is added to a running total;
-//! when the total would pass the quota, the folder is measured afresh (deleted and
-//! truncated files give their room back) before refusing. Each entry (file, folder,
-//! link) costs [`ENTRY_BYTES`], so empty files cannot exhaust the host's inodes either.
+//! The quotas themselves are in `quota.rs`.
 
-use crate::host::HostState;
+use super::host::HostState;
+use super::quota::{Area, Refusal, ENTRY_BYTES, MAX_OPEN_DESCRIPTORS};
 use bytes::Bytes;
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use wasmtime::component::{Linker, Resource};
 use wasmtime::StoreContextMut;
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
@@ -30,191 +27,12 @@ use wasmtime_wasi::p2::{
     DynOutputStream, FsResult, OutputStream, Pollable, StreamError, StreamResult,
 };
 
-/// What each directory entry costs against a quota.
-pub(crate) const ENTRY_BYTES: u64 = 512;
-
-/// Files (and folders) a run may hold open at once; the host's descriptor table is
-/// shared by every run of the process.
-pub(crate) const MAX_OPEN_DESCRIPTORS: usize = 256;
-
 /// The `wasi:filesystem` version wasmtime-wasi 48 defines (guests importing any 0.2.x
 /// version link to it).
 const TYPES: &str = "wasi:filesystem/types@0.2.12";
 const PREOPENS: &str = "wasi:filesystem/preopens@0.2.12";
 
 const ENOSPC: i32 = 28;
-
-/// One preopened folder as the guest sees it, and its quota (none when read-only).
-pub(crate) struct Area {
-    /// Guest path, e.g. `/tmp`.
-    pub guest: String,
-    root: PathBuf,
-    /// `None`: read-only (wasmtime-wasi refuses every write).
-    limit: Option<u64>,
-    used: Mutex<u64>,
-}
-
-impl Area {
-    /// A writable area over `root`, which must start empty.
-    pub fn writable(guest: &str, root: &Path, limit: u64) -> Area {
-        Area {
-            guest: guest.into(),
-            root: root.into(),
-            limit: Some(limit),
-            used: Mutex::new(0),
-        }
-    }
-
-    pub fn read_only(guest: &str, root: &Path) -> Area {
-        Area {
-            guest: guest.into(),
-            root: root.into(),
-            limit: None,
-            used: Mutex::new(0),
-        }
-    }
-
-    fn used(&self) -> MutexGuard<'_, u64> {
-        self.used.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Measure the folder afresh; returns the bytes it holds.
-    pub fn remeasure(&self) -> u64 {
-        let measured = measure(&self.root);
-        *self.used() = measured;
-        measured
-    }
-
-    /// Take `growth` bytes from the quota, or say how much is left.
-    fn charge(&self, growth: u64) -> Result<(), Refusal> {
-        let Some(limit) = self.limit else {
-            return Err(Refusal::ReadOnly);
-        };
-        let mut used = self.used();
-        if used.saturating_add(growth) <= limit {
-            *used += growth;
-            return Ok(());
-        }
-        *used = measure(&self.root);
-        if used.saturating_add(growth) <= limit {
-            *used += growth;
-            return Ok(());
-        }
-        Err(Refusal::Quota {
-            area: self.guest.clone(),
-            limit,
-        })
-    }
-}
-
-/// Bytes under `root`: file lengths plus [`ENTRY_BYTES`] per entry; symlinks are not
-/// followed.
-fn measure(root: &Path) -> u64 {
-    let mut total = 0u64;
-    let mut pending = vec![root.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let Ok(meta) = entry.path().symlink_metadata() else {
-                continue;
-            };
-            total = total.saturating_add(ENTRY_BYTES);
-            if meta.is_dir() {
-                pending.push(entry.path());
-            } else if meta.is_file() {
-                total = total.saturating_add(meta.len());
-            }
-        }
-    }
-    total
-}
-
-/// Why a write was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    Quota { area: String, limit: u64 },
-    OpenFiles,
-    ReadOnly,
-}
-
-impl Refusal {
-    fn code(&self) -> ErrorCode {
-        match self {
-            Refusal::Quota { .. } => ErrorCode::InsufficientSpace,
-            Refusal::OpenFiles => ErrorCode::InsufficientMemory,
-            Refusal::ReadOnly => ErrorCode::NotPermitted,
-        }
-    }
-
-    /// The message of the `disk_limit` status, when a refusal ended the run.
-    pub fn message(&self) -> String {
-        match self {
-            Refusal::Quota { area, limit } => {
-                format!("the run exceeded its disk quota of {limit} bytes under {area}")
-            }
-            Refusal::OpenFiles => {
-                format!("the run had more than {MAX_OPEN_DESCRIPTORS} files open at once")
-            }
-            Refusal::ReadOnly => "the run wrote to a read-only folder".into(),
-        }
-    }
-}
-
-/// Which area each live descriptor belongs to, and the first limit refusal of the run.
-#[derive(Default)]
-pub(crate) struct DiskGuard {
-    areas: Vec<Arc<Area>>,
-    descriptors: HashMap<u32, Arc<Area>>,
-    refusal: Arc<Mutex<Option<Refusal>>>,
-}
-
-impl DiskGuard {
-    pub fn new(areas: Vec<Arc<Area>>) -> DiskGuard {
-        DiskGuard {
-            areas,
-            ..DiskGuard::default()
-        }
-    }
-
-    /// The first quota or open-file refusal since the last call, if any.
-    pub fn take_refusal(&self) -> Option<Refusal> {
-        self.refusal
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-    }
-
-    fn note(&self, refusal: &Refusal) {
-        if *refusal != Refusal::ReadOnly {
-            self.refusal
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert_with(|| refusal.clone());
-        }
-    }
-
-    fn area(&self, fd: u32) -> Result<Arc<Area>, Refusal> {
-        self.descriptors.get(&fd).cloned().ok_or(Refusal::ReadOnly)
-    }
-
-    /// Whether two descriptors are in the same folder tree: moving or linking between
-    /// trees is refused as a cross-device operation (`EXDEV`), as between file systems,
-    /// so that a file cannot leave one quota for another (`shutil.move` copies instead).
-    fn same_area(&self, a: u32, b: u32) -> bool {
-        matches!((self.area(a), self.area(b)), (Ok(a), Ok(b)) if Arc::ptr_eq(&a, &b))
-    }
-
-    fn charge(&self, fd: u32, growth: u64) -> Result<(), ErrorCode> {
-        self.area(fd)
-            .and_then(|area| area.charge(growth))
-            .map_err(|refusal| {
-                self.note(&refusal);
-                refusal.code()
-            })
-    }
-}
 
 /// The guest-visible result of a wasmtime-wasi call: its error code, or a trap.
 fn answer<T>(result: FsResult<T>) -> wasmtime::Result<Result<T, ErrorCode>> {

@@ -46,7 +46,7 @@ impl Watchdog {
                         let execution =
                             crate::verdict::overrun(capture.finish(), limit, started.elapsed());
                         // Exiting skips the sandbox's own clean-up of its run folders.
-                        crate::files::remove_own_folders(&scratch_dir);
+                        super::workspace::remove_own_folders(&scratch_dir);
                         end(execution);
                         std::process::abort();
                     }

@@ -1,50 +1,15 @@
-//! The per-execution host state: WASI context, memory limiter, and the tool imports.
+//! What one run may do with tools, and what it did: the allowlist, the call and size
+//! limits, the deadline, the journal of a session. Both tiers serve the guest's tool
+//! requests through [`ToolAccess`]: the WebAssembly host functions (`wasm/host.rs`) and
+//! the native tier's channel (`native/host.rs`) only forward to it.
 
-use crate::bindings::{ToolCall, ToolsHost, TypesHost};
+use crate::bindings::ToolCall;
 use crate::search::{self, ToolSummary};
 use crate::tools::{Allowlist, ToolError, ToolHost, ToolInfo};
 use futures::stream::{FuturesUnordered, StreamExt};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
-use wasmtime::component::ResourceTable;
-use wasmtime::ResourceLimiter;
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
-
-/// Caps linear memory and tables, and records the peak and whether the cap refused growth.
-pub(crate) struct MemoryLimiter {
-    pub cap: usize,
-    pub peak: usize,
-    pub refused: bool,
-}
-
-/// Table growth cap: far above what CPython needs, far below what would hurt the host.
-const MAX_TABLE_ELEMENTS: usize = 1 << 20;
-
-impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.cap {
-            self.refused = true;
-            return Ok(false);
-        }
-        self.peak = self.peak.max(desired);
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= MAX_TABLE_ELEMENTS)
-    }
-}
 
 /// One tool call as a session journal keeps it: replaying a session answers the call
 /// from here instead of calling the tool again.
@@ -147,23 +112,6 @@ impl ToolAccess {
                 "arguments of {} are not valid JSON: {e}",
                 call.name
             )),
-        }
-    }
-}
-
-pub(crate) struct HostState {
-    pub wasi: WasiCtx,
-    pub table: ResourceTable,
-    pub limiter: MemoryLimiter,
-    pub tools: ToolAccess,
-    pub disk: crate::disk::DiskGuard,
-}
-
-impl WasiView for HostState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
         }
     }
 }
@@ -338,31 +286,6 @@ impl ToolAccess {
     }
 }
 
-impl ToolsHost for HostState {
-    async fn call_tools(
-        &mut self,
-        calls: Vec<ToolCall>,
-    ) -> wasmtime::Result<Vec<Result<String, String>>> {
-        self.tools.call_tools(calls).await
-    }
-
-    async fn list_tools(&mut self) -> wasmtime::Result<String> {
-        self.tools.list_tools().await
-    }
-
-    async fn tool_schema(&mut self, name: String) -> wasmtime::Result<Result<String, String>> {
-        self.tools.tool_schema(name).await
-    }
-
-    async fn tool_names(&mut self) -> wasmtime::Result<Vec<String>> {
-        self.tools.tool_names().await
-    }
-
-    async fn search_tools(&mut self, query: String, limit: u32) -> wasmtime::Result<String> {
-        self.tools.search_tools(query, limit).await
-    }
-}
-
 /// A tool's error message as the guest gets it: one over `max_bytes` is replaced by a
 /// message naming the tool, the size and the limit, and its start.
 fn bound_error(tool: &str, message: String, max_bytes: usize) -> String {
@@ -380,6 +303,3 @@ fn bound_error(tool: &str, message: String, max_bytes: usize) -> String {
         message.len() - end
     )
 }
-
-/// The `types` interface has no functions; wasmtime still wants it implemented.
-impl TypesHost for HostState {}

@@ -1,10 +1,10 @@
 //! The process-wide runtime: one wasmtime `Engine`, the compiled guest component (cached
 //! on disk as a `.cwasm`), and the epoch ticker that makes timeouts preemptive.
 
+use super::host::HostState;
+use super::overrun::Watchdog;
 use crate::bindings::SandboxPre;
-use crate::host::HostState;
 use crate::output::Capture;
-use crate::overrun::Watchdog;
 use crate::{Config, Error, Interruption};
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
@@ -111,7 +111,7 @@ impl Runtime {
         let mut linker: Linker<HostState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| Error::Link(Error::cause(e)))?;
-        crate::disk::add_to_linker(&mut linker).map_err(|e| Error::Link(Error::cause(e)))?;
+        super::disk::add_to_linker(&mut linker).map_err(|e| Error::Link(Error::cause(e)))?;
         crate::bindings::Sandbox::add_to_linker::<HostState, HasSelf<HostState>>(
             &mut linker,
             |s| s,

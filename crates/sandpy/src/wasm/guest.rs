@@ -1,0 +1,330 @@
+//! A WebAssembly run's instance and its host side: the store (WASI context, memory
+//! limiter, disk quotas, tool access), captured output and folders; made for a fresh run
+//! and dropped after it, or kept by a session ([`Kept`]) while it stays fit.
+
+use super::host::{HostState, MemoryLimiter};
+use super::overrun::Watchdog;
+use super::runtime::Runtime;
+use super::workspace::{RunFolders, Workspace};
+use crate::bindings::{GuestOptions, Sandbox as Instance, Task};
+use crate::execution::{ErrorInfo, Execution, Status};
+use crate::files::InputsError;
+use crate::output::{Capture, Captured};
+use crate::tool_access::{RecordedCall, ToolAccess};
+use crate::verdict::{outcome_verdict, ran, CallResult, Refused, Stop};
+use crate::{Limits, Mount, RunOptions};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmtime::component::ResourceTable;
+use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime_wasi::p2::pipe::MemoryInputPipe;
+use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
+
+/// A guest instance with its host side: its store (WASI context, memory limiter, tools),
+/// captured output and folders.
+pub(crate) struct Guest {
+    store: Store<HostState>,
+    /// `None` until instantiated: that happens inside the first call's time limit.
+    instance: Option<Instance>,
+    capture: Capture,
+    workspace: Workspace,
+    memory_cap: usize,
+}
+
+/// A session's instance: made on its first run (on the runtime without the instance
+/// pool, with the session's memory cap), kept while runs leave it fit for another.
+pub(crate) struct Kept {
+    guest: Option<Guest>,
+    memory_cap: usize,
+}
+
+impl Kept {
+    /// No instance yet; it will get `memory_cap` bytes at most.
+    pub fn new(memory_cap: usize) -> Kept {
+        Kept {
+            guest: None,
+            memory_cap,
+        }
+    }
+
+    /// The instance, if it was made and is fit; taken for a run, given back by [`Kept::keep`].
+    pub fn take(&mut self) -> Option<Guest> {
+        self.guest.take()
+    }
+
+    /// Keep `guest` for the next run.
+    pub fn keep(&mut self, guest: Guest) {
+        self.guest = Some(guest);
+    }
+
+    /// The memory cap its instance gets.
+    pub fn memory_cap(&self) -> usize {
+        self.memory_cap
+    }
+
+    /// The largest size its linear memory reached, if it was made.
+    pub fn memory_peak(&self) -> u64 {
+        self.guest
+            .as_ref()
+            .map_or(0, |g| g.store.data().limiter.peak as u64)
+    }
+}
+
+impl Guest {
+    /// A store for one instance, with fresh folders: its WASI context (stdio captured,
+    /// the workspace's folders, no network), memory limiter and tools; epoch ticks yield
+    /// to tokio so timeouts can fire. `invalid_input` for bad mounts, `internal_error`
+    /// when the host cannot make the folders.
+    pub fn new(
+        runtime: &Runtime,
+        folders: &Arc<RunFolders>,
+        limits: &Limits,
+        memory_cap: usize,
+        stdin: Option<&[u8]>,
+        mounts: &[Mount],
+        tools: ToolAccess,
+    ) -> Result<Guest, Refused> {
+        let mounts = crate::files::check_mounts(mounts)
+            .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))?;
+        let workspace = Workspace::create(folders, limits, mounts)
+            .map_err(|e| Refused::new(Status::InternalError, e.to_string()))?;
+        let capture = Capture::new(limits.output_bytes);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(capture.stdout_factory())
+            .stderr(capture.stderr_factory())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        if let Some(stdin) = stdin {
+            wasi.stdin(MemoryInputPipe::new(stdin.to_vec()));
+        }
+        workspace
+            .preopen(&mut wasi)
+            .map_err(|e| Refused::new(Status::InternalError, e.to_string()))?;
+        let state = HostState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter {
+                cap: memory_cap,
+                peak: 0,
+                refused: false,
+            },
+            tools,
+            disk: workspace.guard(),
+        };
+        let mut store = Store::new(&runtime.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        if runtime.interruption.has_checks() {
+            store.set_epoch_deadline(1);
+            store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+        }
+        Ok(Guest {
+            store,
+            instance: None,
+            capture,
+            workspace,
+            memory_cap,
+        })
+    }
+
+    /// Write the run's input files by `deadline`; `invalid_input` if they do not fit or
+    /// the run asks for other mounts than the guest has, `timeout` if the time ran out.
+    fn add_inputs(
+        &self,
+        options: &RunOptions,
+        limits: &Limits,
+        deadline: Instant,
+    ) -> Result<(), Refused> {
+        if !self.workspace.has_mounts(&options.mounts) {
+            let message = "a session keeps the mounts of its first run; close it to change them";
+            return Err(Refused::new(Status::InvalidInput, message.into()));
+        }
+        self.workspace
+            .write_inputs(&options.files, limits, deadline)
+            .map_err(|e| {
+                let status = match e {
+                    InputsError::Refused(_) => Status::InvalidInput,
+                    InputsError::OutOfTime { .. } => Status::Timeout,
+                };
+                Refused::new(status, e.to_string())
+            })
+    }
+
+    /// The watchdog of `run` when `runtime`'s code cannot be interrupted; refused when
+    /// its thread cannot start.
+    fn watch(
+        &self,
+        runtime: &Runtime,
+        started: Instant,
+        deadline: Instant,
+        limit: Duration,
+    ) -> Result<Option<Watchdog>, Refused> {
+        runtime
+            .watch(started, deadline, limit, &self.capture)
+            .map_err(|e| {
+                Refused::new(
+                    Status::InternalError,
+                    format!("cannot start the run's watchdog thread: {e}"),
+                )
+            })
+    }
+
+    /// Write the run's input files, then call the guest under the run's limits (its
+    /// clock started at `started`, its time ends at `deadline`) and collect the
+    /// execution, and whether the guest is fit for another call. `Err`: refused before
+    /// the guest was called, which is then as it was.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn execute(
+        &mut self,
+        runtime: &Runtime,
+        task: &Task,
+        options: &RunOptions,
+        guest_options: &GuestOptions,
+        limits: &Limits,
+        started: Instant,
+        deadline: Instant,
+    ) -> Result<(Execution, bool), Refused> {
+        self.add_inputs(options, limits, deadline)?;
+        let watchdog = self.watch(runtime, started, deadline, limits.timeout)?;
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        let result = self.call(runtime, task, guest_options, timeout).await;
+        drop(watchdog);
+        Ok(self.collect(result, limits, started.elapsed()))
+    }
+
+    /// End a session's cell: its output files are gone from `/output` (they were
+    /// returned), and the tool calls it recorded are handed to the journal.
+    pub fn end_cell(&mut self) -> Vec<RecordedCall> {
+        self.workspace.clear_outputs();
+        self.store
+            .data_mut()
+            .tools
+            .recorded
+            .take()
+            .unwrap_or_default()
+    }
+
+    /// Ready a kept guest for its next call: new tools, output cap and time slice.
+    pub fn reuse(&mut self, tools: ToolAccess, limits: &Limits) {
+        self.capture.reset(limits.output_bytes);
+        let data = self.store.data_mut();
+        data.tools = tools;
+        data.limiter.refused = false;
+        self.store.set_epoch_deadline(1);
+    }
+
+    /// Call the guest (instantiating it first if needed) within `timeout`.
+    async fn call(
+        &mut self,
+        runtime: &Runtime,
+        task: &Task,
+        guest_options: &GuestOptions,
+        timeout: Duration,
+    ) -> CallResult {
+        super::runtime::keep_trap_handlers_first();
+        let store = &mut self.store;
+        let instance = &mut self.instance;
+        // One deadline for the call and for the tool calls it makes (see `ToolAccess`).
+        let deadline = tokio::time::Instant::now().checked_add(timeout);
+        store.data_mut().tools.deadline = deadline;
+        let call = async move {
+            let instance = match instance {
+                Some(instance) => instance,
+                empty => empty.insert(runtime.pre.instantiate_async(&mut *store).await?),
+            };
+            instance
+                .call_execute(&mut *store, task, guest_options)
+                .await
+        };
+        match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, call).await,
+            None => tokio::time::timeout(timeout, call).await,
+        }
+    }
+
+    /// The execution of a finished (or stopped) call, and whether the guest returned
+    /// normally (a trap or a timeout leaves an instance unfit for another call).
+    fn collect(
+        &self,
+        result: CallResult,
+        limits: &Limits,
+        duration: Duration,
+    ) -> (Execution, bool) {
+        tracing::debug!(elapsed_us = duration.as_micros() as u64, "executed");
+        let fit = matches!(result, Ok(Ok(_)));
+        let captured = self.capture.finish();
+        let state = self.store.data();
+        let mut execution = decide(state, captured, result, limits, self.memory_cap, duration);
+        execution.files = self.workspace.outputs();
+        (execution, fit)
+    }
+}
+
+/// The execution of one finished (or stopped) call. `memory_cap` is the cap the
+/// instance has (a session's own, not the run's).
+fn decide(
+    state: &HostState,
+    captured: Captured,
+    result: CallResult,
+    limits: &Limits,
+    memory_cap: usize,
+    duration: Duration,
+) -> Execution {
+    let mut execution = ran(
+        captured,
+        duration,
+        state.limiter.peak as u64,
+        state.tools.calls as u64,
+    );
+    let disk_refusal = state.disk.take_refusal();
+    let (status, error) = match result {
+        Err(_elapsed) => Stop::Timeout {
+            limit: limits.timeout,
+            waiting_for: state.tools.waiting_for(),
+        }
+        .verdict(),
+        Ok(Err(trap)) => trap_verdict(&trap, state, execution.output_truncated, limits, memory_cap),
+        Ok(Ok(outcome)) => outcome_verdict(
+            outcome,
+            state.limiter.refused,
+            disk_refusal.map(|refusal| refusal.message()),
+            limits,
+            memory_cap,
+            &mut execution,
+        ),
+    };
+    execution.status = status;
+    execution.error = error;
+    execution
+}
+
+fn trap_verdict(
+    trap: &wasmtime::Error,
+    state: &HostState,
+    truncated: bool,
+    limits: &Limits,
+    memory_cap: usize,
+) -> (Status, Option<ErrorInfo>) {
+    if truncated {
+        return Stop::Output(limits.output_bytes).verdict();
+    }
+    if state.tools.limit_hit {
+        return Stop::ToolCalls(limits.tool_calls).verdict();
+    }
+    if let Some(exit) = trap.downcast_ref::<I32Exit>() {
+        return match exit.0 {
+            0 => (Status::Ok, None),
+            code => Stop::Exit(code).verdict(),
+        };
+    }
+    if let Some(Trap::StackOverflow) = trap.downcast_ref::<Trap>() {
+        return Stop::StackOverflow.verdict();
+    }
+    if state.limiter.refused {
+        return Stop::Memory(memory_cap).verdict();
+    }
+    // The interpreter aborted: the program broke it (or hit a CPython bug). The host is
+    // fine; report it as the program's error.
+    tracing::debug!("guest trapped: {trap:?}");
+    Stop::InterpreterCrash(trap.root_cause().to_string()).verdict()
+}

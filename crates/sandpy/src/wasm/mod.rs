@@ -1,0 +1,23 @@
+//! The WebAssembly tier: CPython compiled to a WebAssembly component, a fresh wasmtime
+//! instance per run (or one kept by a session). The boundary is the component's imports:
+//! WASI with no network, the run's folders under host-enforced quotas, and the tool
+//! imports, which forward to the shared [`ToolAccess`](crate::tool_access::ToolAccess).
+//!
+//! - `runtime`: the engine, the compiled component (cached `.cwasm`), the epoch ticker.
+//! - `guest`: one run's instance and store, called under its limits, and its verdict.
+//! - `host`: the store's state (WASI context, memory limiter, quotas, tools).
+//! - `workspace`, `quota`, `disk`: the run's folders, their quotas, and the filesystem
+//!   functions shadowed to charge them.
+//! - `overrun`: the watchdog that ends a process whose code has no interruption checks.
+
+mod disk;
+mod guest;
+mod host;
+mod overrun;
+mod quota;
+mod runtime;
+mod workspace;
+
+pub(crate) use guest::{Guest, Kept};
+pub(crate) use runtime::Runtime;
+pub(crate) use workspace::{remove_own_folders, sweep_stale, RunFolders};
