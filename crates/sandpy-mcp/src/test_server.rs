@@ -14,7 +14,7 @@
 //! ```
 
 use crate::http::{mcp_router, Access};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_handler, tool_router, ServerHandler};
@@ -110,6 +110,35 @@ impl TestCa {
             chain: vec![certificate.der().clone()],
             key: PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
         }
+    }
+}
+
+impl ServerCertificate {
+    /// A self-signed certificate for `names` marked `CA:TRUE`, as the usual recipe
+    /// `openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=host -addext
+    /// subjectAltName=...` makes one (valid from a day ago for a year, or expired a day
+    /// ago), and its PEM for a `ca_file`.
+    pub fn self_signed_ca(names: &[&str], expired: bool) -> (ServerCertificate, String) {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut params = CertificateParams::new(names).expect("valid names");
+        params.distinguished_name.push(DnType::CommonName, "host");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let now = std::time::SystemTime::now();
+        let (not_before, not_after) = if expired {
+            (now - 30 * DAY, now - DAY)
+        } else {
+            (now - DAY, now + 365 * DAY)
+        };
+        params.not_before = not_before.into();
+        params.not_after = not_after.into();
+        let key = KeyPair::generate().expect("a P-256 key");
+        let certificate = params.self_signed(&key).expect("a self-signed certificate");
+        let pem = certificate.pem();
+        let server = ServerCertificate {
+            chain: vec![certificate.der().clone()],
+            key: PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
+        };
+        (server, pem)
     }
 }
 

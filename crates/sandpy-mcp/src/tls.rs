@@ -3,16 +3,23 @@
 //! TLS is rustls with the `ring` provider. A server's certificate must chain to one of the
 //! system's root certificates (read once per process with `rustls-native-certs`, which
 //! reads `SSL_CERT_FILE` and `SSL_CERT_DIR` instead of the system store when either is
-//! set) or to one of the certificates of the server's own `ca_file`. Nothing else is
-//! trusted: no certificate pinning, no "accept invalid certificates" switch.
+//! set) or to one of the certificates of the server's own `ca_file`, or be exactly one of
+//! those certificates: a self-signed certificate made with the usual
+//! `openssl req -x509 ...` recipe marks itself `CA:TRUE`, which webpki refuses as a
+//! server's certificate; when the operator named that very certificate as trusted, it is
+//! accepted for the names it lists and while it is valid (pinning by exact match is at least
+//! as strict as trusting it as a CA). Nothing else is trusted: no "accept invalid
+//! certificates" switch.
 //!
 //! When a connection fails, [`explain`] turns the error into one a person can act on: a
 //! rejected certificate names the server, the host and the reason (unknown issuer, name
 //! mismatch, expired, ...); a `401` names the server and says what to configure.
 
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, UnixTime};
-use rustls::{CertificateError, RootCertStore};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -120,6 +127,8 @@ impl CaFile {
 /// The system's root certificates, read once per process.
 struct SystemRoots {
     store: RootCertStore,
+    /// The same certificates as DER, for a server that presents one of them itself.
+    certificates: Arc<[CertificateDer<'static>]>,
     /// Where they came from, for messages.
     source: String,
 }
@@ -132,7 +141,8 @@ fn system_roots() -> &'static SystemRoots {
             tracing::warn!("system root certificates: {error}");
         }
         let mut store = RootCertStore::empty();
-        let (_, unusable) = store.add_parsable_certificates(loaded.certs);
+        let certificates: Arc<[CertificateDer<'static>]> = loaded.certs.into();
+        let (_, unusable) = store.add_parsable_certificates(certificates.iter().cloned());
         if unusable > 0 {
             tracing::warn!("system root certificates: {unusable} could not be parsed");
         }
@@ -145,7 +155,11 @@ fn system_roots() -> &'static SystemRoots {
         } else {
             from_env.join(" ")
         };
-        SystemRoots { store, source }
+        SystemRoots {
+            store,
+            certificates,
+            source,
+        }
     })
 }
 
@@ -161,20 +175,36 @@ fn system_roots() -> &'static SystemRoots {
 /// fresh TLS connection just as much (its handshake is several writes), so there is nothing
 /// to avoid.
 pub(crate) fn http_client(https: bool, ca: Option<&CaFile>) -> Result<reqwest::Client, String> {
-    let mut roots = if https {
-        system_roots().store.clone()
+    let (mut roots, system) = if https {
+        let roots = system_roots();
+        (roots.store.clone(), roots.certificates.clone())
     } else {
-        RootCertStore::empty()
+        (RootCertStore::empty(), Arc::from([]))
     };
-    if let Some(ca) = ca {
-        roots.add_parsable_certificates(ca.certificates.iter().cloned());
-    }
+    let own = ca.map(|ca| ca.certificates.clone()).unwrap_or_default();
+    roots.add_parsable_certificates(own.iter().cloned());
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup failed: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .map_err(|e| format!("TLS setup failed: {e}"))?;
+    let mut tls = if roots.is_empty() {
+        // Plain http, or nothing trusted at all: webpki's verifier refuses to be built
+        // without a root, and no certificate could pass anyway.
+        builder.with_root_certificates(roots).with_no_client_auth()
+    } else {
+        let chained = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .map_err(|e| format!("TLS setup failed: {e}"))?;
+        let verifier = Arc::new(ChainedOrExact {
+            chained,
+            system,
+            own,
+        });
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+            .with_no_client_auth()
+    };
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
@@ -182,6 +212,87 @@ pub(crate) fn http_client(https: bool, ca: Option<&CaFile>) -> Result<reqwest::C
         .redirect(same_origin_redirects())
         .build()
         .map_err(|e| format!("cannot set up the HTTP client: {e}"))
+}
+
+/// webpki's verification, and one more way in: a server whose certificate is byte for byte
+/// one of the trusted certificates (`system`, the roots; `own`, the server's `ca_file`) but
+/// that webpki refuses only because it is a CA certificate (`CA:TRUE`, as every
+/// `openssl req -x509` certificate is). It is then accepted for the names it lists; its
+/// dates were checked already (webpki checks validity before basic constraints, and
+/// `an_expired_self_signed_certificate_is_expired_even_when_trusted` holds it to that).
+/// The handshake's signatures are always checked against the certificate's key.
+#[derive(Debug)]
+struct ChainedOrExact {
+    chained: Arc<WebPkiServerVerifier>,
+    system: Arc<[CertificateDer<'static>]>,
+    own: Vec<CertificateDer<'static>>,
+}
+
+impl ServerCertVerifier for ChainedOrExact {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let verified = self.chained.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        );
+        match verified {
+            Err(rustls::Error::InvalidCertificate(CertificateError::Other(ref other)))
+                if is_ca_used_as_end_entity(other) && self.trusts_exactly(end_entity) =>
+            {
+                let certificate = rustls::server::ParsedCertificate::try_from(end_entity)?;
+                rustls::client::verify_server_name(&certificate, server_name)?;
+                Ok(ServerCertVerified::assertion())
+            }
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.chained.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.chained.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.chained.supported_verify_schemes()
+    }
+}
+
+impl ChainedOrExact {
+    fn trusts_exactly(&self, certificate: &CertificateDer<'_>) -> bool {
+        let same = |trusted: &CertificateDer<'_>| trusted.as_ref() == certificate.as_ref();
+        self.own.iter().any(same) || self.system.iter().any(same)
+    }
+}
+
+/// Whether webpki refused a certificate for being a CA's (rustls passes that on as an
+/// `Other` error holding webpki's own).
+fn is_ca_used_as_end_entity(error: &rustls::OtherError) -> bool {
+    matches!(
+        error.0.downcast_ref::<webpki::Error>(),
+        Some(webpki::Error::CaUsedAsEndEntity)
+    )
 }
 
 /// rmcp's redirect policy for its default client (private there): only same-origin 307 and
@@ -330,21 +441,66 @@ fn certificate_problem(error: &CertificateError, ca: Option<&CaFile>) -> String 
                 ),
             }
         }
-        CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
-            format!("name mismatch: {error}")
+        CertificateError::NotValidForName => {
+            "name mismatch: the certificate does not list the name the server was reached by; \
+             use a name from its subjectAltName in the server's `url`, or reissue it for this \
+             name"
+                .into()
         }
-        CertificateError::Expired => "expired".into(),
-        CertificateError::ExpiredContext { not_after, .. } => {
-            format!("expired: not valid after {}", date(*not_after))
+        CertificateError::NotValidForNameContext {
+            expected,
+            presented,
+        } => {
+            // webpki gives each name as `DnsName("host")` or `IpAddress(...)`.
+            let names: Vec<&str> = presented
+                .iter()
+                .map(|name| {
+                    name.strip_prefix("DnsName(\"")
+                        .and_then(|rest| rest.strip_suffix("\")"))
+                        .unwrap_or(name)
+                })
+                .collect();
+            let listed = if names.is_empty() {
+                "no name".to_string()
+            } else {
+                names.join(", ")
+            };
+            let expected = expected.to_str();
+            format!(
+                "name mismatch: it was issued for {listed}, not {expected:?}; use one of those \
+                 names in the server's `url`, or reissue the certificate with \
+                 subjectAltName for {expected:?}"
+            )
         }
-        CertificateError::NotValidYet => "not valid yet".into(),
-        CertificateError::NotValidYetContext { not_before, .. } => {
-            format!("not valid yet: not valid before {}", date(*not_before))
+        CertificateError::Expired => "expired: renew the server's certificate".into(),
+        CertificateError::ExpiredContext { not_after, .. } => format!(
+            "expired: not valid after {}; renew the server's certificate",
+            date(*not_after)
+        ),
+        CertificateError::NotValidYet => {
+            "not valid yet: check the clocks of this machine and the server".into()
         }
-        CertificateError::Revoked => "revoked".into(),
+        CertificateError::NotValidYetContext { not_before, .. } => format!(
+            "not valid yet: not valid before {}; check the clocks of this machine and the \
+             server",
+            date(*not_before)
+        ),
+        CertificateError::Revoked => "revoked: the server needs a new certificate".into(),
         CertificateError::BadSignature => {
             "bad signature: it names a trusted issuer but was not signed with that issuer's key"
                 .into()
+        }
+        CertificateError::Other(other) if is_ca_used_as_end_entity(other) => {
+            let trusted = match ca {
+                Some(ca) => format!("`ca_file` `{}`", ca.path.display()),
+                None => "the server's `ca_file` (or SSL_CERT_FILE)".to_string(),
+            };
+            format!(
+                "the server's certificate is itself a CA certificate (CA:TRUE, as a \
+                 self-signed `openssl req -x509` certificate is), and it is not one of the \
+                 trusted certificates; to trust exactly this certificate, put it in {trusted}; \
+                 or serve a certificate signed by a CA you trust"
+            )
         }
         CertificateError::BadEncoding => "malformed certificate".into(),
         other => other.to_string(),
