@@ -382,9 +382,23 @@ found["env"] = dict(os.environ)
             "link_to_root",
             "dev_shm",
             "block_device",
-            "list_root",
         ],
     );
+    // `/` lists as in the WebAssembly tier, and shows only the run's own root.
+    let listed: Vec<&str> = found["list_root"][1]
+        .as_str()
+        .unwrap_or_default()
+        .split('\'')
+        .filter(|name| name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|name| !name.is_empty())
+        .collect();
+    assert_eq!(found["list_root"][0], "allowed", "{}", found["list_root"]);
+    for name in ["tmp", "output", "usr", "dev"] {
+        assert!(listed.contains(&name), "{name} not in {listed:?}");
+    }
+    for name in ["proc", "sys", "run", "boot"] {
+        assert!(!listed.contains(&name), "{name} in {listed:?}");
+    }
     // The run's root holds the system's libraries (and /etc/ld.so.cache), /tmp, /output
     // and four devices: no /home, /proc, /sys, /var, /run or /boot.
     assert_eq!(

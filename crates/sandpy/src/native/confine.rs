@@ -370,7 +370,11 @@ pub(crate) fn confine_child(
     drop_capabilities()?;
     nix::sys::prctl::set_no_new_privs().map_err(failed("no_new_privs"))?;
     if !request.without(Layer::Landlock) {
-        landlock(readable)?;
+        // Folders of the run's own root may be listed, as in the WebAssembly tier
+        // (`os.listdir('/')`): it holds only what was bound into it. Without that root (a
+        // test build's ablation) Landlock keeps host folder listings out too.
+        let list_root = !request.without(Layer::Root);
+        landlock(readable, list_root)?;
     }
     if !request.without(Layer::Seccomp) {
         filters.apply().map_err(|e| other("seccomp", e))?;
@@ -440,12 +444,13 @@ fn drop_capabilities() -> Result<(), ConfineError> {
 /// TCP bind and connect (no port allowed), signal and abstract-socket scoping.
 const LANDLOCK_ABI: ABI = ABI::V6;
 
-fn landlock(readable: &[PathBuf]) -> Result<(), ConfineError> {
+fn landlock(readable: &[PathBuf], list_root: bool) -> Result<(), ConfineError> {
     let abi = LANDLOCK_ABI;
     let error = |e: landlock::RulesetError| other("landlock", e);
     let mut read: Vec<&Path> = readable.iter().map(PathBuf::as_path).collect();
     read.retain(|p| p.exists());
     let devices: Vec<&Path> = DEVICES.iter().map(Path::new).collect();
+    let listable: &[&str] = if list_root { &["/"] } else { &[] };
     let status = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(abi))
@@ -462,6 +467,8 @@ fn landlock(readable: &[PathBuf]) -> Result<(), ConfineError> {
             devices,
             AccessFs::from_read(abi) | AccessFs::WriteFile,
         ))
+        .map_err(error)?
+        .add_rules(path_beneath_rules(listable, AccessFs::ReadDir))
         .map_err(error)?
         .add_rules(path_beneath_rules(
             ["/tmp", "/output"],
