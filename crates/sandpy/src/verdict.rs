@@ -358,6 +358,24 @@ fn python_error(error: PythonError, limits: &Limits) -> ErrorInfo {
     }
 }
 
+/// A run refused by the host before its code ran: the status and why.
+pub(crate) struct Refused {
+    status: Status,
+    message: String,
+}
+
+impl Refused {
+    pub fn new(status: Status, message: String) -> Refused {
+        Refused { status, message }
+    }
+}
+
+impl From<Refused> for Execution {
+    fn from(refused: Refused) -> Execution {
+        Execution::refused(refused.status, refused.message)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,23 +406,5 @@ mod tests {
             stop(&["a", "b", "c", "d", "e"]),
             "the run exceeded its wall-clock limit of 500 ms while waiting for a, b, c and 2 more tools"
         );
-    }
-}
-
-/// A run refused by the host before its code ran: the status and why.
-pub(crate) struct Refused {
-    status: Status,
-    message: String,
-}
-
-impl Refused {
-    pub fn new(status: Status, message: String) -> Refused {
-        Refused { status, message }
-    }
-}
-
-impl From<Refused> for Execution {
-    fn from(refused: Refused) -> Execution {
-        Execution::refused(refused.status, refused.message)
     }
 }

@@ -60,7 +60,7 @@ impl<T> OnceLock<T> {
         self.try_init(f)
     }
 
-    fn get(&self) -> Option<&T> {
+    pub fn get(&self) -> Option<&T> {
         if self.state.load(Ordering::Acquire) == INITIALIZED {
             // SAFETY: State is INITIALIZED, so val has been written
             Some(unsafe { (*self.val.get()).assume_init_ref() })

@@ -24,6 +24,12 @@ impl<T> OnceLock<T> {
         self.0.get_or_init(f)
     }
 
+    /// sandpy patch: the value, if it was set (a fast path that callers inline).
+    #[inline]
+    pub fn get(&self) -> Option<&T> {
+        self.0.get()
+    }
+
     #[inline]
     pub fn get_or_try_init<E>(&self, f: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
         self.0.get_or_try_init(f)

@@ -181,13 +181,29 @@ impl CompiledModule {
     }
 
     /// sandpy patch: the cached locations of defined function `i` and of its
-    /// array-to-wasm trampoline, looked up on first use.
+    /// array-to-wasm trampoline, looked up on first use. Inlined: every funcref of
+    /// every instantiation asks (thousands per instance), and only the first ask of
+    /// a module's entry takes the cold path.
+    #[inline]
     fn defined_loc(
         &self,
         i: wasmtime_environ::DefinedFuncIndex,
     ) -> Option<&(FunctionLoc, Option<FunctionLoc>)> {
         let slot = self.defined_locs.get(i.as_u32() as usize)?;
-        Some(slot.get_or_init(|| {
+        match slot.get() {
+            Some(locs) => Some(locs),
+            None => Some(self.fill_defined_loc(slot, i)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fill_defined_loc<'a>(
+        &self,
+        slot: &'a crate::sync::OnceLock<(FunctionLoc, Option<FunctionLoc>)>,
+        i: wasmtime_environ::DefinedFuncIndex,
+    ) -> &'a (FunctionLoc, Option<FunctionLoc>) {
+        slot.get_or_init(|| {
             let module = self.module.module_index;
             let wasm = self
                 .index
@@ -202,10 +218,11 @@ impl CompiledModule {
                 .func_loc(FuncKey::ArrayToWasmTrampoline(module, i))
                 .copied();
             (wasm, array)
-        }))
+        })
     }
 
     /// Gets the function location information for a given function index.
+    #[inline]
     pub fn func_loc(&self, key: FuncKey) -> &FunctionLoc {
         match key {
             FuncKey::DefinedWasmFunction(m, i) if m == self.module_index() => {
