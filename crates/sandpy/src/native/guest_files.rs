@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 /// the native tier's stand-ins for what componentize-py generates.
 const FILES: &[(&str, &str)] = &[
     ("sandpy_native.py", include_str!("guest/sandpy_native.py")),
+    ("sandpy_channel.py", include_str!("guest/sandpy_channel.py")),
     (
         "componentize_py_types.py",
         include_str!("guest/componentize_py_types.py"),

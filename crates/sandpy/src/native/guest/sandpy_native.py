@@ -4,7 +4,8 @@ confined child (`run`).
 The zygote imports `sandpy_guest` (the same runner, tool API and policy code as the
 WebAssembly guest) and the configured packages once; each run is a fork of it. The child
 talks to the host over one inherited socket (fd 3), one JSON line per message: the host
-sends the task, the child asks for tools (`ask`) and finally sends its outcome.
+sends the task, the child asks for tools (`sandpy_channel.ask`) and finally sends its
+outcome.
 """
 
 import base64
@@ -19,9 +20,9 @@ import stat
 import sys
 import tempfile
 
-CHANNEL_FD = 3
+from sandpy_channel import CHANNEL_FD, read, write
+
 OUTPUT_DIR = "/output"
-_pending = bytearray()
 
 
 def boot(site_dirs: list[str], preimport: list[str]) -> None:
@@ -62,31 +63,6 @@ def _light_preload() -> None:
     sys.modules[module.__name__] = module
     # The zygote's environment is not the runs'.
     os.environ.clear()
-
-
-def _write(message: object) -> None:
-    data = memoryview((json.dumps(message) + "\n").encode())
-    while data:
-        data = data[os.write(CHANNEL_FD, data) :]
-
-
-def _read() -> object:
-    while True:
-        end = _pending.find(b"\n")
-        if end >= 0:
-            line = bytes(_pending[:end])
-            del _pending[: end + 1]
-            return json.loads(line)
-        chunk = os.read(CHANNEL_FD, 1 << 16)
-        if not chunk:
-            os._exit(70)  # the host is gone: nobody is left to read a result
-        _pending.extend(chunk)
-
-
-def ask(request: object) -> object:
-    """One request to the host and its answer."""
-    _write(request)
-    return _read()
 
 
 def _task(value: object):  # type: ignore[no-untyped-def]
@@ -145,7 +121,7 @@ def run() -> None:
     """Run the task the host sends, in this (confined) child, and send its outcome."""
     from sandpy_guest import packages, runner
 
-    request = _read()
+    request = read()
     assert isinstance(request, dict)
     os.chdir("/tmp")  # the run's scratch folder (the zygote prepared the rest)
     packages.use_mounted()
@@ -158,7 +134,7 @@ def run() -> None:
     # the files under /output (its size cap bounds them) and the peak resident size.
     message["files"] = _output_files()
     message["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    _write({"outcome": message})
+    write({"outcome": message})
 
 
 def _write_inputs(files: list[dict[str, str]]) -> None:
