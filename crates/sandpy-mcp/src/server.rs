@@ -19,6 +19,7 @@
 //! own handler, [`SandpyServer::connection`], whose sessions close when it ends).
 
 mod discovery;
+mod progress;
 mod run;
 mod sessions;
 

@@ -4,7 +4,9 @@
     mcp_client.py http URL [BEARER_TOKEN]      < requests.json
 
 stdin: a JSON list of requests, `{"method": "list_tools"}` or
-`{"method": "call_tool", "name": ..., "arguments": {...}}`. stdout: one JSON list with a
+`{"method": "call_tool", "name": ..., "arguments": {...}}` (with `"progress": true`, the
+call asks for progress notifications: the result gets `_progress`, each notification's
+message and how many seconds before the result it came). stdout: one JSON list with a
 result (or `{"error": "..."}`) per request, in order. A connection failure prints
 `{"connect_error": "..."}` and exits 3.
 """
@@ -12,6 +14,7 @@ result (or `{"error": "..."}`) per request, in order. A connection failure print
 import asyncio
 import json
 import sys
+import time
 from typing import Any
 
 import httpx2
@@ -25,11 +28,23 @@ async def serve_requests(session: ClientSession, requests: list[dict[str, Any]])
     out: list[Any] = []
     for request in requests:
         try:
+            progress: list[tuple[str | None, float]] = []
+
+            async def on_progress(value: float, total: float | None, message: str | None) -> None:
+                progress.append((message, time.monotonic()))
+
             if request["method"] == "list_tools":
                 result = await session.list_tools()
             else:
-                result = await session.call_tool(request["name"], request.get("arguments", {}))
-            out.append(result.model_dump(by_alias=True, exclude_none=True, mode="json"))
+                result = await session.call_tool(
+                    request["name"], request.get("arguments", {}),
+                    progress_callback=on_progress if request.get("progress") else None)
+            ended = time.monotonic()
+            dumped = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+            if request.get("progress"):
+                dumped["_progress"] = [
+                    {"message": message, "before_result_s": ended - at} for message, at in progress]
+            out.append(dumped)
         except Exception as exc:  # noqa: BLE001 - reported to the test
             out.append({"error": f"{type(exc).__name__}: {exc}"})
     return out

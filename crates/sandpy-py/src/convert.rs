@@ -5,7 +5,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
-use sandpy::{InputFile, LimitOverrides, Policy, Settings};
+use sandpy::{InputFile, LimitOverrides, OutputSink, Policy, Settings, Stream};
 use serde_json::Value;
 
 /// A JSON value as the Python object `json.loads` would give.
@@ -261,4 +261,32 @@ pub fn parse_policy(settings: &Settings, policy: &Bound<'_, PyAny>) -> PyResult<
         "policy must be a name (str) or a dict, not {}",
         type_name(policy)
     )))
+}
+
+/// `on_output`: a callable `(stream, text)` (`"stdout"` or `"stderr"`, and what the program
+/// wrote) called as the program writes, with the GIL taken for each call. An exception it
+/// raises is reported as unraisable (`sys.unraisablehook`) and the run goes on.
+pub fn output_sink(on_output: Option<&Bound<'_, PyAny>>) -> PyResult<Option<OutputSink>> {
+    let Some(callable) = on_output.filter(|c| !c.is_none()) else {
+        return Ok(None);
+    };
+    if !callable.is_callable() {
+        return Err(PyTypeError::new_err(format!(
+            "on_output must be a callable (stream, text), not {}",
+            type_name(callable)
+        )));
+    }
+    let callable = callable.clone().unbind();
+    Ok(Some(std::sync::Arc::new(move |stream, bytes: &[u8]| {
+        let name = match stream {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        };
+        let text = String::from_utf8_lossy(bytes);
+        Python::attach(|py| {
+            if let Err(e) = callable.call1(py, (name, text.as_ref())) {
+                e.write_unraisable(py, Some(callable.bind(py)));
+            }
+        });
+    })))
 }

@@ -1,7 +1,10 @@
 """Runs and what comes back: statuses, the Execution's fields, limits, files, policies."""
 
+import asyncio
 import json
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -132,3 +135,56 @@ def test_warmup_reports_and_returns_the_cache_file(capsys):
     path = sandpy.warmup()
     assert Path(path).is_file()
     assert "sandpy: runtime ready in" in capsys.readouterr().err
+
+
+def test_on_output_gets_what_the_program_writes_as_it_writes_it(sb):
+    seen = []
+    r = sb.run(
+        "import sys, time\nprint('first')\nprint('oops', file=sys.stderr)\n"
+        "time.sleep(1)\nprint('last')",
+        on_output=lambda stream, text: seen.append((stream, text, time.monotonic())),
+    )
+    ended = time.monotonic()
+    assert r.ok and r.stdout == "first\nlast\n" and r.stderr == "oops\n"
+    # Each write as it happens (`print` writes text and newline apart); run by run, the
+    # streams interleave as the program wrote them.
+    runs = []
+    for stream, text, _ in seen:
+        if runs and runs[-1][0] == stream:
+            runs[-1][1] += text
+        else:
+            runs.append([stream, text])
+    assert runs == [["stdout", "first\n"], ["stderr", "oops\n"], ["stdout", "last\n"]]
+    # The first line came while the program still slept, not with its result.
+    assert ended - seen[0][2] > 0.5
+
+
+def test_on_output_keeps_the_output_cap_and_survives_a_failing_callback(sb, monkeypatch):
+    chunks = []
+    r = sb.run("print('x' * 5000)", policy={"max_output_bytes": 100},
+               on_output=lambda s, t: chunks.append(t))
+    assert r.status == "output_limit" and sum(map(len, chunks)) == 100
+
+    def broken(stream, text):
+        raise RuntimeError("the callback failed")
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
+    r = sb.run("print('still runs')", on_output=broken)
+    assert r.ok and r.stdout == "still runs\n"
+    assert reported and all(isinstance(e, RuntimeError) for e in reported)
+    with pytest.raises(TypeError, match="on_output must be a callable"):
+        sb.run("1", on_output=42)
+
+
+def test_on_output_in_a_session_and_a_coroutine(sb):
+    seen = []
+    with sb.session() as s:
+        s.run("x = 1\nprint('cell one')", on_output=lambda st, t: seen.append(t))
+        s.run("print('cell', x + 1)", on_output=lambda st, t: seen.append(t))
+
+        async def cell():
+            return await s.run_async("print('async cell')", on_output=lambda st, t: seen.append(t))
+
+        assert asyncio.run(cell()).ok
+    assert "".join(seen) == "cell one\ncell 2\nasync cell\n"

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 /// Everything about one run besides the code. Defaults: [`Limits::default`], no limit
 /// overrides, empty stdin, no tools, every tool of the tool host allowed, no policy,
-/// tracebacks naming `<sandbox>`, no input files, no mounts.
+/// tracebacks naming `<sandbox>`, no input files, no mounts, no output sink.
 ///
 /// The run's limits are `limits`, then the policy's own limits over them, then
 /// `limit_overrides` over those ([`RunOptions::effective_limits`]).
@@ -34,6 +34,23 @@ pub struct RunOptions {
     /// Where the code runs: the WebAssembly tier (the default) or the native tier. The
     /// operator's choice (config, CLI flag); front ends never let the code choose it.
     pub tier: Tier,
+    /// Called with what the program writes to stdout or stderr as it writes it, in
+    /// order, from the thread that serves the run (keep it quick: the program waits).
+    /// It gets only what the output cap lets through; the [`Execution`](crate::Execution)
+    /// still carries all of it at the end.
+    pub on_output: Option<OutputSink>,
+}
+
+/// Where a run's output goes as it is written (see [`RunOptions::on_output`]).
+pub type OutputSink = Arc<dyn Fn(Stream, &[u8]) + Send + Sync>;
+
+/// One of a run's two output streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// What the program prints.
+    Stdout,
+    /// Errors and tracebacks.
+    Stderr,
 }
 
 /// Where a run executes.
@@ -64,6 +81,7 @@ impl std::fmt::Debug for RunOptions {
             )
             .field("mounts", &self.mounts)
             .field("tier", &self.tier)
+            .field("on_output", &self.on_output.is_some())
             .finish()
     }
 }

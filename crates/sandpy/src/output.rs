@@ -5,6 +5,7 @@
 //! past the cap keeps what fits, then traps the guest, which ends the run as
 //! `output_limit`.
 
+use crate::options::{OutputSink, Stream};
 use bytes::Bytes;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -12,8 +13,9 @@ use std::task::{Context, Poll};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 
-/// Appended to the captured text of a run that hit the output cap.
-pub(crate) const TRUNCATION_MARKER: &str = "\n[sandpy: output truncated: limit reached]\n";
+/// Appended to the captured text of a run that hit the output cap (a front end that
+/// streamed the output prints it once at the end).
+pub const TRUNCATION_MARKER: &str = "\n[sandpy: output truncated: limit reached]\n";
 
 #[derive(Default)]
 struct Buffers {
@@ -21,6 +23,8 @@ struct Buffers {
     stderr: Vec<u8>,
     cap: usize,
     overflowed: bool,
+    /// Where what is kept goes as it is written, too.
+    sink: Option<OutputSink>,
 }
 
 /// Both captured streams of one execution.
@@ -34,17 +38,12 @@ pub(crate) struct Captured {
     pub truncated: bool,
 }
 
-/// One of the two captured streams.
-#[derive(Clone, Copy)]
-pub(crate) enum Which {
-    Stdout,
-    Stderr,
-}
-
 impl Capture {
-    pub fn new(cap: usize) -> Self {
+    /// Empty streams under `cap`, what is kept also handed to `sink` as it is written.
+    pub fn new(cap: usize, sink: Option<OutputSink>) -> Self {
         Capture(Arc::new(Mutex::new(Buffers {
             cap,
+            sink,
             ..Buffers::default()
         })))
     }
@@ -55,11 +54,12 @@ impl Capture {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Start afresh for the next call of a session, with a new cap.
-    pub fn reset(&self, cap: usize) {
+    /// Start afresh for the next call of a session, with a new cap and sink.
+    pub fn reset(&self, cap: usize, sink: Option<OutputSink>) {
         let mut b = self.lock();
         *b = Buffers {
             cap,
+            sink,
             ..Buffers::default()
         };
     }
@@ -80,29 +80,37 @@ impl Capture {
         }
     }
 
-    /// Append; `false` when the cap was reached (what fits is kept).
-    pub(crate) fn append(&self, which: Which, bytes: &[u8]) -> bool {
+    /// Append, and hand what is kept to the sink; `false` when the cap was reached
+    /// (what fits is kept).
+    pub(crate) fn append(&self, which: Stream, bytes: &[u8]) -> bool {
         let mut b = self.lock();
         let used = b.stdout.len() + b.stderr.len();
         let room = b.cap.saturating_sub(used);
         let take = room.min(bytes.len());
         let buf = match which {
-            Which::Stdout => &mut b.stdout,
-            Which::Stderr => &mut b.stderr,
+            Stream::Stdout => &mut b.stdout,
+            Stream::Stderr => &mut b.stderr,
         };
         buf.extend_from_slice(&bytes[..take]);
-        if take < bytes.len() {
+        let fits = take == bytes.len();
+        if !fits {
             b.overflowed = true;
-            return false;
         }
-        true
+        // Outside the lock: the sink is the front end's code. One guest thread writes
+        // both streams, so the order holds.
+        let sink = b.sink.clone();
+        drop(b);
+        if let Some(sink) = sink.filter(|_| take > 0) {
+            sink(which, &bytes[..take]);
+        }
+        fits
     }
 }
 
 /// One of the two streams, as handed to WASI.
 pub(crate) struct CaptureStream {
     capture: Capture,
-    which: Which,
+    which: Stream,
 }
 
 impl CaptureStream {
@@ -167,21 +175,21 @@ impl tokio::io::AsyncWrite for CaptureStream {
 /// Hands WASI a fresh handle on one of the capture's streams.
 pub(crate) struct StreamFactory {
     capture: Capture,
-    which: Which,
+    which: Stream,
 }
 
 impl Capture {
     pub fn stdout_factory(&self) -> StreamFactory {
         StreamFactory {
             capture: self.clone(),
-            which: Which::Stdout,
+            which: Stream::Stdout,
         }
     }
 
     pub fn stderr_factory(&self) -> StreamFactory {
         StreamFactory {
             capture: self.clone(),
-            which: Which::Stderr,
+            which: Stream::Stderr,
         }
     }
 }

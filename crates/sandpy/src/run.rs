@@ -129,8 +129,8 @@ impl Runner {
             &self.folders,
             limits,
             limits.memory_bytes,
-            options.stdin.as_deref(),
-            &options.mounts,
+            options,
+            true,
             run.tools,
         );
         let mut guest = match made {
@@ -248,7 +248,7 @@ impl Runner {
         };
         let mut guest = match kept.take() {
             Some(mut guest) => {
-                guest.reuse(run.tools, limits);
+                guest.reuse(run.tools, limits, options.on_output.clone());
                 guest
             }
             None => {
@@ -257,8 +257,8 @@ impl Runner {
                     &self.folders,
                     limits,
                     kept.memory_cap(),
-                    None,
-                    &options.mounts,
+                    options,
+                    false,
                     run.tools,
                 );
                 match made {

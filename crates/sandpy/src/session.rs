@@ -281,8 +281,10 @@ impl Session {
             let mut state = session.state.lock().await;
             for (i, cell) in snapshot.cells.iter().enumerate() {
                 let replay = cell.tool_calls.iter().cloned().collect();
+                // A replay prints what the saved runs printed: none of it is new output.
                 let options = RunOptions {
                     files: cell.files.clone(),
+                    on_output: None,
                     ..options.clone()
                 };
                 let execution = session

@@ -108,7 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
                         break 'call execution;
                     }
                 }
-                let overrun = super::print_and_exit(args.json);
+                let overrun = super::print_and_exit(args.json, false);
                 let sandbox = super::one_shot_sandbox(&resolved, Some(overrun))?;
                 let rt = super::one_shot_runtime()?;
                 let execution =
@@ -163,7 +163,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let native = options.tier == sandpy::Tier::Native;
     if program.is_ok() && !args.in_process && !native && args.file.as_os_str() != "-" {
         // Compile the workers' runtime here once, not in every worker at the same time.
-        super::workers::sandbox(&resolved, super::print_and_exit(false))?;
+        super::workers::sandbox(&resolved, super::print_and_exit(false, false))?;
         let all_ok = super::workers::batch(&super::workers::worker_command(), reader, jobs)?;
         return Ok(if all_ok {
             Outcome::Success

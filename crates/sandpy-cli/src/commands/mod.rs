@@ -112,9 +112,14 @@ pub fn one_shot_sandbox(
 /// What `sandpy run` and a single `sandpy call` do with a run that outlived its time on
 /// code without interruption checks: print its `timeout` as they print any run, and exit
 /// with the timeout's code.
-pub fn print_and_exit(json: bool) -> sandpy::OnOverrun {
+pub fn print_and_exit(json: bool, streamed: bool) -> sandpy::OnOverrun {
     std::sync::Arc::new(move |execution: sandpy::Execution| {
-        if let Err(e) = run::print_execution(&execution, json) {
+        let printed = if streamed {
+            run::print_after_stream(&execution)
+        } else {
+            run::print_execution(&execution, json)
+        };
+        if let Err(e) = printed {
             eprintln!("error: cannot print the run's result: {e}");
         }
         std::process::exit(i32::from(crate::exit::status_code(execution.status)));

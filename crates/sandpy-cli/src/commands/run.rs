@@ -167,7 +167,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     if args.warm && !config.servers.is_empty() {
         tracing::debug!("not using a warm runner: the config names MCP servers");
     }
+    // Without --json, what the program writes reaches this process's stdout and stderr
+    // as it is written (not through a warm runner, which answers at the end).
+    let streamed = !args.json && !args.list_modules;
     let options = RunOptions {
+        on_output: streamed.then(to_own_streams),
         limit_overrides: args.limits.overrides(),
         stdin,
         filename: Some(filename),
@@ -186,7 +190,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             return Ok(Outcome::Run(execution.status));
         }
     }
-    let overrun = (!args.list_modules).then(|| super::print_and_exit(args.json));
+    let overrun = (!args.list_modules).then(|| super::print_and_exit(args.json, streamed));
     let sandbox = super::one_shot_sandbox(&resolved, overrun)?;
     let rt = super::one_shot_runtime()?;
     if args.list_modules {
@@ -210,7 +214,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
         execution
     });
-    print_execution(&execution, args.json)?;
+    if streamed {
+        print_after_stream(&execution)?;
+    } else {
+        print_execution(&execution, args.json)?;
+    }
     args.files.save_outputs(&execution)?;
     super::release_at_exit(sandbox, rt);
     Ok(Outcome::Run(execution.status))
@@ -220,8 +228,38 @@ pub fn print_human(execution: &Execution) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(execution.stdout.as_bytes())?;
     stdout.flush()?;
+    std::io::stderr()
+        .lock()
+        .write_all(execution.stderr.as_bytes())?;
+    print_error_line(execution)
+}
+
+/// What follows a run whose output was streamed: the mark of a cut, and the error of a
+/// run that ended without a traceback.
+pub fn print_after_stream(execution: &Execution) -> anyhow::Result<()> {
+    if execution.output_truncated {
+        write!(std::io::stderr().lock(), "{}", sandpy::TRUNCATION_MARKER)?;
+    }
+    print_error_line(execution)
+}
+
+/// Each write of the program to this process's stdout or stderr, flushed at once.
+fn to_own_streams() -> sandpy::OutputSink {
+    std::sync::Arc::new(|stream, bytes| {
+        // A closed stdout (`| head`) must not end the run: the execution still has it.
+        let _ = match stream {
+            sandpy::Stream::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(bytes).and_then(|()| out.flush())
+            }
+            sandpy::Stream::Stderr => std::io::stderr().lock().write_all(bytes),
+        };
+    })
+}
+
+/// `sandpy: <status>: <message>` for an error without a traceback.
+fn print_error_line(execution: &Execution) -> anyhow::Result<()> {
     let mut stderr = std::io::stderr().lock();
-    stderr.write_all(execution.stderr.as_bytes())?;
     if let Some(error) = &execution.error {
         if error.traceback.as_deref().is_none_or(str::is_empty) {
             writeln!(stderr, "sandpy: {}: {}", execution.status, error.message)?;

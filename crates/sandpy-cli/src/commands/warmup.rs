@@ -11,7 +11,7 @@ pub fn run(_args: Args) -> anyhow::Result<Outcome> {
     // The one-shot commands' code, compiled without interruption checks, is cached apart.
     super::one_shot_sandbox(
         &sandpy::Resolved::default(),
-        Some(super::print_and_exit(false)),
+        Some(super::print_and_exit(false, false)),
     )?;
     let dir = sandpy::Config::default().resolved_cache_dir();
     eprintln!(

@@ -16,6 +16,66 @@ fn prints_like_python_and_exits_zero() {
     );
 }
 
+/// Without `--json`, what the program writes reaches the terminal as it is written: the
+/// first line is there while the program still sleeps.
+#[test]
+fn run_streams_output_as_it_is_written() {
+    use std::io::{BufRead, Read};
+    let mut child = crate::sandpy()
+        .args([
+            "run",
+            "-c",
+            "import sys, time\nprint('first')\nprint('to stderr', file=sys.stderr)\n\
+             time.sleep(3)\nprint('second')",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sandpy");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("a line");
+    assert_eq!(line, "first\n");
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "the first line came only when the program ended"
+    );
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).expect("the rest");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
+    assert!(child.wait().expect("wait").success());
+    assert_eq!(
+        (rest.as_str(), stderr.as_str()),
+        ("second\n", "to stderr\n")
+    );
+}
+
+/// Streamed output keeps the output cap: what passes the cap is never written, and the
+/// cut is marked once at the end.
+#[test]
+fn run_streamed_output_keeps_the_output_cap() {
+    let (code, stdout, stderr) = run(&[
+        "run",
+        "--max-output-bytes",
+        "100",
+        "-c",
+        "print('x' * 5000)",
+    ]);
+    assert_eq!(code, 5, "{stderr}");
+    assert_eq!(stdout, "x".repeat(100));
+    assert!(
+        stderr.starts_with("\n[sandpy: output truncated: limit reached]\n"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn each_status_has_its_exit_code() {
     for (code, args) in [

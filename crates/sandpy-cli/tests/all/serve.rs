@@ -581,3 +581,40 @@ fn sigint_ends_http_serve_during_a_run_and_kills_the_upstream_group() {
         "the run was cut short, not answered: {out}"
     );
 }
+
+/// A `run_python` call that carries a `progressToken` (the official SDK's
+/// `progress_callback`) gets the program's output as `notifications/progress` while it
+/// runs: the first line arrives while the program still sleeps. Without a token nothing is
+/// sent, and the result is the same either way.
+#[test]
+fn run_python_streams_output_as_progress_when_asked() {
+    let code = "import time\nprint('first')\ntime.sleep(1.5)\nprint('second')\n42";
+    let call = |progress: bool| {
+        json!({"method": "call_tool", "name": "run_python", "progress": progress,
+               "arguments": {"code": code}})
+    };
+    let (out, status, stderr) = mcp_client(
+        &["stdio", env!("CARGO_BIN_EXE_sandpy"), "serve"],
+        &json!([call(true), call(false)]),
+    );
+    assert_eq!(status, 0, "{out}\n{stderr}");
+    for result in out.as_array().expect("results") {
+        assert_eq!(
+            result["structuredContent"]["stdout"], "first\nsecond\n",
+            "{out}"
+        );
+        assert_eq!(result["structuredContent"]["return_value"], 42, "{out}");
+    }
+    let progress = out[0]["_progress"].as_array().expect("progress");
+    let streamed: String = progress
+        .iter()
+        .map(|p| p["message"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(streamed, "first\nsecond\n", "{out}");
+    let first = progress[0]["before_result_s"].as_f64().unwrap_or_default();
+    assert!(
+        first > 1.0,
+        "the first line came {first} s before the result: {out}"
+    );
+    assert_eq!(out[1]["_progress"], Value::Null, "{out}");
+}

@@ -1,12 +1,14 @@
 //! The run tools: `run_python` (a program, alone or in a session) and
 //! `call_python_function` (one function of a module, with JSON arguments).
 
+use super::progress::ProgressStream;
 use super::{invalid, parses_as, Caller, Check, RunRequest, ServerState};
 use crate::summary::summarize;
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
-use rmcp::{tool, tool_router, ErrorData};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_router, ErrorData, RoleServer};
 use sandpy::{Execution, RunOptions};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -203,6 +205,7 @@ impl ServerState {
         &self,
         Parameters(args): Parameters<RunPython>,
         Extension(caller): Extension<Caller>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let id = self.next_execution_id();
         let request = RunRequest {
@@ -211,7 +214,8 @@ impl ServerState {
             files: input_files(args.files)?,
             tier: self.requested_tier(args.tier, args.session_id.is_some())?,
         };
-        let options = self.options(id.clone(), request);
+        let mut options = self.options(id.clone(), request);
+        let stream = streamed(&context, &mut options);
         let execution = match &args.session_id {
             None => self.sandbox.run_with(&args.code, &options).await,
             Some(session) => {
@@ -219,6 +223,9 @@ impl ServerState {
                 sessions.run(session, &args.code, &options).await
             }
         };
+        if let Some(stream) = stream {
+            stream.finish().await;
+        }
         Ok(self.execution_result(&id, &caller, &args.code, &options, execution))
     }
 
@@ -230,6 +237,7 @@ impl ServerState {
         &self,
         Parameters(args): Parameters<CallPythonFunction>,
         Extension(caller): Extension<Caller>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let id = self.next_execution_id();
         let request = RunRequest {
@@ -238,14 +246,30 @@ impl ServerState {
             tier: self.requested_tier(args.tier, false)?,
             ..RunRequest::default()
         };
-        let options = self.options(id.clone(), request);
+        let mut options = self.options(id.clone(), request);
+        let stream = streamed(&context, &mut options);
         let arguments = args.arguments.into_value();
         let execution = self
             .sandbox
             .call_function(&args.code, &args.function, &arguments, &options)
             .await;
+        if let Some(stream) = stream {
+            stream.finish().await;
+        }
         Ok(self.execution_result(&id, &caller, &args.code, &options, execution))
     }
+}
+
+/// When the request carries a `progressToken`: the run's output goes to the client as
+/// `notifications/progress` while it runs (the stream to finish when it ends).
+fn streamed(
+    context: &RequestContext<RoleServer>,
+    options: &mut RunOptions,
+) -> Option<ProgressStream> {
+    let token = context.meta.get_progress_token()?;
+    let (stream, sink) = ProgressStream::start(context.peer.clone(), token);
+    options.on_output = Some(sink);
+    Some(stream)
 }
 
 impl ServerState {

@@ -178,6 +178,7 @@ class Sandbox:
         tools: HostTools | None = None,
         allowed_tools: Sequence[str] | None = None,
         policy: PolicyArg | None = None,
+        on_output: Callable[[str, str], object] | None = None,
     ) -> Execution:
         """Run `code` as a program (`__main__`) in a fresh instance.
 
@@ -188,7 +189,10 @@ class Sandbox:
         server `host` (beside the config's servers): arguments and results cross as JSON
         (the arguments object becomes keyword arguments), an exception reaches the code
         as `ToolError` with its type and message, and calls the code makes together
-        (`asyncio.gather`) run concurrently. Never raises for what the code does.
+        (`asyncio.gather`) run concurrently. `on_output(stream, text)` is called with
+        what the program writes (`"stdout"` or `"stderr"`) as it writes it, within the
+        output cap (the `Execution` still has all of it; an exception it raises is
+        reported through `sys.unraisablehook`). Never raises for what the code does.
         """
     def run_async(
         self,
@@ -201,6 +205,7 @@ class Sandbox:
         tools: HostTools | None = None,
         allowed_tools: Sequence[str] | None = None,
         policy: PolicyArg | None = None,
+        on_output: Callable[[str, str], object] | None = None,
     ) -> Awaitable[Execution]:
         """`run` on the running asyncio loop: the run executes on sandpy's threads, and
         cancelling the awaiting task stops it. `async def` host tools run on this loop.
@@ -303,11 +308,12 @@ class Session:
         tools: HostTools | None = None,
         allowed_tools: Sequence[str] | None = None,
         policy: PolicyArg | None = None,
+        on_output: Callable[[str, str], object] | None = None,
     ) -> Execution:
         """Run `code` in the session's namespace (its last expression is `return_value`).
         `files` are added to the session's `/tmp`; the memory limit is the session's;
         `tools` are host tools as for `Sandbox.run` (a restore answers their calls from the
-        journal)."""
+        journal); `on_output` as for `Sandbox.run`."""
     def run_async(
         self,
         code: str,
@@ -317,6 +323,7 @@ class Session:
         tools: HostTools | None = None,
         allowed_tools: Sequence[str] | None = None,
         policy: PolicyArg | None = None,
+        on_output: Callable[[str, str], object] | None = None,
     ) -> Awaitable[Execution]:
         """`run` as a coroutine on the running asyncio loop (runs of one session still go
         one at a time, in call order)."""

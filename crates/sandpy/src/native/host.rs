@@ -11,7 +11,8 @@ use super::python::PythonInstall;
 use super::{guest_files, Layer, NativeConfig, NativeError};
 use crate::bindings::{GuestOptions, Task, ToolCall};
 use crate::execution::Execution;
-use crate::output::{Capture, Which};
+use crate::options::{OutputSink, Stream};
+use crate::output::Capture;
 use crate::tool_access::ToolAccess;
 use crate::verdict::{self, NativeEnd};
 use crate::{Limits, OutputFile};
@@ -213,7 +214,7 @@ impl NativeTier {
         inputs: Inputs,
         started: Instant,
     ) -> Execution {
-        let capture = Capture::new(limits.output_bytes);
+        let capture = Capture::new(limits.output_bytes, inputs.on_output.clone());
         let mut run = Run {
             tools,
             capture: capture.clone(),
@@ -358,10 +359,12 @@ pub(crate) struct Inputs {
     stdin: Vec<u8>,
     files: Vec<(String, Vec<u8>)>,
     mounts: Vec<(PathBuf, String)>,
+    /// Where the run's output goes as it is written, besides the capture.
+    on_output: Option<OutputSink>,
 }
 
 impl Inputs {
-    /// The run's stdin, files and mounts, or why they are refused (as the WebAssembly
+    /// The run's stdin, files, mounts and output sink, or why they are refused (as the WebAssembly
     /// tier refuses them).
     pub fn check(options: &crate::RunOptions, limits: &Limits) -> Result<Inputs, String> {
         let adding: u64 = options
@@ -390,6 +393,7 @@ impl Inputs {
             stdin: options.stdin.clone().unwrap_or_default(),
             files,
             mounts,
+            on_output: options.on_output.clone(),
         })
     }
 }
@@ -510,7 +514,7 @@ impl Run<'_> {
                 _ = &mut stdin_task, if !stdin_done => stdin_done = true,
                 n = stdout.read(&mut out_buf), if stdout_open => match n {
                     Ok(n) if n > 0 => {
-                        if !self.capture.append(Which::Stdout, &out_buf[..n]) {
+                        if !self.capture.append(Stream::Stdout, &out_buf[..n]) {
                             stopped.get_or_insert(NativeEnd::Output);
                             break;
                         }
@@ -519,7 +523,7 @@ impl Run<'_> {
                 },
                 n = stderr.read(&mut err_buf), if stderr_open => match n {
                     Ok(n) if n > 0 => {
-                        if !self.capture.append(Which::Stderr, &err_buf[..n]) {
+                        if !self.capture.append(Stream::Stderr, &err_buf[..n]) {
                             stopped.get_or_insert(NativeEnd::Output);
                             break;
                         }
@@ -593,8 +597,8 @@ impl Run<'_> {
             // in the pipes now. The process's end is not waited for (the report socket is
             // dropped below, which makes the zygote end what is left of the run).
             for (pipe, which, buffer) in [
-                (&mut stdout, Which::Stdout, &mut out_buf),
-                (&mut stderr, Which::Stderr, &mut err_buf),
+                (&mut stdout, Stream::Stdout, &mut out_buf),
+                (&mut stderr, Stream::Stderr, &mut err_buf),
             ] {
                 while let Ok(n @ 1..) = pipe.try_read(buffer) {
                     if !self.capture.append(which, &buffer[..n]) {

@@ -9,10 +9,11 @@ use super::workspace::{RunFolders, Workspace};
 use crate::bindings::{GuestOptions, Sandbox as Instance, Task};
 use crate::execution::{ErrorInfo, Execution, Status};
 use crate::files::InputsError;
+use crate::options::OutputSink;
 use crate::output::{Capture, Captured};
 use crate::tool_access::{RecordedCall, ToolAccess};
 use crate::verdict::{outcome_verdict, ran, CallResult, Refused, Stop};
-use crate::{Limits, Mount, RunOptions};
+use crate::{Limits, RunOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
@@ -71,31 +72,32 @@ impl Kept {
 }
 
 impl Guest {
-    /// A store for one instance, with fresh folders: its WASI context (stdio captured,
-    /// the workspace's folders, no network), memory limiter and tools; epoch ticks yield
-    /// to tokio so timeouts can fire. `invalid_input` for bad mounts, `internal_error`
-    /// when the host cannot make the folders.
+    /// A store for one instance, with fresh folders: its WASI context (stdio captured
+    /// and handed to `options.on_output`, `options.stdin` when `with_stdin`, the
+    /// workspace's folders with `options.mounts`, no network), memory limiter and tools;
+    /// epoch ticks yield to tokio so timeouts can fire. `invalid_input` for bad mounts,
+    /// `internal_error` when the host cannot make the folders.
     pub fn new(
         runtime: &Runtime,
         folders: &Arc<RunFolders>,
         limits: &Limits,
         memory_cap: usize,
-        stdin: Option<&[u8]>,
-        mounts: &[Mount],
+        options: &RunOptions,
+        with_stdin: bool,
         tools: ToolAccess,
     ) -> Result<Guest, Refused> {
-        let mounts = crate::files::check_mounts(mounts)
+        let mounts = crate::files::check_mounts(&options.mounts)
             .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))?;
         let workspace = Workspace::create(folders, limits, mounts)
             .map_err(|e| Refused::new(Status::InternalError, e.to_string()))?;
-        let capture = Capture::new(limits.output_bytes);
+        let capture = Capture::new(limits.output_bytes, options.on_output.clone());
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(capture.stdout_factory())
             .stderr(capture.stderr_factory())
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false);
-        if let Some(stdin) = stdin {
+        if let Some(stdin) = options.stdin.as_deref().filter(|_| with_stdin) {
             wasi.stdin(MemoryInputPipe::new(stdin.to_vec()));
         }
         workspace
@@ -205,8 +207,8 @@ impl Guest {
     }
 
     /// Ready a kept guest for its next call: new tools, output cap and time slice.
-    pub fn reuse(&mut self, tools: ToolAccess, limits: &Limits) {
-        self.capture.reset(limits.output_bytes);
+    pub fn reuse(&mut self, tools: ToolAccess, limits: &Limits, on_output: Option<OutputSink>) {
+        self.capture.reset(limits.output_bytes, on_output);
         let data = self.store.data_mut();
         data.tools = tools;
         data.limiter.refused = false;

@@ -1,6 +1,6 @@
 //! What an `Execution` reports: values, errors, tracebacks, streams.
 
-use crate::{run, run_ok};
+use crate::{run, run_ok, run_with};
 use sandpy::Status;
 use serde_json::json;
 
@@ -28,6 +28,62 @@ fn stdout_and_stderr_are_kept_apart() {
     );
     assert_eq!(e.stdout, "out\nraw\n");
     assert_eq!(e.stderr, "err\n");
+}
+
+/// `RunOptions::on_output` gets every write as it happens, in order across the two
+/// streams, and only what the output cap lets through; the execution still has it all.
+#[test]
+fn output_goes_to_the_sink_as_it_is_written() {
+    use sandpy::{RunOptions, Stream};
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<(Stream, String)>>> = Arc::default();
+    let sink = seen.clone();
+    let options = RunOptions {
+        on_output: Some(Arc::new(move |stream, bytes| {
+            let text = String::from_utf8_lossy(bytes).into_owned();
+            sink.lock().expect("lock").push((stream, text));
+        })),
+        ..RunOptions::default()
+    };
+    let code = "import sys\nprint('a')\nprint('b', file=sys.stderr)\nprint('c')";
+    let e = run_with(code, &options);
+    assert_eq!((e.stdout.as_str(), e.stderr.as_str()), ("a\nc\n", "b\n"));
+    // Each write arrives as written (`print` writes the text and the newline apart);
+    // joined run by run, the streams interleave as the program wrote them.
+    let mut runs: Vec<(Stream, String)> = Vec::new();
+    for (stream, text) in seen.lock().expect("lock").iter() {
+        match runs.last_mut() {
+            Some((last, joined)) if last == stream => joined.push_str(text),
+            _ => runs.push((*stream, text.clone())),
+        }
+    }
+    assert_eq!(
+        runs,
+        [
+            (Stream::Stdout, "a\n".to_string()),
+            (Stream::Stderr, "b\n".to_string()),
+            (Stream::Stdout, "c\n".to_string()),
+        ]
+    );
+
+    // The cap holds for the sink too: it gets what is kept, no more.
+    seen.lock().expect("lock").clear();
+    let capped = RunOptions {
+        limits: sandpy::Limits {
+            output_bytes: 100,
+            ..sandpy::Limits::default()
+        },
+        ..options
+    };
+    let e = run_with("print('x' * 5000)", &capped);
+    assert_eq!(e.status, Status::OutputLimit, "{e:#?}");
+    let streamed: usize = seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|(_, t)| t.len())
+        .sum();
+    assert_eq!(streamed, 100);
 }
 
 #[test]

@@ -1,0 +1,147 @@
+//! A run's output as `notifications/progress` while it goes on, for a `tools/call` that
+//! carries a `progressToken`. The run's output sink fills a bounded buffer; a task sends
+//! what it holds every [`INTERVAL`], or as soon as [`SEND_AT`] bytes wait. A buffer that is
+//! full leaves the rest out of the stream and says how much in the next message (the
+//! result still carries the output, cut as always), so a client that reads slowly costs
+//! the server at most [`MAX_BUFFERED`] bytes per run.
+
+use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::service::Peer;
+use rmcp::RoleServer;
+use sandpy::OutputSink;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// How often waiting output is sent.
+const INTERVAL: Duration = Duration::from_millis(100);
+/// Output that is sent at once, without waiting for the interval.
+const SEND_AT: usize = 4096;
+/// Output held for the stream at most; what comes past it is left out of the stream.
+const MAX_BUFFERED: usize = 64 << 10;
+
+/// Output waiting to be sent.
+#[derive(Default)]
+struct Pending {
+    bytes: Vec<u8>,
+    /// Bytes left out since the last message, because the buffer was full.
+    left_out: usize,
+}
+
+/// The sending side of one run's stream; [`ProgressStream::finish`] sends the rest.
+pub(super) struct ProgressStream {
+    done: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ProgressStream {
+    /// Start sending to `peer` under `token`; the sink goes in the run's options.
+    pub fn start(peer: Peer<RoleServer>, token: ProgressToken) -> (ProgressStream, OutputSink) {
+        let pending = Arc::new(Mutex::new(Pending::default()));
+        let full = Arc::new(Notify::new());
+        let sink: OutputSink = {
+            let (pending, full) = (pending.clone(), full.clone());
+            Arc::new(move |_stream, bytes: &[u8]| {
+                let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+                let room = MAX_BUFFERED.saturating_sub(p.bytes.len());
+                let take = room.min(bytes.len());
+                p.bytes.extend_from_slice(&bytes[..take]);
+                p.left_out += bytes.len() - take;
+                if p.bytes.len() >= SEND_AT {
+                    full.notify_one();
+                }
+            })
+        };
+        let done = CancellationToken::new();
+        let task = tokio::spawn(send(peer, token, pending, full, done.clone()));
+        (ProgressStream { done, task }, sink)
+    }
+
+    /// Send what is left, then stop (the run has ended).
+    pub async fn finish(self) {
+        self.done.cancel();
+        let _ = self.task.await;
+    }
+}
+
+async fn send(
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    pending: Arc<Mutex<Pending>>,
+    full: Arc<Notify>,
+    done: CancellationToken,
+) {
+    let mut sent = 0u64;
+    loop {
+        let last = tokio::select! {
+            () = tokio::time::sleep(INTERVAL) => false,
+            () = full.notified() => false,
+            () = done.cancelled() => true,
+        };
+        let text = {
+            let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+            take_text(&mut p, last)
+        };
+        if let Some(text) = text {
+            sent += 1;
+            let message =
+                ProgressNotificationParam::new(token.clone(), sent as f64).with_message(text);
+            if peer.notify_progress(message).await.is_err() {
+                return; // the client is gone
+            }
+        }
+        if last {
+            return;
+        }
+    }
+}
+
+/// The waiting text, up to its last whole UTF-8 character (all of it when `last`), and a
+/// note of what was left out; `None` when there is nothing to send.
+fn take_text(pending: &mut Pending, last: bool) -> Option<String> {
+    let whole = match std::str::from_utf8(&pending.bytes) {
+        Ok(_) => pending.bytes.len(),
+        // An incomplete character at the end waits for its other bytes.
+        Err(e) if e.error_len().is_none() && !last => e.valid_up_to(),
+        Err(_) => pending.bytes.len(),
+    };
+    if whole == 0 && pending.left_out == 0 {
+        return None;
+    }
+    let rest = pending.bytes.split_off(whole);
+    let bytes = std::mem::replace(&mut pending.bytes, rest);
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    if pending.left_out > 0 {
+        text.push_str(&format!(
+            "[... {} bytes not streamed; the result has them]",
+            std::mem::take(&mut pending.left_out)
+        ));
+    }
+    Some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{take_text, Pending};
+
+    #[test]
+    fn text_is_sent_in_whole_characters_and_cuts_are_said() {
+        let mut p = Pending {
+            bytes: "é".as_bytes()[..1].to_vec(),
+            left_out: 0,
+        };
+        assert_eq!(take_text(&mut p, false), None);
+        p.bytes.extend_from_slice(&"é".as_bytes()[1..]);
+        p.bytes.extend_from_slice(b"x");
+        assert_eq!(take_text(&mut p, false).as_deref(), Some("éx"));
+        p.left_out = 10;
+        assert_eq!(
+            take_text(&mut p, false).as_deref(),
+            Some("[... 10 bytes not streamed; the result has them]")
+        );
+        p.bytes = vec![0xC3];
+        assert_eq!(take_text(&mut p, true).as_deref(), Some("\u{FFFD}"));
+        assert_eq!(take_text(&mut p, true), None);
+    }
+}
