@@ -282,9 +282,15 @@ impl Workspace {
                 .map(drop)
                 .map_err(|e| format!("cannot open `{}` for the guest: {e:#}", host.display()))
         };
+        // The run's own folders are local and small: their file operations run on the
+        // run's thread instead of a hop to tokio's blocking pool and back (every run
+        // stats a path under `/` as it starts). Mounts are the operator's folders, which
+        // may be slow: they keep the blocking pool.
+        wasi.allow_blocking_current_thread(true);
         open(wasi, self.root.path(), "/", FsPerms::ReadOnly)?;
         open(wasi, &self.scratch_path(), SCRATCH_DIR, FsPerms::ReadWrite)?;
         open(wasi, &self.output_path(), OUTPUT_DIR, FsPerms::ReadWrite)?;
+        wasi.allow_blocking_current_thread(false);
         for (host, area) in &self.mounts {
             open(wasi, host, &area.guest, FsPerms::ReadOnly)?;
         }
