@@ -15,9 +15,10 @@ use crate::mcp_sessions::{self, CappedSessions, CheckedBearer};
 use crate::server::{SandpyServer, TokenTenantName};
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{header, Method, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use axum::Router;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::ServerHandler;
@@ -184,7 +185,26 @@ where
             require_bearer,
         ));
     }
-    (app, cancel)
+    // Probes for an orchestrator, outside the bearer check: they tell nothing but whether
+    // the process answers and whether it takes new work.
+    let probes = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .with_state(cancel.clone());
+    (app.merge(probes), cancel)
+}
+
+/// `/readyz`: 200 while the server takes new sessions (the runtime is loaded before it
+/// listens); 503 with `Retry-After` once it has begun to shut down.
+async fn ready(State(shutdown): State<CancellationToken>) -> Response {
+    if shutdown.is_cancelled() {
+        let mut response = (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
+    }
+    "ready\n".into_response()
 }
 
 /// A bound listener, so callers learn the port (`127.0.0.1:0`) before serving.
@@ -269,6 +289,19 @@ impl HttpListener {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn not_ready_once_shutdown_began() {
+        let shutdown = CancellationToken::new();
+        assert_eq!(
+            ready(State(shutdown.clone())).await.status(),
+            StatusCode::OK
+        );
+        shutdown.cancel();
+        let response = ready(State(shutdown)).await;
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+    }
 
     #[test]
     fn the_bearer_scheme_is_case_insensitive() {

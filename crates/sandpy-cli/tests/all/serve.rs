@@ -618,3 +618,38 @@ fn run_python_streams_output_as_progress_when_asked() {
     );
     assert_eq!(out[1]["_progress"], Value::Null, "{out}");
 }
+
+/// `GET` `path` on the server of `url`: the status line and the body.
+fn raw_get(url: &str, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let status = response.lines().next().unwrap_or_default().to_string();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// An orchestrator's probes answer without the bearer token that `/mcp` requires:
+/// `/healthz` (the process answers) and `/readyz` (it takes new work).
+#[test]
+fn http_health_and_readiness_probes_answer_without_a_token() {
+    let (_server, url) = http_server(&["--token", "s3cret"]);
+    let (status, body) = raw_get(&url, "/healthz");
+    assert!(status.contains(" 200 "), "{status}");
+    assert!(body.contains("ok"), "{body}");
+    let (status, body) = raw_get(&url, "/readyz");
+    assert!(status.contains(" 200 "), "{status}");
+    assert!(body.contains("ready"), "{body}");
+    // The MCP endpoint itself still wants the token.
+    assert!(raw_post(&url, None).contains(" 401 "));
+}
