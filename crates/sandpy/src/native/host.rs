@@ -595,12 +595,16 @@ impl Run<'_> {
         if let Some(mut outcome) = outcome {
             // The program flushed its output before it sent the outcome: what is left is
             // in the pipes now. The process's end is not waited for (the report socket is
-            // dropped below, which makes the zygote end what is left of the run).
+            // dropped below, which makes the zygote end what is left of the run). Read
+            // with read(2) itself: tokio's `try_read` answers "would block" without
+            // asking the kernel while its reactor has not yet seen the pipe readable,
+            // which lost the last output of a run on a loaded machine. The pipes are
+            // non-blocking, so an empty one ends the loop.
             for (pipe, which, buffer) in [
-                (&mut stdout, Stream::Stdout, &mut out_buf),
-                (&mut stderr, Stream::Stderr, &mut err_buf),
+                (&stdout, Stream::Stdout, &mut out_buf),
+                (&stderr, Stream::Stderr, &mut err_buf),
             ] {
-                while let Ok(n @ 1..) = pipe.try_read(buffer) {
+                while let Ok(n @ 1..) = nix::unistd::read(pipe, buffer) {
                     if !self.capture.append(which, &buffer[..n]) {
                         break;
                     }
