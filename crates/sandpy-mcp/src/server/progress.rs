@@ -12,7 +12,7 @@ use sandpy::OutputSink;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 /// How often waiting output is sent.
 const INTERVAL: Duration = Duration::from_millis(100);
@@ -29,9 +29,11 @@ struct Pending {
     left_out: usize,
 }
 
-/// The sending side of one run's stream; [`ProgressStream::finish`] sends the rest.
+/// The sending side of one run's stream; [`ProgressStream::finish`] sends the rest. Dropped
+/// unfinished (the client cancelled the call, whose future is then dropped), it stops its
+/// task: the task would otherwise wake every [`INTERVAL`] for as long as the server runs.
 pub(super) struct ProgressStream {
-    done: CancellationToken,
+    done: DropGuard,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -55,13 +57,15 @@ impl ProgressStream {
         };
         let done = CancellationToken::new();
         let task = tokio::spawn(send(peer, token, pending, full, done.clone()));
+        let done = done.drop_guard();
         (ProgressStream { done, task }, sink)
     }
 
     /// Send what is left, then stop (the run has ended).
     pub async fn finish(self) {
-        self.done.cancel();
-        let _ = self.task.await;
+        let ProgressStream { done, task } = self;
+        drop(done);
+        let _ = task.await;
     }
 }
 
