@@ -29,6 +29,7 @@ pub fn status_code(status: Status) -> u8 {
         Status::Busy => 11,
         Status::SessionPoisoned => 12,
         Status::DiskLimit => 13,
+        Status::Cancelled => 14,
         _ => 10,
     }
 }

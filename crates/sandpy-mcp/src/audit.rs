@@ -1,4 +1,5 @@
-//! The audit log: JSON Lines, one record per execution and one per tool call.
+//! The audit log: JSON Lines, one record per execution, one per tool call and one per
+//! approval decision.
 //!
 //! Each record is one `write` of a whole line to a file opened for appending, so a crash
 //! loses at most the record being written, never an earlier one. Argument values are
@@ -26,7 +27,8 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Hex SHA-256 of the code, so records identify a program without storing it.
+/// Hex SHA-256 of the code (or a call's arguments), so records identify it without
+/// storing it.
 fn code_hash(code: &str) -> String {
     Sha256::digest(code.as_bytes())
         .iter()
@@ -99,6 +101,33 @@ impl AuditLog {
             "outcome": "refused",
             "reason": reason,
         }));
+    }
+
+    /// The decision on a call that needed approval: the tool, a hash of its arguments
+    /// (their values too when configured), the decision and who made it.
+    pub fn approval(
+        &self,
+        execution_id: &str,
+        tool: &str,
+        arguments: &Value,
+        decision: &sandpy::Decision,
+    ) {
+        let text = arguments.to_string();
+        let mut record = json!({
+            "kind": "approval",
+            "execution_id": execution_id,
+            "tool": tool,
+            "arguments_sha256": code_hash(&text),
+            "decision": if decision.approved { "approved" } else { "declined" },
+            "by": decision.by,
+        });
+        if let Some(reason) = &decision.reason {
+            record["reason"] = json!(reason);
+        }
+        if self.record_arguments {
+            record["arguments"] = arguments.clone();
+        }
+        self.append(record);
     }
 
     /// One tool call the sandbox stopped waiting for (its `tool_timeout_ms`, or the run's

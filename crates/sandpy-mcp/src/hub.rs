@@ -582,6 +582,23 @@ impl Hub {
         hub
     }
 
+    /// Those of `patterns` (tool names or globs, as in `sandpy.approve`) that match none
+    /// of the tools the servers listed: likely mistakes, for the front end to report once
+    /// the servers have started.
+    pub fn matching_none<'a>(&self, patterns: &'a [String]) -> Vec<&'a str> {
+        let catalog = self.0.catalog.read().unwrap_or_else(|e| e.into_inner());
+        patterns
+            .iter()
+            .filter(|pattern| {
+                let Ok(one) = Allowlist::new(Some(std::slice::from_ref(*pattern))) else {
+                    return false;
+                };
+                !catalog.tools.keys().any(|name| one.allows(name))
+            })
+            .map(String::as_str)
+            .collect()
+    }
+
     /// Wait at most `limit` for every server's first start to end (ready or failed);
     /// returns whether they all have.
     pub async fn wait_started(&self, limit: Duration) -> bool {
@@ -966,6 +983,11 @@ impl ToolHost for AuditedTools {
 
     fn refused(&self, name: &str, reason: &str) {
         self.audit.refused_call(&self.execution_id, name, reason);
+    }
+
+    fn decided(&self, name: &str, arguments: &Value, decision: &sandpy::Decision) {
+        self.audit
+            .approval(&self.execution_id, name, arguments, decision);
     }
 
     fn call_tool(&self, name: &str, arguments: Value) -> ToolFuture {

@@ -18,6 +18,7 @@
 //! names it in `sandpy.tenants`, else the client's MCP session (each MCP session gets its
 //! own handler, [`SandpyServer::connection`], whose sessions close when it ends).
 
+mod approval;
 mod discovery;
 mod progress;
 mod run;

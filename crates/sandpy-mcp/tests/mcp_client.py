@@ -6,9 +6,14 @@
 stdin: a JSON list of requests, `{"method": "list_tools"}` or
 `{"method": "call_tool", "name": ..., "arguments": {...}}` (with `"progress": true`, the
 call asks for progress notifications: the result gets `_progress`, each notification's
-message and how many seconds before the result it came). stdout: one JSON list with a
-result (or `{"error": "..."}`) per request, in order. A connection failure prints
-`{"connect_error": "..."}` and exits 3.
+message and how many seconds before the result it came; with `"cancel_after_s": S`, the
+call is cancelled after S seconds (the SDK sends `notifications/cancelled`) and its result
+is `{"cancelled": true}`). stdout: one JSON list with a result (or `{"error": "..."}`)
+per request, in order. A connection failure prints `{"connect_error": "..."}` and exits 3.
+
+With `MCP_CLIENT_ELICIT=accept,decline,...` set, the client supports elicitation and
+answers the server's requests with these actions in turn (the last one repeats; `never`
+does not answer); each result gets `_elicitations`, the messages it was asked.
 """
 
 import asyncio
@@ -17,10 +22,29 @@ import sys
 import time
 from typing import Any
 
+import os
+
 import httpx2
-from mcp import ClientSession
+from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+
+
+ELICIT = [a for a in os.environ.get("MCP_CLIENT_ELICIT", "").split(",") if a]
+elicited: list[str] = []
+
+
+async def on_elicit(context: Any, params: Any) -> types.ElicitResult:
+    """Answer an elicitation with the next of MCP_CLIENT_ELICIT's actions."""
+    elicited.append(params.message)
+    action = ELICIT.pop(0) if len(ELICIT) > 1 else ELICIT[0]
+    if action == "never":
+        await asyncio.sleep(3600)
+    return types.ElicitResult(action=action, content={} if action == "accept" else None)
+
+
+def session_options() -> dict[str, Any]:
+    return {"elicitation_callback": on_elicit} if ELICIT else {}
 
 
 async def serve_requests(session: ClientSession, requests: list[dict[str, Any]]) -> list[Any]:
@@ -29,6 +53,7 @@ async def serve_requests(session: ClientSession, requests: list[dict[str, Any]])
     for request in requests:
         try:
             progress: list[tuple[str | None, float]] = []
+            elicited.clear()
 
             async def on_progress(value: float, total: float | None, message: str | None) -> None:
                 progress.append((message, time.monotonic()))
@@ -36,14 +61,27 @@ async def serve_requests(session: ClientSession, requests: list[dict[str, Any]])
             if request["method"] == "list_tools":
                 result = await session.list_tools()
             else:
-                result = await session.call_tool(
+                call = session.call_tool(
                     request["name"], request.get("arguments", {}),
                     progress_callback=on_progress if request.get("progress") else None)
+                if "cancel_after_s" in request:
+                    task = asyncio.ensure_future(call)
+                    await asyncio.sleep(request["cancel_after_s"])
+                    task.cancel()
+                    try:
+                        await task
+                    except asyncio.CancelledError:
+                        pass
+                    out.append({"cancelled": True})
+                    continue
+                result = await call
             ended = time.monotonic()
             dumped = result.model_dump(by_alias=True, exclude_none=True, mode="json")
             if request.get("progress"):
                 dumped["_progress"] = [
                     {"message": message, "before_result_s": ended - at} for message, at in progress]
+            if ELICIT:
+                dumped["_elicitations"] = list(elicited)
             out.append(dumped)
         except Exception as exc:  # noqa: BLE001 - reported to the test
             out.append({"error": f"{type(exc).__name__}: {exc}"})
@@ -57,13 +95,13 @@ async def main() -> int:
         if kind == "stdio":
             params = StdioServerParameters(command=target, args=rest)
             async with stdio_client(params) as (read, write):
-                async with ClientSession(read, write) as session:
+                async with ClientSession(read, write, **session_options()) as session:
                     out = await serve_requests(session, requests)
         else:
             headers = {"Authorization": f"Bearer {rest[0]}"} if rest else {}
             async with httpx2.AsyncClient(headers=headers, timeout=120) as http:
                 async with streamable_http_client(target, http_client=http) as streams:
-                    async with ClientSession(streams[0], streams[1]) as session:
+                    async with ClientSession(streams[0], streams[1], **session_options()) as session:
                         out = await serve_requests(session, requests)
     except BaseException as exc:  # noqa: BLE001 - connection failures are the result
         print(json.dumps({"connect_error": f"{type(exc).__name__}: {exc!r}"}))

@@ -17,6 +17,7 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use std::sync::OnceLock;
 
+mod approve;
 mod convert;
 mod execution;
 mod sandbox;

@@ -212,7 +212,7 @@ impl PySandbox {
     /// Run `code` as a program (`__main__`) in a fresh instance and return its
     /// `Execution`. Limits, stdin, input files (`/tmp/<path>`), the tool allowlist and
     /// the policy can be set for this run. Never raises for what the code does.
-    #[pyo3(signature = (code, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None))]
+    #[pyo3(signature = (code, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None))]
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
@@ -226,6 +226,8 @@ impl PySandbox {
         allowed_tools: Option<Vec<String>>,
         policy: Option<&Bound<'_, PyAny>>,
         on_output: Option<&Bound<'_, PyAny>>,
+        approve: Option<&Bound<'_, PyAny>>,
+        require_approval: Option<Vec<String>>,
     ) -> PyResult<PyExecution> {
         let args = RunArgs::parse(
             &self.shared.resolved.settings,
@@ -238,6 +240,7 @@ impl PySandbox {
         )?;
         let mut options = self.shared.options(args, tools, None)?;
         options.on_output = crate::convert::output_sink(on_output)?;
+        crate::approve::apply(&mut options, approve, require_approval, None)?;
         let shared = self.shared.clone();
         let execution = block_on(
             py,
@@ -248,7 +251,7 @@ impl PySandbox {
 
     /// `run` as a coroutine on the running asyncio loop: the run executes on sandpy's own
     /// threads, and cancelling the awaiting task stops it.
-    #[pyo3(signature = (code, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None))]
+    #[pyo3(signature = (code, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None))]
     #[allow(clippy::too_many_arguments)]
     fn run_async<'py>(
         &self,
@@ -262,6 +265,8 @@ impl PySandbox {
         allowed_tools: Option<Vec<String>>,
         policy: Option<&Bound<'py, PyAny>>,
         on_output: Option<&Bound<'py, PyAny>>,
+        approve: Option<&Bound<'py, PyAny>>,
+        require_approval: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let args = RunArgs::parse(
             &self.shared.resolved.settings,
@@ -274,6 +279,7 @@ impl PySandbox {
         )?;
         let mut options = self.shared.coroutine_options(py, args, tools)?;
         options.on_output = crate::convert::output_sink(on_output)?;
+        crate::approve::apply(&mut options, approve, require_approval, Some(py))?;
         let shared = self.shared.clone();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let execution = shared.sandbox.run_with(&code, &options).await;

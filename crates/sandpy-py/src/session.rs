@@ -45,7 +45,7 @@ impl PySession {
     /// `files` are added to the session's `/tmp`; the memory limit is the session's;
     /// `tools` are host tools as for `Sandbox.run` (a restore answers their calls from the
     /// journal).
-    #[pyo3(signature = (code, *, timeout_ms=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None))]
+    #[pyo3(signature = (code, *, timeout_ms=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None))]
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
@@ -57,6 +57,8 @@ impl PySession {
         allowed_tools: Option<Vec<String>>,
         policy: Option<&Bound<'_, PyAny>>,
         on_output: Option<&Bound<'_, PyAny>>,
+        approve: Option<&Bound<'_, PyAny>>,
+        require_approval: Option<Vec<String>>,
     ) -> PyResult<PyExecution> {
         let session = self.open()?;
         let args = RunArgs::parse(
@@ -70,13 +72,14 @@ impl PySession {
         )?;
         let mut options = self.shared.options(args, tools, None)?;
         options.on_output = crate::convert::output_sink(on_output)?;
+        crate::approve::apply(&mut options, approve, require_approval, None)?;
         let execution = block_on(py, async move { session.run(&code, &options).await })?;
         Ok(execution.into())
     }
 
     /// `run` as a coroutine on the running asyncio loop (runs of one session still go one
     /// at a time, in call order).
-    #[pyo3(signature = (code, *, timeout_ms=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None))]
+    #[pyo3(signature = (code, *, timeout_ms=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None))]
     #[allow(clippy::too_many_arguments)]
     fn run_async<'py>(
         &self,
@@ -88,6 +91,8 @@ impl PySession {
         allowed_tools: Option<Vec<String>>,
         policy: Option<&Bound<'py, PyAny>>,
         on_output: Option<&Bound<'py, PyAny>>,
+        approve: Option<&Bound<'py, PyAny>>,
+        require_approval: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let session = self.open()?;
         let args = RunArgs::parse(
@@ -101,6 +106,7 @@ impl PySession {
         )?;
         let mut options = self.shared.coroutine_options(py, args, tools)?;
         options.on_output = crate::convert::output_sink(on_output)?;
+        crate::approve::apply(&mut options, approve, require_approval, Some(py))?;
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             Ok(PyExecution::from(session.run(&code, &options).await))
         })

@@ -291,4 +291,10 @@ impl ToolHost for HostTools {
             upstream.refused(name, reason);
         }
     }
+
+    fn decided(&self, name: &str, arguments: &Value, decision: &sandpy::Decision) {
+        if let Some(upstream) = &self.upstream {
+            upstream.decided(name, arguments, decision);
+        }
+    }
 }

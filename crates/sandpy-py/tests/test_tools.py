@@ -126,3 +126,77 @@ def test_a_schema_checks_arguments_before_the_call(sb):
 def test_bad_schemas(sb, schema, exc, words):
     with pytest.raises(exc, match=words):
         sb.run("1", tools={"f": (lookup, schema)})
+
+
+def write(path):
+    """Write a file (for the approval tests: records what reached it)."""
+    WRITTEN.append(path)
+    return {"written": path}
+
+
+WRITTEN: list[str] = []
+
+WRITE_TWO = """
+out = []
+for path in ['ok.txt', 'secret.txt']:
+    try:
+        out.append(tools.host.write(path=path))
+    except ToolError as e:
+        out.append(str(e))
+out.append(tools.host.lookup(key='k'))
+out
+"""
+
+
+def test_approve_decides_on_calls_that_need_it(sb):
+    WRITTEN.clear()
+    asked = []
+
+    def approve(tool, arguments):
+        asked.append((tool, arguments))
+        return arguments["path"] == "ok.txt"
+
+    tools = {"write": write, "lookup": lookup}
+    r = sb.run(WRITE_TWO, tools=tools, approve=approve, require_approval=["mcp__host__write"])
+    assert r.ok, r.error
+    assert r.return_value == [
+        {"written": "ok.txt"}, "the user declined mcp__host__write", {"value": "K"}]
+    assert WRITTEN == ["ok.txt"]  # the declined call never reached the function
+    assert asked == [("mcp__host__write", {"path": "ok.txt"}), ("mcp__host__write", {"path": "secret.txt"})]
+    # Nobody to ask: refused, never allowed.
+    r = sb.run(WRITE_TWO, tools=tools, require_approval=["mcp__host__write"])
+    assert "needs approval" in r.return_value[0] and WRITTEN == ["ok.txt"]
+    # A hook that raises refuses the call, naming the exception.
+    def broken(tool, arguments):
+        raise RuntimeError("hook broke")
+
+    r = sb.run(WRITE_TWO, tools=tools, approve=broken, require_approval=["mcp__host__w*"])
+    assert "RuntimeError: hook broke" in r.return_value[0], r.return_value
+    with pytest.raises(TypeError, match="approve must be a callable"):
+        sb.run("1", approve=3)
+    with pytest.raises(ValueError, match="require_approval"):
+        sb.run("1", require_approval=["["])
+
+
+def test_async_approve_runs_on_the_callers_loop_and_in_a_sync_run(sb):
+    WRITTEN.clear()
+    loops = []
+
+    async def approve(tool, arguments):
+        loops.append(asyncio.get_running_loop())
+        await asyncio.sleep(0.01)
+        return arguments["path"] != "secret.txt"
+
+    tools = {"write": write, "lookup": lookup}
+    r = sb.run(WRITE_TWO, tools=tools, approve=approve, require_approval=["mcp__host__write"])
+    assert r.return_value[1] == "the user declined mcp__host__write", r.return_value
+
+    async def main():
+        r = await sb.run_async(WRITE_TWO, tools=tools, approve=approve,
+                               require_approval=["mcp__host__write"])
+        return r, asyncio.get_running_loop()
+
+    r, loop = asyncio.run(main())
+    assert r.return_value[0] == {"written": "ok.txt"}, r.return_value
+    assert loops[-2:] == [loop, loop]
+    assert WRITTEN == ["ok.txt", "ok.txt"]

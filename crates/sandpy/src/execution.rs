@@ -36,6 +36,10 @@ pub enum Status {
     /// Every run slot was taken and the queue was full (or no slot freed up in time):
     /// nothing ran; retry later.
     Busy,
+    /// Whoever asked for the run cancelled it ([`RunOptions::cancel`](crate::RunOptions::cancel),
+    /// an MCP client's `notifications/cancelled`): it was stopped at once, with the output
+    /// and files it made so far.
+    Cancelled,
     /// The sandbox itself failed; the program's behaviour is not to blame.
     InternalError,
 }
@@ -56,6 +60,7 @@ impl Status {
             Status::InvalidInput => "invalid_input",
             Status::SessionPoisoned => "session_poisoned",
             Status::Busy => "busy",
+            Status::Cancelled => "cancelled",
             Status::InternalError => "internal_error",
         }
     }
@@ -78,6 +83,7 @@ impl Status {
             Status::InvalidInput => "InvalidInput",
             Status::SessionPoisoned => "SessionPoisoned",
             Status::Busy => "Busy",
+            Status::Cancelled => "Cancelled",
             Status::InternalError => "InternalError",
         }
     }

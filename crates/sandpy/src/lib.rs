@@ -43,6 +43,7 @@
 #![deny(missing_docs)]
 
 mod admission;
+mod approval;
 mod bindings;
 mod config;
 mod error;
@@ -68,13 +69,14 @@ mod verdict;
 pub mod warm;
 mod wasm;
 
+pub use approval::{ApprovalFuture, ApprovalRequest, Approver, Decision};
 pub use config::{Config, Interruption, OnOverrun, Progress};
 pub use error::{Cause, Error};
 pub use execution::{ErrorInfo, Execution, Status};
 pub use files::{InputFile, Mount, MountError, OutputFile, OUTPUT_DIR, SCRATCH_DIR};
 pub use limits::{LimitError, LimitOverrides, Limits};
 pub use model_output::{Bounded, ModelOutput};
-pub use options::{OutputSink, RunOptions, Stream, Tier};
+pub use options::{OutputSink, RunOptions, Stream, Tier, ToolCallSink};
 pub use output::TRUNCATION_MARKER;
 pub use policy::{Policy, Violation};
 pub use sandbox::{GuestFailure, ModuleReport, Sandbox};
@@ -86,6 +88,8 @@ pub use sessions::{
 pub use settings::{
     is_plain_name, ConfigError, ConfigFile, Resolved, Settings, TokenTenant, UnknownPolicy,
 };
+/// Stops a run when cancelled ([`RunOptions::cancel`]).
+pub use tokio_util::sync::CancellationToken;
 pub use tool_access::RecordedCall;
 pub use tools::{
     validate_tool_pattern, Allowlist, PrepareFuture, ToolError, ToolFuture, ToolHost, ToolInfo,

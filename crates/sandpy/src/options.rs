@@ -1,12 +1,14 @@
 //! [`RunOptions`]: everything about one run besides the code.
 
 use crate::tools::ToolHost;
-use crate::{InputFile, LimitOverrides, Limits, Mount, Policy};
+use crate::{Approver, InputFile, LimitOverrides, Limits, Mount, Policy};
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 /// Everything about one run besides the code. Defaults: [`Limits::default`], no limit
 /// overrides, empty stdin, no tools, every tool of the tool host allowed, no policy,
-/// tracebacks naming `<sandbox>`, no input files, no mounts, no output sink.
+/// tracebacks naming `<sandbox>`, no input files, no mounts, no output sink, no tool
+/// needing approval, no approver, no cancellation.
 ///
 /// The run's limits are `limits`, then the policy's own limits over them, then
 /// `limit_overrides` over those ([`RunOptions::effective_limits`]).
@@ -39,7 +41,21 @@ pub struct RunOptions {
     /// It gets only what the output cap lets through; the [`Execution`](crate::Execution)
     /// still carries all of it at the end.
     pub on_output: Option<OutputSink>,
+    /// Called with the tool's name as each tool call leaves the sandbox (after the
+    /// allowlist and approval), e.g. to show a person what the program is doing.
+    pub on_tool_call: Option<ToolCallSink>,
+    /// Tools (exact names or globs) whose calls wait for `approver`'s yes; a policy's
+    /// `approve` adds to them. Refused when there is no approver.
+    pub approve: Vec<String>,
+    /// Who decides on calls that need approval (see [`crate::Approver`]).
+    pub approver: Option<Arc<dyn Approver>>,
+    /// Cancelling it stops the run at once: status `cancelled`, with the output and
+    /// files it made so far; tool calls still out are abandoned.
+    pub cancel: Option<CancellationToken>,
 }
+
+/// Where a run's tool calls are announced (see [`RunOptions::on_tool_call`]).
+pub type ToolCallSink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Where a run's output goes as it is written (see [`RunOptions::on_output`]).
 pub type OutputSink = Arc<dyn Fn(Stream, &[u8]) + Send + Sync>;
@@ -82,6 +98,10 @@ impl std::fmt::Debug for RunOptions {
             .field("mounts", &self.mounts)
             .field("tier", &self.tier)
             .field("on_output", &self.on_output.is_some())
+            .field("on_tool_call", &self.on_tool_call.is_some())
+            .field("approve", &self.approve)
+            .field("approver", &self.approver.is_some())
+            .field("cancel", &self.cancel.is_some())
             .finish()
     }
 }

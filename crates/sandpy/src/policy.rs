@@ -37,6 +37,10 @@ pub struct Policy {
     /// allowlist as configured.
     #[serde(default)]
     pub allowed_tools: Option<Vec<String>>,
+    /// Tools (names or globs) whose calls need a person's approval under this policy,
+    /// besides those the config and the run name.
+    #[serde(default)]
+    pub approve: Vec<String>,
 }
 
 /// One place where code breaks its policy.
@@ -125,6 +129,7 @@ impl Policy {
                 ..LimitOverrides::default()
             },
             allowed_tools: Some(Vec::new()),
+            approve: Vec::new(),
         }
     }
 
@@ -138,6 +143,7 @@ impl Policy {
             denied_attributes: Vec::new(),
             limits: LimitOverrides::default(),
             allowed_tools: None,
+            approve: Vec::new(),
         }
     }
 

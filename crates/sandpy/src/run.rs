@@ -6,6 +6,7 @@
 //! without the instance pool), kept while runs return normally.
 
 use crate::admission::Admission;
+use crate::approval::Approval;
 use crate::bindings::{GuestOptions, GuestPolicy, Task};
 use crate::execution::{Execution, Status};
 use crate::tool_access::{RecordedCall, ToolAccess};
@@ -101,11 +102,15 @@ impl Runner {
             return Err(refused);
         }
         let tools = tool_access(options, &limits)?;
-        let slot = self
-            .admission
-            .enter(limits.timeout)
-            .await
-            .map_err(|refusal| Refused::new(Status::Busy, refusal.message()))?;
+        let entered = self.admission.enter(limits.timeout);
+        let entered = match &options.cancel {
+            None => entered.await,
+            Some(cancel) => cancel.run_until_cancelled(entered).await.ok_or_else(|| {
+                let message = "the run was cancelled while it waited for a run slot";
+                Refused::new(Status::Cancelled, message.into())
+            })?,
+        };
+        let slot = entered.map_err(|refusal| Refused::new(Status::Busy, refusal.message()))?;
         Ok(Admitted {
             limits,
             tools,
@@ -347,9 +352,15 @@ fn tool_access(options: &RunOptions, limits: &Limits) -> Result<ToolAccess, Refu
     let allowlist = Allowlist::new(options.allowed_tools.as_deref())
         .and_then(|l| l.narrow(policy_tools))
         .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))?;
+    let policy_approve = options.policy.iter().flat_map(|p| &p.approve);
+    let approve: Vec<&String> = options.approve.iter().chain(policy_approve).collect();
+    let approval = Approval::new(&approve, options.approver.clone())
+        .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))?;
     Ok(ToolAccess {
         host: options.tools.clone(),
         allowlist,
+        approval,
+        on_call: options.on_tool_call.clone(),
         max_calls: limits.tool_calls,
         max_bytes: limits.tool_result_bytes,
         tool_timeout: limits.tool_timeout,

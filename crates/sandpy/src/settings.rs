@@ -13,6 +13,7 @@
 //!                 "max_tool_calls": 1000, "tool_timeout_ms": 60000 },
 //!     "model_output": { "text_bytes": 20000 },
 //!     "allowed_tools": ["mcp__everything__*"],
+//!     "approve": ["mcp__everything__write_*"],
 //!     "audit_log": "sandpy-audit.jsonl",
 //!     "audit_arguments": false,
 //!     "sessions": { "max_sessions": 64, "memory_mb": 256, "idle_ttl_ms": 600000,
@@ -83,6 +84,9 @@ pub struct Settings {
     pub model_output: ModelOutput,
     /// Tools runs may use (names or globs); `None` allows all. Per-run lists only narrow it.
     pub allowed_tools: Option<Vec<String>>,
+    /// Tools (names or globs) whose calls wait for a person's approval; refused where
+    /// nobody can be asked.
+    pub approve: Vec<String>,
     /// Where to append the JSON Lines audit log.
     pub audit_log: Option<PathBuf>,
     /// Whether the audit log records tool-call argument values.
@@ -177,6 +181,8 @@ struct RawSandpy {
     #[serde(default)]
     model_output: RawModelOutput,
     allowed_tools: Option<Vec<String>>,
+    #[serde(default)]
+    approve: Vec<String>,
     audit_log: Option<PathBuf>,
     #[serde(default)]
     audit_arguments: bool,
@@ -296,13 +302,17 @@ impl Settings {
             }
             model_output.text_bytes = bytes;
         }
-        if let Some(patterns) = &raw.allowed_tools {
+        let patterns = [
+            (
+                "allowed_tools",
+                raw.allowed_tools.as_deref().unwrap_or_default(),
+            ),
+            ("approve", &raw.approve),
+        ];
+        for (key, patterns) in patterns {
             for (i, pattern) in patterns.iter().enumerate() {
                 if let Err(e) = crate::validate_tool_pattern(pattern) {
-                    return Err(invalid(
-                        &format!("sandpy.allowed_tools[{i}]"),
-                        e.to_string(),
-                    ));
+                    return Err(invalid(&format!("sandpy.{key}[{i}]"), e.to_string()));
                 }
             }
         }
@@ -317,6 +327,12 @@ impl Settings {
             policy.limits.validate().map_err(|e| {
                 invalid(&format!("sandpy.policies.{name}.{}", e.key), e.requirement)
             })?;
+            let patterns = policy.allowed_tools.iter().flatten().chain(&policy.approve);
+            for pattern in patterns {
+                if let Err(e) = crate::validate_tool_pattern(pattern) {
+                    return Err(invalid(&format!("sandpy.policies.{name}"), e.to_string()));
+                }
+            }
             policy.name = name.clone();
             policies.insert(name, policy);
         }
@@ -388,6 +404,7 @@ impl Settings {
             limits,
             model_output,
             allowed_tools: raw.allowed_tools,
+            approve: raw.approve,
             audit_log: raw.audit_log.map(|p| base.join(p)),
             audit_arguments: raw.audit_arguments,
             policies,
@@ -540,14 +557,15 @@ impl Resolved {
         }
     }
 
-    /// Options of a run under these settings: their limits, policy and mounts; the rest
-    /// default.
+    /// Options of a run under these settings: their limits, policy, mounts, tier and the
+    /// tools needing approval; the rest default.
     pub fn run_options(&self) -> RunOptions {
         RunOptions {
             limits: self.settings.limits.clone(),
             policy: self.policy.clone(),
             mounts: self.settings.mounts.clone(),
             tier: self.settings.tier,
+            approve: self.settings.approve.clone(),
             ..RunOptions::default()
         }
     }

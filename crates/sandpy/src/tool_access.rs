@@ -3,7 +3,9 @@
 //! requests through [`ToolAccess`]: the WebAssembly host functions (`wasm/host.rs`) and
 //! the native tier's channel (`native/host.rs`) only forward to it.
 
+use crate::approval::Approval;
 use crate::bindings::ToolCall;
+use crate::options::ToolCallSink;
 use crate::search::{self, ToolSummary};
 use crate::tools::{Allowlist, ToolError, ToolHost, ToolInfo};
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -26,6 +28,10 @@ pub struct RecordedCall {
 pub(crate) struct ToolAccess {
     pub host: Option<Arc<dyn ToolHost>>,
     pub allowlist: Allowlist,
+    /// Which calls wait for approval, and who gives it.
+    pub approval: Approval,
+    /// Told of each call as it leaves the sandbox.
+    pub on_call: Option<ToolCallSink>,
     pub max_calls: usize,
     pub max_bytes: usize,
     /// Time one call may take, unless the run's deadline comes first.
@@ -170,7 +176,7 @@ impl ToolAccess {
         let mut pending = FuturesUnordered::new();
         for (i, call) in calls.iter().enumerate() {
             let (arguments, host) = match (access.admit(call), &access.host) {
-                (Ok(arguments), Some(host)) => (arguments, host),
+                (Ok(arguments), Some(host)) => (arguments, host.clone()),
                 (Err(reason), host) => {
                     if let Some(host) = host {
                         host.refused(&call.name, &reason);
@@ -183,6 +189,22 @@ impl ToolAccess {
                     continue;
                 }
             };
+            if access.approval.needed(&call.name) {
+                // Asked in call order; a run that reaches its deadline meanwhile names
+                // the approval it was waiting for.
+                let waiting = format!("the approval of {}", call.name);
+                access.waiting.push((i, waiting));
+                let decision = access.approval.decide(&call.name, &arguments).await;
+                access.waiting.retain(|(j, _)| *j != i);
+                host.decided(&call.name, &arguments, &decision);
+                if !decision.approved {
+                    results[i] = Some(Err(decision.refusal(&call.name)));
+                    continue;
+                }
+            }
+            if let Some(on_call) = &access.on_call {
+                on_call(&call.name);
+            }
             let call_future = host.call_tool(&call.name, arguments);
             let name = call.name.clone();
             access.waiting.push((i, name.clone()));

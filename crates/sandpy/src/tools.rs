@@ -90,6 +90,9 @@ pub trait ToolHost: Send + Sync + 'static {
     /// A call the sandbox refused before it reached this host (allowlist, unknown tool,
     /// size, malformed arguments), e.g. to audit it. Does nothing by default.
     fn refused(&self, _name: &str, _reason: &str) {}
+    /// The decision on a call that needed approval (see [`crate::Approver`]), made before
+    /// the call reached this host, e.g. to audit it. Does nothing by default.
+    fn decided(&self, _name: &str, _arguments: &Value, _decision: &crate::Decision) {}
 }
 
 /// Which tools may be used: all, or those matching every layer of exact names or globs
@@ -148,7 +151,7 @@ pub struct ToolPatternError {
     pub reason: String,
 }
 
-fn glob(pattern: &str) -> Result<Glob, ToolPatternError> {
+pub(crate) fn glob(pattern: &str) -> Result<Glob, ToolPatternError> {
     Glob::new(pattern).map_err(|e| ToolPatternError {
         pattern: pattern.to_string(),
         reason: e.kind().to_string(),

@@ -8,8 +8,16 @@ use crate::output::Captured;
 use crate::{Limits, Violation};
 use std::time::Duration;
 
-/// How a call into the guest ended: it returned, trapped, or ran out of time.
-pub(crate) type CallResult = Result<wasmtime::Result<Outcome>, tokio::time::error::Elapsed>;
+/// How a call into the guest ended: it returned, trapped, or was stopped.
+pub(crate) type CallResult = Result<wasmtime::Result<Outcome>, Stopped>;
+
+/// Why the host stopped a call before it returned.
+pub(crate) enum Stopped {
+    /// The run's time limit ended.
+    Elapsed,
+    /// The run was cancelled.
+    Cancelled,
+}
 
 /// Why the host ended a run, or overruled the guest; each gives its status and message.
 pub(crate) enum Stop {
@@ -18,6 +26,8 @@ pub(crate) enum Stop {
         limit: Duration,
         waiting_for: Vec<String>,
     },
+    /// The run was cancelled; the tools whose answers it was waiting for.
+    Cancelled { waiting_for: Vec<String> },
     /// The memory cap, in bytes.
     Memory(usize),
     /// stdout + stderr reached the output cap.
@@ -46,6 +56,7 @@ impl Stop {
     fn status(&self) -> Status {
         match self {
             Stop::Timeout { .. } => Status::Timeout,
+            Stop::Cancelled { .. } => Status::Cancelled,
             Stop::Memory(_) => Status::MemoryLimit,
             Stop::Output(_) | Stop::ReturnValue { .. } => Status::OutputLimit,
             Stop::ToolCalls(_) => Status::ToolCallLimit,
@@ -71,6 +82,9 @@ impl Stop {
                 limit.as_millis(),
                 waiting_phrase(waiting_for)
             ),
+            Stop::Cancelled { waiting_for } => {
+                format!("the run was cancelled{}", waiting_phrase(waiting_for))
+            }
             Stop::Memory(cap) => format!("the run exceeded its memory limit of {cap} bytes"),
             Stop::Output(cap) => {
                 format!("stdout + stderr exceeded the output limit of {cap} bytes")
@@ -244,6 +258,8 @@ pub(crate) enum NativeEnd {
     Outcome(Outcome),
     /// The run's time limit ended it (the supervisor or the host killed it).
     Timeout { waiting_for: Vec<String> },
+    /// The run was cancelled and killed.
+    Cancelled { waiting_for: Vec<String> },
     /// The output cap was reached and the run killed.
     Output,
     /// The program sent a channel message over the host's limit, in bytes.
@@ -293,6 +309,7 @@ pub(crate) fn native(
             waiting_for,
         }
         .verdict(),
+        NativeEnd::Cancelled { waiting_for } => Stop::Cancelled { waiting_for }.verdict(),
         NativeEnd::Outcome(outcome) => {
             // The address-space cap is the only way a fork of a healthy zygote runs out.
             let disk = outcome

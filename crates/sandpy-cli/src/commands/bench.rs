@@ -1,4 +1,4 @@
-//! `sandpy bench`: the figures in the README, measured in one run against baselines
+//! `sandpy bench`: the figures in docs/guide/performance.md, measured in one run against baselines
 //! measured in the same run (native `python3`, and instances kept alive at once).
 
 use crate::exit::Outcome;

@@ -1,5 +1,6 @@
 //! The command line: one subcommand per file.
 
+mod approve;
 mod batch_lines;
 mod bench;
 mod build;
@@ -244,10 +245,25 @@ pub async fn start_hub(config: &sandpy_mcp::Config) -> Option<sandpy_mcp::Hub> {
         return None;
     }
     let hub = sandpy_mcp::Hub::start(config).await;
+    report_start(&hub, &config.settings);
+    Some(hub)
+}
+
+/// On stderr, once the servers have started: those that failed, and the config's tool
+/// patterns (`sandpy.allowed_tools`, `sandpy.approve`) that match none of the tools of
+/// the servers that did start (a typo there would allow nothing, or ask for nothing).
+pub fn report_start(hub: &sandpy_mcp::Hub, settings: &sandpy::Settings) {
     for server in hub.servers() {
         if !server.status.starts_with("ready") {
             eprintln!("sandpy: MCP server `{}` is {}", server.name, server.status);
         }
     }
-    Some(hub)
+    let allowed = settings.allowed_tools.as_deref().unwrap_or_default();
+    for (key, patterns) in [("allowed_tools", allowed), ("approve", &settings.approve)] {
+        for pattern in hub.matching_none(patterns) {
+            eprintln!(
+                "sandpy: the sandpy.{key} pattern {pattern:?} matches none of the tools of the servers that started"
+            );
+        }
+    }
 }

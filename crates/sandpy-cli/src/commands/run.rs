@@ -29,6 +29,14 @@ pub struct Args {
     /// servers).
     #[arg(long, env = "SANDPY_WARM", value_parser = clap::builder::FalseyValueParser::new())]
     warm: bool,
+    /// Ask on the terminal before each tool call that needs approval (the config's
+    /// `sandpy.approve`, `--require-approval`). Without it, or when stdin is not a
+    /// terminal, such calls are refused (the program gets a `ToolError`).
+    #[arg(long)]
+    approve: bool,
+    /// Tools (names or globs) whose calls need approval, besides the config's.
+    #[arg(long, value_name = "PATTERN")]
+    require_approval: Vec<String>,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -170,7 +178,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     // Without --json, what the program writes reaches this process's stdout and stderr
     // as it is written (not through a warm runner, which answers at the end).
     let streamed = !args.json && !args.list_modules;
+    for pattern in &args.require_approval {
+        sandpy::validate_tool_pattern(pattern).context("--require-approval")?;
+    }
+    let base = resolved.run_options();
     let options = RunOptions {
+        approve: [base.approve, args.require_approval.clone()].concat(),
+        approver: args.approve.then(super::approve::terminal),
         on_output: streamed.then(to_own_streams),
         limit_overrides: args.limits.overrides(),
         stdin,
@@ -178,7 +192,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         allowed_tools: args.settings.allowed(),
         files,
         mounts,
-        ..resolved.run_options()
+        ..base
     };
     #[cfg(target_os = "linux")]
     if args.warm && !args.list_modules && config.servers.is_empty() {

@@ -61,7 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let served = runtime.block_on(async {
         let stop = shutdown_signal();
         let hub = sandpy_mcp::Hub::launch(&config);
-        tokio::spawn(report_failed_starts(hub.clone()));
+        tokio::spawn(report_start(hub.clone(), resolved.settings.clone()));
         let server = sandpy_mcp::SandpyServer::new(sandbox, hub.clone(), &resolved)
             .context("cannot start the MCP server")?;
         let served = match args.http {
@@ -90,12 +90,9 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-/// Once every upstream has started or failed, say on stderr which failed.
-async fn report_failed_starts(hub: sandpy_mcp::Hub) {
+/// Once every upstream has started or failed, say on stderr which failed and which tool
+/// patterns match nothing.
+async fn report_start(hub: sandpy_mcp::Hub, settings: sandpy::Settings) {
     hub.wait_started(Duration::MAX).await;
-    for server in hub.servers() {
-        if !server.status.starts_with("ready") {
-            eprintln!("sandpy: MCP server `{}` is {}", server.name, server.status);
-        }
-    }
+    super::report_start(&hub, &settings);
 }

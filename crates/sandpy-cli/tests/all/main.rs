@@ -3,6 +3,7 @@
 
 mod config;
 mod hostile_clients;
+mod live;
 mod load;
 mod native;
 mod packages;
@@ -115,10 +116,20 @@ pub fn mcp_client(
     target: &[&str],
     requests: &serde_json::Value,
 ) -> (serde_json::Value, i32, String) {
+    mcp_client_with(target, requests, &[])
+}
+
+/// [`mcp_client`] with these environment variables (e.g. `MCP_CLIENT_ELICIT`).
+pub fn mcp_client_with(
+    target: &[&str],
+    requests: &serde_json::Value,
+    env: &[(&str, &str)],
+) -> (serde_json::Value, i32, String) {
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sandpy-mcp/tests/mcp_client.py");
     let mut command = Command::new(mcp_python());
     command.arg(script).args(target);
+    command.envs(env.iter().copied());
     use std::io::Write;
     let mut child = command
         .stdin(Stdio::piped())

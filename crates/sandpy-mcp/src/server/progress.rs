@@ -1,14 +1,16 @@
 //! A run's output as `notifications/progress` while it goes on, for a `tools/call` that
-//! carries a `progressToken`. The run's output sink fills a bounded buffer; a task sends
-//! what it holds every [`INTERVAL`], or as soon as [`SEND_AT`] bytes wait. A buffer that is
-//! full leaves the rest out of the stream and says how much in the next message (the
-//! result still carries the output, cut as always), so a client that reads slowly costs
-//! the server at most [`MAX_BUFFERED`] bytes per run.
+//! carries a `progressToken`, and its tool calls as messages of their own (`calling
+//! mcp__fs__read_file`), in the order they happened. The run's sinks fill a bounded buffer;
+//! a task sends what it holds every [`INTERVAL`], or as soon as [`SEND_AT`] bytes wait or a
+//! tool is called. A buffer that is full leaves the rest out of the stream and says how
+//! much in the next message (the result still carries the output, cut as always), so a
+//! client that reads slowly costs the server at most [`MAX_BUFFERED`] bytes and
+//! [`MAX_CALLS`] call notices per run.
 
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::Peer;
 use rmcp::RoleServer;
-use sandpy::OutputSink;
+use sandpy::{OutputSink, ToolCallSink};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -20,13 +22,19 @@ const INTERVAL: Duration = Duration::from_millis(100);
 const SEND_AT: usize = 4096;
 /// Output held for the stream at most; what comes past it is left out of the stream.
 const MAX_BUFFERED: usize = 64 << 10;
+/// Tool-call notices held for the stream at most; more are counted, not held.
+const MAX_CALLS: usize = 256;
 
-/// Output waiting to be sent.
+/// Output and tool calls waiting to be sent.
 #[derive(Default)]
 struct Pending {
     bytes: Vec<u8>,
     /// Bytes left out since the last message, because the buffer was full.
     left_out: usize,
+    /// Tool calls since the last message: where in `bytes` each came, and its tool.
+    calls: Vec<(usize, String)>,
+    /// Tool calls left out since the last message, because [`MAX_CALLS`] were held.
+    calls_left_out: usize,
 }
 
 /// The sending side of one run's stream; [`ProgressStream::finish`] sends the rest. Dropped
@@ -38,8 +46,11 @@ pub(super) struct ProgressStream {
 }
 
 impl ProgressStream {
-    /// Start sending to `peer` under `token`; the sink goes in the run's options.
-    pub fn start(peer: Peer<RoleServer>, token: ProgressToken) -> (ProgressStream, OutputSink) {
+    /// Start sending to `peer` under `token`; the sinks go in the run's options.
+    pub fn start(
+        peer: Peer<RoleServer>,
+        token: ProgressToken,
+    ) -> (ProgressStream, OutputSink, ToolCallSink) {
         let pending = Arc::new(Mutex::new(Pending::default()));
         let full = Arc::new(Notify::new());
         let sink: OutputSink = {
@@ -55,10 +66,23 @@ impl ProgressStream {
                 }
             })
         };
+        let calls: ToolCallSink = {
+            let (pending, full) = (pending.clone(), full.clone());
+            Arc::new(move |tool: &str| {
+                let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+                if p.calls.len() < MAX_CALLS {
+                    let at = p.bytes.len();
+                    p.calls.push((at, tool.to_string()));
+                    full.notify_one();
+                } else {
+                    p.calls_left_out += 1;
+                }
+            })
+        };
         let done = CancellationToken::new();
         let task = tokio::spawn(send(peer, token, pending, full, done.clone()));
         let done = done.drop_guard();
-        (ProgressStream { done, task }, sink)
+        (ProgressStream { done, task }, sink, calls)
     }
 
     /// Send what is left, then stop (the run has ended).
@@ -83,11 +107,11 @@ async fn send(
             () = full.notified() => false,
             () = done.cancelled() => true,
         };
-        let text = {
+        let messages = {
             let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
-            take_text(&mut p, last)
+            take_messages(&mut p, last)
         };
-        if let Some(text) = text {
+        for text in messages {
             sent += 1;
             let message =
                 ProgressNotificationParam::new(token.clone(), sent as f64).with_message(text);
@@ -99,6 +123,27 @@ async fn send(
             return;
         }
     }
+}
+
+/// The messages to send, in order: the output up to each tool call, the call, and the
+/// rest of the output (see [`take_text`]).
+fn take_messages(pending: &mut Pending, last: bool) -> Vec<String> {
+    let mut messages = Vec::new();
+    let mut cut = 0;
+    for (at, tool) in std::mem::take(&mut pending.calls) {
+        if at > cut {
+            messages.push(String::from_utf8_lossy(&pending.bytes[cut..at]).into_owned());
+            cut = at;
+        }
+        messages.push(format!("calling {tool}"));
+    }
+    pending.bytes.drain(..cut);
+    if pending.calls_left_out > 0 {
+        let left_out = std::mem::take(&mut pending.calls_left_out);
+        messages.push(format!("[... {left_out} more tool calls not streamed]"));
+    }
+    messages.extend(take_text(pending, last));
+    messages
 }
 
 /// The waiting text, up to its last whole UTF-8 character (all of it when `last`), and a
@@ -127,13 +172,37 @@ fn take_text(pending: &mut Pending, last: bool) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{take_text, Pending};
+    use super::{take_messages, take_text, Pending};
+
+    #[test]
+    fn tool_calls_are_sent_where_they_came_in_the_output() {
+        let mut p = Pending {
+            bytes: b"one\ntwo\n".to_vec(),
+            calls: vec![
+                (4, "mcp__fs__read_file".into()),
+                (4, "mcp__fs__list".into()),
+            ],
+            calls_left_out: 3,
+            ..Pending::default()
+        };
+        assert_eq!(
+            take_messages(&mut p, false),
+            [
+                "one\n",
+                "calling mcp__fs__read_file",
+                "calling mcp__fs__list",
+                "[... 3 more tool calls not streamed]",
+                "two\n"
+            ]
+        );
+        assert!(take_messages(&mut p, true).is_empty());
+    }
 
     #[test]
     fn text_is_sent_in_whole_characters_and_cuts_are_said() {
         let mut p = Pending {
             bytes: "é".as_bytes()[..1].to_vec(),
-            left_out: 0,
+            ..Pending::default()
         };
         assert_eq!(take_text(&mut p, false), None);
         p.bytes.extend_from_slice(&"é".as_bytes()[1..]);

@@ -1,6 +1,7 @@
 //! The run tools: `run_python` (a program, alone or in a session) and
 //! `call_python_function` (one function of a module, with JSON arguments).
 
+use super::approval;
 use super::progress::ProgressStream;
 use super::{invalid, parses_as, Caller, Check, RunRequest, ServerState};
 use crate::summary::summarize;
@@ -215,7 +216,7 @@ impl ServerState {
             tier: self.requested_tier(args.tier, args.session_id.is_some())?,
         };
         let mut options = self.options(id.clone(), request);
-        let stream = streamed(&context, &mut options);
+        let stream = live(&context, &mut options);
         let execution = match &args.session_id {
             None => self.sandbox.run_with(&args.code, &options).await,
             Some(session) => {
@@ -247,7 +248,7 @@ impl ServerState {
             ..RunRequest::default()
         };
         let mut options = self.options(id.clone(), request);
-        let stream = streamed(&context, &mut options);
+        let stream = live(&context, &mut options);
         let arguments = args.arguments.into_value();
         let execution = self
             .sandbox
@@ -260,15 +261,18 @@ impl ServerState {
     }
 }
 
-/// When the request carries a `progressToken`: the run's output goes to the client as
-/// `notifications/progress` while it runs (the stream to finish when it ends).
-fn streamed(
-    context: &RequestContext<RoleServer>,
-    options: &mut RunOptions,
-) -> Option<ProgressStream> {
+/// A run's options for this request: cancelled with the request (the client's
+/// `notifications/cancelled`, or its session closing); calls that need approval asked of
+/// the client's user; and when the request carries a `progressToken`, the run's output and
+/// tool calls sent as `notifications/progress` while it runs (the stream to finish when it
+/// ends).
+fn live(context: &RequestContext<RoleServer>, options: &mut RunOptions) -> Option<ProgressStream> {
+    options.cancel = Some(context.ct.clone());
+    options.approver = Some(approval::approver(context.peer.clone()));
     let token = context.meta.get_progress_token()?;
-    let (stream, sink) = ProgressStream::start(context.peer.clone(), token);
-    options.on_output = Some(sink);
+    let (stream, output, calls) = ProgressStream::start(context.peer.clone(), token);
+    options.on_output = Some(output);
+    options.on_tool_call = Some(calls);
     Some(stream)
 }
 

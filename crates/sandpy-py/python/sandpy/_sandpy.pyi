@@ -27,7 +27,7 @@ HostTools: TypeAlias = Mapping[
 Status: TypeAlias = Literal[
     "ok", "error", "timeout", "memory_limit", "output_limit", "tool_call_limit",
     "disk_limit", "stack_overflow", "policy_violation", "invalid_input",
-    "session_poisoned", "busy", "internal_error",
+    "session_poisoned", "busy", "cancelled", "internal_error",
 ]
 
 class SandboxError(Exception):
@@ -152,7 +152,7 @@ class Sandbox:
     every run. `mounts` maps guest paths to host folders the code may read. `tier` is
     where runs execute: `"wasm"` (the default) or `"native"`, the machine's CPython with
     compiled packages (numpy, pandas) confined by the kernel, configured in the config's
-    `sandpy.native` section (Linux only; see the README).
+    `sandpy.native` section (Linux only; see docs/guide/native-tier.md).
 
     Creating the first Sandbox of a process loads the compiled runtime (compiling it once
     per machine and version, see `warmup`). A Sandbox is safe to share between threads;
@@ -179,6 +179,8 @@ class Sandbox:
         allowed_tools: Sequence[str] | None = None,
         policy: PolicyArg | None = None,
         on_output: Callable[[str, str], object] | None = None,
+        approve: Callable[[str, dict[str, Any]], bool | Awaitable[bool]] | None = None,
+        require_approval: Sequence[str] | None = None,
     ) -> Execution:
         """Run `code` as a program (`__main__`) in a fresh instance.
 
@@ -192,7 +194,12 @@ class Sandbox:
         (`asyncio.gather`) run concurrently. `on_output(stream, text)` is called with
         what the program writes (`"stdout"` or `"stderr"`) as it writes it, within the
         output cap (the `Execution` still has all of it; an exception it raises is
-        reported through `sys.unraisablehook`). Never raises for what the code does.
+        reported through `sys.unraisablehook`). `approve(tool, arguments)` (a function or
+        a coroutine function) decides on each tool call that needs approval (the
+        config's `sandpy.approve`, the policy's `approve`, and `require_approval` here):
+        the call waits for it within the run's time limit, and a falsy answer or an
+        exception refuses the call (the code gets `ToolError`); without `approve` such
+        calls are refused. Never raises for what the code does.
         """
     def run_async(
         self,
@@ -206,6 +213,8 @@ class Sandbox:
         allowed_tools: Sequence[str] | None = None,
         policy: PolicyArg | None = None,
         on_output: Callable[[str, str], object] | None = None,
+        approve: Callable[[str, dict[str, Any]], bool | Awaitable[bool]] | None = None,
+        require_approval: Sequence[str] | None = None,
     ) -> Awaitable[Execution]:
         """`run` on the running asyncio loop: the run executes on sandpy's threads, and
         cancelling the awaiting task stops it. `async def` host tools run on this loop.
@@ -309,11 +318,13 @@ class Session:
         allowed_tools: Sequence[str] | None = None,
         policy: PolicyArg | None = None,
         on_output: Callable[[str, str], object] | None = None,
+        approve: Callable[[str, dict[str, Any]], bool | Awaitable[bool]] | None = None,
+        require_approval: Sequence[str] | None = None,
     ) -> Execution:
         """Run `code` in the session's namespace (its last expression is `return_value`).
         `files` are added to the session's `/tmp`; the memory limit is the session's;
         `tools` are host tools as for `Sandbox.run` (a restore answers their calls from the
-        journal); `on_output` as for `Sandbox.run`."""
+        journal); `on_output`, `approve` and `require_approval` as for `Sandbox.run`."""
     def run_async(
         self,
         code: str,
@@ -324,6 +335,8 @@ class Session:
         allowed_tools: Sequence[str] | None = None,
         policy: PolicyArg | None = None,
         on_output: Callable[[str, str], object] | None = None,
+        approve: Callable[[str, dict[str, Any]], bool | Awaitable[bool]] | None = None,
+        require_approval: Sequence[str] | None = None,
     ) -> Awaitable[Execution]:
         """`run` as a coroutine on the running asyncio loop (runs of one session still go
         one at a time, in call order)."""

@@ -361,6 +361,8 @@ pub(crate) struct Inputs {
     mounts: Vec<(PathBuf, String)>,
     /// Where the run's output goes as it is written, besides the capture.
     on_output: Option<OutputSink>,
+    /// Cancelled: the run is killed at once.
+    cancel: Option<tokio_util::sync::CancellationToken>,
 }
 
 impl Inputs {
@@ -394,6 +396,7 @@ impl Inputs {
             files,
             mounts,
             on_output: options.on_output.clone(),
+            cancel: options.cancel.clone(),
         })
     }
 }
@@ -560,14 +563,24 @@ impl Run<'_> {
                                 run_deadline,
                                 self.answer(&line[..end], writer, &mut outcome),
                             );
-                            match answered.await {
-                                Ok(Ok(())) => {}
-                                Ok(Err(end)) => {
+                            let answered = tokio::select! {
+                                answered = answered => Some(answered),
+                                () = cancelled(inputs.cancel.as_ref()) => None,
+                            };
+                            match answered {
+                                Some(Ok(Ok(()))) => {}
+                                Some(Ok(Err(end))) => {
                                     stopped.get_or_insert(end);
                                     break;
                                 }
-                                Err(_) => {
+                                Some(Err(_)) => {
                                     stopped.get_or_insert(NativeEnd::Timeout {
+                                        waiting_for: self.tools.waiting_for(),
+                                    });
+                                    break;
+                                }
+                                None => {
+                                    stopped.get_or_insert(NativeEnd::Cancelled {
                                         waiting_for: self.tools.waiting_for(),
                                     });
                                     break;
@@ -584,6 +597,12 @@ impl Run<'_> {
                     }
                     _ => channel_open = false,
                 },
+                () = cancelled(inputs.cancel.as_ref()) => {
+                    stopped.get_or_insert(NativeEnd::Cancelled {
+                        waiting_for: self.tools.waiting_for(),
+                    });
+                    break;
+                }
                 _ = tokio::time::sleep_until(hard_deadline) => {
                     stopped.get_or_insert(NativeEnd::Timeout {
                         waiting_for: self.tools.waiting_for(),
@@ -702,5 +721,13 @@ impl Run<'_> {
         // A child that stopped reading only stalls itself: its time limit still runs.
         let _ = writer.write_all(&bytes).await;
         Ok(())
+    }
+}
+
+/// Done when `cancel` is cancelled; never without one.
+async fn cancelled(cancel: Option<&tokio_util::sync::CancellationToken>) {
+    match cancel {
+        Some(cancel) => cancel.cancelled().await,
+        None => std::future::pending().await,
     }
 }

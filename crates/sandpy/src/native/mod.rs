@@ -11,7 +11,7 @@
 //! limit, the host's hang-up). The run's only way out is its channel to the host
 //! (`protocol`, served by `host`).
 //!
-//! What it shares with the host is the kernel: see the README's security model.
+//! What it shares with the host is the kernel: see the security model in docs/guide/security.md.
 
 #[cfg(target_os = "linux")]
 mod child;

@@ -12,7 +12,7 @@ use crate::files::InputsError;
 use crate::options::OutputSink;
 use crate::output::{Capture, Captured};
 use crate::tool_access::{RecordedCall, ToolAccess};
-use crate::verdict::{outcome_verdict, ran, CallResult, Refused, Stop};
+use crate::verdict::{outcome_verdict, ran, CallResult, Refused, Stop, Stopped};
 use crate::{Limits, RunOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -189,7 +189,10 @@ impl Guest {
         self.add_inputs(options, limits, deadline)?;
         let watchdog = self.watch(runtime, started, deadline, limits.timeout)?;
         let timeout = deadline.saturating_duration_since(Instant::now());
-        let result = self.call(runtime, task, guest_options, timeout).await;
+        let cancel = options.cancel.as_ref();
+        let result = self
+            .call(runtime, task, guest_options, timeout, cancel)
+            .await;
         drop(watchdog);
         Ok(self.collect(result, limits, started.elapsed()))
     }
@@ -215,13 +218,15 @@ impl Guest {
         self.store.set_epoch_deadline(1);
     }
 
-    /// Call the guest (instantiating it first if needed) within `timeout`.
+    /// Call the guest (instantiating it first if needed) within `timeout`, unless `cancel`
+    /// is cancelled first.
     async fn call(
         &mut self,
         runtime: &Runtime,
         task: &Task,
         guest_options: &GuestOptions,
         timeout: Duration,
+        cancel: Option<&tokio_util::sync::CancellationToken>,
     ) -> CallResult {
         super::runtime::keep_trap_handlers_first();
         let store = &mut self.store;
@@ -238,9 +243,19 @@ impl Guest {
                 .call_execute(&mut *store, task, guest_options)
                 .await
         };
-        match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, call).await,
-            None => tokio::time::timeout(timeout, call).await,
+        let timed = async {
+            match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, call).await,
+                None => tokio::time::timeout(timeout, call).await,
+            }
+            .map_err(|_| Stopped::Elapsed)
+        };
+        match cancel {
+            None => timed.await,
+            Some(cancel) => cancel
+                .run_until_cancelled(timed)
+                .await
+                .unwrap_or(Err(Stopped::Cancelled)),
         }
     }
 
@@ -280,8 +295,12 @@ fn decide(
     );
     let disk_refusal = state.disk.take_refusal();
     let (status, error) = match result {
-        Err(_elapsed) => Stop::Timeout {
+        Err(Stopped::Elapsed) => Stop::Timeout {
             limit: limits.timeout,
+            waiting_for: state.tools.waiting_for(),
+        }
+        .verdict(),
+        Err(Stopped::Cancelled) => Stop::Cancelled {
             waiting_for: state.tools.waiting_for(),
         }
         .verdict(),

@@ -8,6 +8,7 @@ mod files;
 mod guest_python;
 mod language;
 mod limits;
+mod live;
 mod policy;
 mod results;
 mod search;

@@ -1,0 +1,95 @@
+//! Approval of tool calls over MCP: a call that needs approval (`sandpy.approve`) is put
+//! to the client's user through elicitation (`elicitation/create`, naming the tool and
+//! showing its arguments), and waits for the answer within the run's time limit. A client
+//! that cannot be asked gets the call refused, never silently allowed.
+
+use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
+use rmcp::service::{ElicitationMode, Peer};
+use rmcp::RoleServer;
+use sandpy::{ApprovalFuture, ApprovalRequest, Approver, Decision};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The arguments shown to the user at most, in bytes; longer ones are cut and marked.
+const SHOWN_ARGUMENTS: usize = 2000;
+
+/// The approver of one request's run: asks `peer`'s user.
+pub(super) fn approver(peer: Peer<RoleServer>) -> Arc<dyn Approver> {
+    Arc::new(move |request: ApprovalRequest| -> ApprovalFuture {
+        let peer = peer.clone();
+        Box::pin(async move { ask(&peer, &request).await })
+    })
+}
+
+async fn ask(peer: &Peer<RoleServer>, request: &ApprovalRequest) -> Decision {
+    let tool = &request.tool;
+    if !peer
+        .supported_elicitation_modes()
+        .contains(&ElicitationMode::Form)
+    {
+        return Decision::decline(
+            "sandpy",
+            Some(format!(
+                "{tool} needs approval (sandpy.approve) and this MCP client cannot ask its \
+                 user (it does not support elicitation), so the call was refused"
+            )),
+        );
+    }
+    let params = ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: message(request),
+        requested_schema: ElicitationSchema::new(BTreeMap::new()),
+    };
+    match peer.create_elicitation(params).await {
+        Ok(answer) => match answer.action {
+            ElicitationAction::Accept => Decision::approve("elicitation"),
+            ElicitationAction::Decline => Decision::decline("elicitation", None),
+            // Cancel, or an answer newer than this server: not a yes.
+            _ => Decision::decline(
+                "elicitation",
+                Some(format!("the user cancelled the approval of {tool}")),
+            ),
+        },
+        Err(e) => Decision::decline(
+            "sandpy",
+            Some(format!(
+                "asking the user to approve {tool} failed ({e}), so the call was refused"
+            )),
+        ),
+    }
+}
+
+/// What the user reads: the tool and its arguments, cut to a readable size.
+fn message(request: &ApprovalRequest) -> String {
+    let mut arguments = serde_json::to_string_pretty(&request.arguments).unwrap_or_default();
+    if arguments.len() > SHOWN_ARGUMENTS {
+        let mut end = SHOWN_ARGUMENTS;
+        while !arguments.is_char_boundary(end) {
+            end -= 1;
+        }
+        let more = arguments.len() - end;
+        arguments.truncate(end);
+        arguments.push_str(&format!("[... {more} more bytes]"));
+    }
+    format!(
+        "The sandboxed program wants to call {}. Allow it?\nArguments:\n{arguments}",
+        request.tool
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_arguments_are_cut_and_marked() {
+        let request = ApprovalRequest {
+            tool: "mcp__fs__write_file".into(),
+            arguments: serde_json::json!({"content": "é".repeat(3000)}),
+        };
+        let text = message(&request);
+        assert!(text.contains("mcp__fs__write_file"));
+        assert!(text.len() < SHOWN_ARGUMENTS + 200, "{}", text.len());
+        assert!(text.ends_with("more bytes]"));
+    }
+}
