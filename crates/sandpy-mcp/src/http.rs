@@ -20,9 +20,11 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use futures::StreamExt;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::ServerHandler;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -146,15 +148,34 @@ async fn deleted_is_no_content(request: Request, next: Next) -> Response {
     response
 }
 
+/// A `/metrics` scrape's text, given the MCP sessions open.
+pub(crate) type Scrape = Arc<dyn Fn(usize) -> String + Send + Sync>;
+
+/// What the router serves besides `/mcp`: metrics, and the drain's state.
+#[derive(Default)]
+pub(crate) struct Extras {
+    /// Cancelled when the server begins to drain: `/readyz` fails and new MCP sessions
+    /// are answered 503 with `Retry-After`; sessions already open go on.
+    pub draining: CancellationToken,
+    /// `POST /mcp` responses not yet sent whole (the answers of calls, streamed): the
+    /// drain waits for them before it ends the streams.
+    pub answering: Arc<AtomicUsize>,
+    /// `GET /metrics`, when given.
+    pub scrape: Option<Scrape>,
+    /// Whether `/metrics` is behind the bearer check (`sandpy.metrics_require_token`).
+    pub metrics_need_token: bool,
+}
+
 /// The MCP endpoint at `/mcp` serving a handler from `handler` to each session, behind the
 /// bearer check when `access` has tokens, bodies read and sessions counted within
-/// `limits`; and the token that ends its open streams on shutdown. Beyond loopback any
-/// `Host` is accepted (the token guards it).
+/// `limits`, with the probes and `extras`; and the token that ends its open streams on
+/// shutdown. Beyond loopback any `Host` is accepted (the token guards it).
 pub(crate) fn mcp_router<S>(
     handler: impl Fn() -> S + Send + Sync + 'static,
     access: Access,
     loopback: bool,
     limits: &HttpLimits,
+    extras: Extras,
 ) -> (Router, CancellationToken)
 where
     S: ServerHandler + Send + Sync + 'static,
@@ -168,6 +189,13 @@ where
     let sessions = Arc::new(CappedSessions::new(limits));
     let service: StreamableHttpService<S, CappedSessions> =
         StreamableHttpService::new(move || Ok(handler()), sessions.clone(), config);
+    let metrics = extras.scrape.map(|scrape| {
+        let sessions = sessions.clone();
+        Router::new().route(
+            "/metrics",
+            get(move || async move { metrics(scrape(sessions.count())) }),
+        )
+    });
     let mut app = Router::new()
         .nest_service("/mcp", service)
         .layer(middleware::from_fn(deleted_is_no_content))
@@ -176,9 +204,22 @@ where
             mcp_sessions::admit,
         ))
         .layer(middleware::from_fn_with_state(
+            extras.draining.clone(),
+            no_new_sessions_while_draining,
+        ))
+        .layer(middleware::from_fn_with_state(
+            extras.answering.clone(),
+            count_answers,
+        ))
+        .layer(middleware::from_fn_with_state(
             body_limit,
             connections::read_body_in_time,
         ));
+    let mut open_metrics = None;
+    match metrics {
+        Some(metrics) if extras.metrics_need_token => app = app.merge(metrics),
+        metrics => open_metrics = metrics,
+    }
     if !access.is_open() {
         app = app.layer(middleware::from_fn_with_state(
             Arc::new(access),
@@ -190,21 +231,79 @@ where
     let probes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
-        .with_state(cancel.clone());
-    (app.merge(probes), cancel)
+        .with_state([extras.draining, cancel.clone()]);
+    let mut app = app.merge(probes);
+    if let Some(metrics) = open_metrics {
+        app = app.merge(metrics);
+    }
+    (app, cancel)
+}
+
+/// Counts a `POST /mcp` as answering until its response body has been sent or dropped:
+/// the answer of a `tools/call` is a stream that ends after the result.
+async fn count_answers(
+    State(answering): State<Arc<AtomicUsize>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    struct Answering(Arc<AtomicUsize>);
+    impl Drop for Answering {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    answering.fetch_add(1, Ordering::Relaxed);
+    let guard = Answering(answering);
+    let response = next.run(request).await;
+    response.map(|body| {
+        let stream = body.into_data_stream().map(move |chunk| {
+            let _held = &guard;
+            chunk
+        });
+        Body::from_stream(stream)
+    })
+}
+
+/// A scrape in the OpenMetrics text format (which Prometheus reads).
+fn metrics(text: String) -> Response {
+    let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    ([(header::CONTENT_TYPE, kind)], text).into_response()
+}
+
+/// 503 with `Retry-After`: the server is shutting down.
+fn shutting_down() -> Response {
+    let mut response = (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
 }
 
 /// `/readyz`: 200 while the server takes new sessions (the runtime is loaded before it
-/// listens); 503 with `Retry-After` once it has begun to shut down.
-async fn ready(State(shutdown): State<CancellationToken>) -> Response {
-    if shutdown.is_cancelled() {
-        let mut response = (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return response;
+/// listens); 503 with `Retry-After` once it has begun to drain or shut down.
+async fn ready(State(stops): State<[CancellationToken; 2]>) -> Response {
+    if stops.iter().any(CancellationToken::is_cancelled) {
+        return shutting_down();
     }
     "ready\n".into_response()
+}
+
+/// While the server drains, a request that would open a new MCP session (one without an
+/// `Mcp-Session-Id`) is answered 503 with `Retry-After`, so that the client goes to
+/// another replica; sessions already open go on (their runs, answers to elicitations and
+/// cancellations must reach the server; their new runs are answered `busy`).
+async fn no_new_sessions_while_draining(
+    State(draining): State<CancellationToken>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if draining.is_cancelled() && !request.headers().contains_key("mcp-session-id") {
+        return shutting_down();
+    }
+    next.run(request).await
 }
 
 /// A bound listener, so callers learn the port (`127.0.0.1:0`) before serving.
@@ -212,7 +311,19 @@ pub struct HttpListener {
     listener: tokio::net::TcpListener,
     access: Access,
     limits: HttpLimits,
+    metrics_need_token: bool,
+    grace: std::time::Duration,
 }
+
+/// How long the streams stay open after the last answer of a drain was written, for the
+/// clients to read it.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long the answers of runs that ended in a drain may take to be written.
+const ANSWER_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long runs in flight may go on after a shutdown signal, by default.
+pub const DEFAULT_DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl HttpListener {
     /// Bind `addr` for clients with `token` or a token of one of `tenants` (from the
@@ -243,7 +354,23 @@ impl HttpListener {
             listener,
             access,
             limits: HttpLimits::default(),
+            metrics_need_token: false,
+            grace: DEFAULT_DRAIN_GRACE,
         })
+    }
+
+    /// Put `GET /metrics` behind the bearer check too (it is open by default, like the
+    /// probes).
+    pub fn metrics_need_token(mut self, yes: bool) -> HttpListener {
+        self.metrics_need_token = yes;
+        self
+    }
+
+    /// Let runs in flight go on for `grace` after the shutdown signal (default
+    /// [`DEFAULT_DRAIN_GRACE`]).
+    pub fn drain_grace(mut self, grace: std::time::Duration) -> HttpListener {
+        self.grace = grace;
+        self
     }
 
     /// Serve within `limits` instead of [`HttpLimits::default`].
@@ -257,8 +384,11 @@ impl HttpListener {
         self.listener.local_addr()
     }
 
-    /// Serve MCP at `/mcp` until `shutdown` completes; then requests still being answered
-    /// get [`HttpLimits::drain`] to finish.
+    /// Serve MCP at `/mcp` (with `/healthz`, `/readyz` and `/metrics`) until `shutdown`
+    /// completes; then drain: `/readyz` fails, new MCP sessions get 503 and new runs
+    /// `busy`, runs in flight get the drain grace to end, the token tenants' sessions are
+    /// saved ([`SandpyServer::drain`]); then open streams end and requests still being
+    /// answered get [`HttpLimits::drain`] to finish.
     pub async fn serve(
         self,
         server: SandpyServer,
@@ -269,15 +399,41 @@ impl HttpListener {
             .local_addr()
             .map(|a| a.ip().is_loopback())
             .unwrap_or(false);
+        let scrape: Scrape = {
+            let server = server.clone();
+            Arc::new(move |mcp_sessions| server.metrics_text(Some(mcp_sessions)))
+        };
+        let extras = Extras {
+            draining: CancellationToken::new(),
+            answering: Arc::new(AtomicUsize::new(0)),
+            scrape: Some(scrape),
+            metrics_need_token: self.metrics_need_token,
+        };
+        let (draining, answering) = (extras.draining.clone(), extras.answering.clone());
+        let handler = server.clone();
         let (app, cancel) = mcp_router(
-            move || server.connection(),
+            move || handler.connection(),
             self.access,
             loopback,
             &self.limits,
+            extras,
         );
         let stop = cancel.clone();
+        let grace = self.grace;
         tokio::spawn(async move {
             shutdown.await;
+            draining.cancel();
+            let deadline = tokio::time::Instant::now() + grace;
+            server.drain(grace).await;
+            // The answers of the runs that ended are still being written: at least
+            // ANSWER_GRACE for them, whatever the drain's grace.
+            let deadline = deadline.max(tokio::time::Instant::now() + ANSWER_GRACE);
+            while answering.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            // An answer written is not yet read: ending a client's other streams (its
+            // standing GET) at once can make it drop the answer it is reading.
+            tokio::time::sleep(LINGER).await;
             stop.cancel();
         });
         connections::serve(self.listener, app, &self.limits, cancel)
@@ -291,16 +447,15 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn not_ready_once_shutdown_began() {
-        let shutdown = CancellationToken::new();
-        assert_eq!(
-            ready(State(shutdown.clone())).await.status(),
-            StatusCode::OK
-        );
-        shutdown.cancel();
-        let response = ready(State(shutdown)).await;
-        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+    async fn not_ready_once_draining_or_shutdown_began() {
+        for which in 0..2 {
+            let stops = [CancellationToken::new(), CancellationToken::new()];
+            assert_eq!(ready(State(stops.clone())).await.status(), StatusCode::OK);
+            stops[which].cancel();
+            let response = ready(State(stops)).await;
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        }
     }
 
     #[test]

@@ -39,6 +39,7 @@
 use crate::audit::AuditLog;
 use crate::bounded::{BoundedChild, Refusal};
 use crate::config::{Config, ServerSpec};
+use crate::metrics::Metrics;
 use crate::names;
 use crate::schema::{self, ArgumentSchema};
 use crate::tls;
@@ -196,6 +197,8 @@ struct Inner {
     started: tokio::sync::watch::Sender<usize>,
     /// Set by [`Hub::shutdown`]: no more starts.
     closing: AtomicBool,
+    /// What the server's `/metrics` tells; the hub records its tool calls there.
+    metrics: Arc<Metrics>,
 }
 
 /// The hub; cheap to clone, and a [`ToolHost`] for the sandbox.
@@ -695,6 +698,7 @@ impl Hub {
             result_bytes: config.settings.limits.tool_result_bytes,
             started: tokio::sync::watch::Sender::new(0),
             closing: AtomicBool::new(false),
+            metrics: Arc::new(Metrics::new()),
         }))
     }
 
@@ -809,9 +813,26 @@ impl Hub {
         if reconnected {
             self.refresh(upstream.clone()).await;
         }
-        let request = CallToolRequestParams::new(tool).with_arguments(arguments);
-        match peer.call_tool(request).await {
-            Ok(result) => result_value(&name, result, self.0.result_bytes),
+        let request = CallToolRequestParams::new(tool.clone()).with_arguments(arguments);
+        let started = Instant::now();
+        let outcome = self
+            .outcome(&name, &upstream, peer.call_tool(request).await)
+            .await;
+        let elapsed = started.elapsed();
+        let metrics = &self.0.metrics;
+        metrics.tool_call(&upstream.name, &tool, outcome.is_ok(), elapsed);
+        outcome
+    }
+
+    /// A tool call's answer as the guest gets it: its value, or why not.
+    async fn outcome(
+        &self,
+        name: &str,
+        upstream: &Arc<Upstream>,
+        answer: Result<CallToolResult, ServiceError>,
+    ) -> Result<Value, String> {
+        match answer {
+            Ok(result) => result_value(name, result, self.0.result_bytes),
             Err(error) if is_connection_error(&error) => {
                 upstream.forget().await;
                 let why = upstream
@@ -844,6 +865,11 @@ impl Hub {
             }
             Err(error) => Err(upstream.spec.hide(&format!("tool {name} failed: {error}"))),
         }
+    }
+
+    /// The metrics of the server this hub serves; the hub records its tool calls there.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.0.metrics
     }
 
     /// This hub as the tool host of one execution, recording each call in `audit`.

@@ -242,8 +242,7 @@ impl CappedSessions {
     }
 
     /// How many sessions are open or being made.
-    #[cfg(test)]
-    fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.book.lock().total
     }
 }

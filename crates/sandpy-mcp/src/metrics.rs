@@ -170,6 +170,11 @@ impl Metrics {
         self.run_seconds.get_or_create(&tier).observe(seconds);
     }
 
+    /// Runs in flight now.
+    pub fn in_flight(&self) -> i64 {
+        self.in_flight.get()
+    }
+
     /// One more run in flight, until the guard is dropped.
     pub fn run_started(&self) -> InFlight {
         self.in_flight.inc();
@@ -185,7 +190,11 @@ impl Metrics {
         };
         let labels = ToolLabels {
             upstream: upstream.to_string(),
-            tool: if named { tool.to_string() } else { OTHER.into() },
+            tool: if named {
+                tool.to_string()
+            } else {
+                OTHER.into()
+            },
             outcome: if ok { "ok" } else { "error" },
         };
         self.tool_calls.get_or_create(&labels).inc();
@@ -248,12 +257,18 @@ impl Drop for InFlight {
 }
 
 /// The process's resident memory, from `/proc/self/statm` (Linux).
+#[cfg(target_os = "linux")]
 fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     Some(pages * u64::try_from(page).ok()?)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn resident_bytes() -> Option<u64> {
+    None
 }
 
 #[cfg(test)]
@@ -267,7 +282,10 @@ mod tests {
             metrics.tool_call("up", &format!("t{i}"), true, Duration::from_millis(1));
         }
         let text = metrics.scrape(&[("up".into(), true)], &[("local".into(), 2)], None);
-        assert!(text.contains(r#"sandpy_tool_calls_total{upstream="up",tool="_other",outcome="ok"} 5"#), "{text}");
+        assert!(
+            text.contains(r#"sandpy_tool_calls_total{upstream="up",tool="_other",outcome="ok"} 5"#),
+            "{text}"
+        );
         assert!(text.contains(r#"sandpy_upstream_up{upstream="up"} 1"#));
         assert!(text.contains(r#"sandpy_sessions_open{tenant="local"} 2"#));
         let named = text.matches("sandpy_tool_calls_total{").count();

@@ -63,6 +63,8 @@ pub struct ServerState {
     connections: AtomicU64,
     /// Whether a request may choose its tier (`sandpy.native.per_run`).
     tier_per_run: bool,
+    /// Set when the server drains ([`SandpyServer::drain`]): new runs are answered `busy`.
+    draining: std::sync::atomic::AtomicBool,
     /// Every tool, from the three routers.
     tools: ToolRouter<ServerState>,
     /// Each tool's argument check: parsing into its parameter struct.
@@ -239,6 +241,7 @@ impl SandpyServer {
             audit,
             executions: AtomicU64::new(0),
             connections: AtomicU64::new(0),
+            draining: std::sync::atomic::AtomicBool::new(false),
             tools,
             checks,
         });
@@ -268,6 +271,59 @@ impl SandpyServer {
     /// The hub, e.g. to shut it down.
     pub fn hub(&self) -> &Hub {
         &self.state.hub
+    }
+
+    /// Stop taking new runs (each is answered `busy`, saying the server is shutting down),
+    /// wait up to `grace` for the runs in flight to end, then save the sessions of the
+    /// config's token tenants so that another replica can restore them
+    /// ([`SandpyServer::save_sessions`]). Returns how many runs were still going.
+    pub async fn drain(&self, grace: std::time::Duration) -> i64 {
+        self.state.draining.store(true, Ordering::Relaxed);
+        let deadline = tokio::time::Instant::now() + grace;
+        let metrics = self.state.hub.metrics();
+        while metrics.in_flight() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let left = metrics.in_flight();
+        let saved = self.save_sessions().await;
+        tracing::info!("drained: {left} runs still going, {saved} sessions saved");
+        left
+    }
+
+    /// Save every session of the config's token tenants under its own id, in the
+    /// tenant's folder of `save_dir` (`restore_session` with `name` = the session's id
+    /// brings it back, on any replica that shares the folder). Sessions whose id is not a
+    /// plain name, or whose journal passed its cap, are skipped and logged. Returns how
+    /// many were saved.
+    pub async fn save_sessions(&self) -> usize {
+        let state = &self.state;
+        let Some(root) = &state.session_dir else {
+            return 0;
+        };
+        let mut saved = 0;
+        for (name, tenant) in &state.token_tenants {
+            for id in state.sessions.ids_of(&tenant.id) {
+                let written = async {
+                    if !sandpy::is_plain_name(&id) {
+                        return Err("its id is not a plain name".to_string());
+                    }
+                    let snapshot = state.sessions.of(tenant).snapshot(&id).await;
+                    let snapshot = snapshot.map_err(|e| e.to_string())?;
+                    let text = serde_json::to_string(&snapshot).map_err(|e| e.to_string())?;
+                    let dir = crate::saves::SaveDir::open(root, Some(name));
+                    let dir = dir.map_err(|e| e.to_string())?;
+                    dir.write(&id, text.as_bytes()).map_err(|e| e.to_string())
+                };
+                match written.await {
+                    Ok(path) => {
+                        saved += 1;
+                        tracing::info!("saved session {id} of {name} to {}", path.display());
+                    }
+                    Err(why) => tracing::warn!("session {id} of {name} not saved: {why}"),
+                }
+            }
+        }
+        saved
     }
 
     /// Who makes a call that came with `context`: the tenant its bearer token names, else
@@ -326,6 +382,25 @@ impl SandpyServer {
             }
         }
         tools
+    }
+}
+
+impl SandpyServer {
+    /// The text of a `/metrics` scrape: the counters so far, with the upstreams' health,
+    /// the sessions per tenant and `mcp_sessions` (over HTTP) read now.
+    pub(crate) fn metrics_text(&self, mcp_sessions: Option<usize>) -> String {
+        let state = &self.state;
+        let upstreams: Vec<(String, bool)> = state
+            .hub
+            .servers()
+            .into_iter()
+            .map(|s| (s.name, s.status.starts_with("ready")))
+            .collect();
+        let sessions = state.sessions.open_by_tenant();
+        state
+            .hub
+            .metrics()
+            .scrape(&upstreams, &sessions, mcp_sessions)
     }
 }
 
@@ -418,6 +493,15 @@ impl ServerHandler for SandpyServer {
             if let Value::Object(arguments) = arguments {
                 request.arguments = Some(arguments);
             }
+        }
+        if state.draining.load(Ordering::Relaxed) && run::CHECKS.iter().any(|(n, _)| *n == name) {
+            let metrics = state.hub.metrics();
+            metrics.run(
+                state.run.tier,
+                sandpy::Status::Busy,
+                std::time::Duration::ZERO,
+            );
+            return Ok(CallToolResponse::from(state.refused_while_draining()));
         }
         let caller = self.caller(&context);
         context.extensions.insert(caller);

@@ -195,6 +195,7 @@ impl TestServer {
             access,
             true,
             &crate::HttpLimits::default(),
+            crate::http::Extras::default(),
         );
         let stop = CancellationToken::new();
         let shutdown = {

@@ -91,6 +91,7 @@ async def serve_requests(session: ClientSession, requests: list[dict[str, Any]])
 async def main() -> int:
     requests = json.load(sys.stdin)
     kind, target, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+    out = None
     try:
         if kind == "stdio":
             params = StdioServerParameters(command=target, args=rest)
@@ -104,6 +105,11 @@ async def main() -> int:
                     async with ClientSession(streams[0], streams[1], **session_options()) as session:
                         out = await serve_requests(session, requests)
     except BaseException as exc:  # noqa: BLE001 - connection failures are the result
+        if out is not None:
+            # Every request was answered; the connection broke as the client closed it
+            # (the server shutting down ends its streams).
+            print(json.dumps(out))
+            return 0
         print(json.dumps({"connect_error": f"{type(exc).__name__}: {exc!r}"}))
         return 3
     print(json.dumps(out))

@@ -61,6 +61,33 @@ def test_host_tools_answer_native_runs(native_config):
     assert execution.return_value == 42
 
 
+def test_native_runs_stream_ask_for_approval_and_announce_nothing_refused(native_config):
+    native = sandpy.Sandbox(config=native_config, tier="native")
+    seen, asked, reached = [], [], []
+
+    def write(path):
+        reached.append(path)
+        return path
+
+    def approve(tool, arguments):
+        asked.append(arguments["path"])
+        return arguments["path"] == "ok"
+
+    code = (
+        "print('before', flush=True)\nout = []\n"
+        "for p in ['ok', 'no']:\n"
+        "    try:\n        out.append(tools.host.write(path=p))\n"
+        "    except ToolError as e:\n        out.append(str(e))\nout"
+    )
+    execution = native.run(code, tools={"write": write}, approve=approve,
+                           require_approval=["mcp__host__write"],
+                           on_output=lambda stream, text: seen.append(text))
+    assert execution.status == "ok", execution.error
+    assert execution.return_value == ["ok", "the user declined mcp__host__write"]
+    assert asked == ["ok", "no"] and reached == ["ok"]
+    assert "".join(seen) == "before\n"
+
+
 def test_the_config_tier_is_the_default_and_wasm_stays_available(native_config):
     wasm = sandpy.Sandbox(config=native_config)
     assert wasm.run("import sys\nsys.version_info[:2]").return_value == [3, 14]

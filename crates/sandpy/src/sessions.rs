@@ -288,6 +288,31 @@ impl Sessions {
         }
     }
 
+    /// How many sessions each tenant holds (tenants without sessions left out), e.g. for
+    /// metrics.
+    pub fn open_by_tenant(&self) -> Vec<(String, usize)> {
+        let owners = self.owners();
+        let mut open: Vec<(String, usize)> = owners
+            .by_tenant
+            .iter()
+            .map(|(tenant, sessions)| (tenant.to_string(), sessions.len()))
+            .collect();
+        open.sort();
+        open
+    }
+
+    /// The ids of the sessions `tenant` holds.
+    pub fn ids_of(&self, tenant: &str) -> Vec<String> {
+        let owners = self.owners();
+        let mut ids: Vec<String> = owners
+            .by_tenant
+            .get(tenant)
+            .map(|sessions| sessions.keys().cloned().collect())
+            .unwrap_or_default();
+        ids.sort();
+        ids
+    }
+
     /// Close every session of `tenant` (its connection ended); how many there were.
     pub fn close_tenant(&self, tenant: &str) -> usize {
         let mut owners = self.owners();

@@ -15,6 +15,7 @@
 //!     "allowed_tools": ["mcp__everything__*"],
 //!     "approve": ["mcp__everything__write_*"],
 //!     "audit_log": "sandpy-audit.jsonl",
+//!     "drain_grace_ms": 30000, "metrics_require_token": false,
 //!     "audit_arguments": false,
 //!     "sessions": { "max_sessions": 64, "memory_mb": 256, "idle_ttl_ms": 600000,
 //!                   "total_memory_mb": 8192, "tenant_max_sessions": 8, "tenant_memory_mb": 2048,
@@ -108,6 +109,12 @@ pub struct Settings {
     pub max_queued_runs: Option<usize>,
     /// Host folders every run may read, at their guest paths.
     pub mounts: Vec<Mount>,
+    /// How long runs in flight may go on after `sandpy serve --http` is told to stop
+    /// (`drain_grace_ms`); the server's default (30 s) when `None`.
+    pub drain_grace: Option<Duration>,
+    /// Whether `GET /metrics` needs the bearer token (it is open like the probes by
+    /// default).
+    pub metrics_require_token: bool,
     /// Runtime component from `sandpy build` to use instead of the built-in one.
     pub runtime: Option<PathBuf>,
     /// Extra packages (pip requirements) that `sandpy build` puts into `runtime`.
@@ -195,6 +202,9 @@ struct RawSandpy {
     tenants: BTreeMap<String, RawTenant>,
     max_concurrent_runs: Option<usize>,
     max_queued_runs: Option<usize>,
+    drain_grace_ms: Option<u64>,
+    #[serde(default)]
+    metrics_require_token: bool,
     /// Guest path -> host folder (relative to the config file), read-only.
     #[serde(default)]
     mounts: BTreeMap<String, PathBuf>,
@@ -415,6 +425,8 @@ impl Settings {
             max_concurrent_runs: raw.max_concurrent_runs,
             max_queued_runs: raw.max_queued_runs,
             mounts,
+            drain_grace: raw.drain_grace_ms.map(Duration::from_millis),
+            metrics_require_token: raw.metrics_require_token,
             runtime: raw.runtime.map(|p| base.join(p)),
             packages: raw.packages,
             tier: raw.tier,

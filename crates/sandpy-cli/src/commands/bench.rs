@@ -25,8 +25,8 @@ pub struct Args {
     /// against the same packages in a folder mounted at /packages (needs PyPI, ~1 min).
     #[arg(long)]
     packages: bool,
-    /// Only this part: hello, files, session, process, cpu, tools, lookup, tls, eval,
-    /// memory or native.
+    /// Only this part: hello, files, stream, session, process, cpu, tools, lookup, tls,
+    /// eval, memory or native.
     #[arg(long, value_name = "PART")]
     only: Option<String>,
     /// The native tier's venv (with numpy and pandas, from `sandpy build --native`) for
@@ -156,9 +156,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
     let want = |part: &str| bench.args.only.as_deref().is_none_or(|only| only == part);
     println!("sandpy bench (medians; the machine is shared, compare ratios)\n");
-    let parts: [(&str, Part); 11] = [
+    let parts: [(&str, Part); 12] = [
         ("hello", Bench::hello),
         ("files", Bench::files),
+        ("stream", Bench::stream),
         ("session", Bench::session),
         ("process", Bench::process),
         ("cpu", Bench::cpu),
@@ -257,6 +258,37 @@ impl Bench {
         }
         let (p, f) = (median(&mut plain), median(&mut filed));
         println!("files: one 1 KiB input copied to /output and returned: p50 {f:.3} ms (print('hello') {p:.3} ms, ratio {:.2}x)", f / p);
+        Ok(())
+    }
+
+    /// A program that prints 10,000 lines, with its output streamed to a sink as it is
+    /// written (what `sandpy run`, MCP progress and `on_output` do) against captured only.
+    fn stream(&self) -> anyhow::Result<()> {
+        let (rt, args, sandbox) = (&self.rt, &self.args, &self.sandbox);
+        let code = "for i in range(10_000):\n    print('line', i)";
+        let bytes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let streamed = sandpy::RunOptions {
+            on_output: Some({
+                let bytes = bytes.clone();
+                std::sync::Arc::new(move |_, chunk: &[u8]| {
+                    bytes.fetch_add(chunk.len(), std::sync::atomic::Ordering::Relaxed);
+                })
+            }),
+            ..sandpy::RunOptions::default()
+        };
+        let (mut plain, mut sunk) = (Vec::new(), Vec::new());
+        for _ in 0..(args.runs / 10).max(5) {
+            plain.push(timed_run(
+                rt,
+                sandbox,
+                code,
+                &sandpy::RunOptions::default(),
+            )?);
+            sunk.push(timed_run(rt, sandbox, code, &streamed)?);
+        }
+        let (p, s) = (median(&mut plain), median(&mut sunk));
+        let runs = plain.len();
+        println!("stream: 10,000 printed lines, streamed to a sink: p50 {s:.3} ms (captured only {p:.3} ms, ratio {:.2}x; n={runs})", s / p);
         Ok(())
     }
 

@@ -1,10 +1,14 @@
 //! `sandpy serve`: the MCP server, over stdio (default) or streamable HTTP.
 //!
 //! It answers its clients at once: the upstream servers start in the background
-//! ([`sandpy_mcp::Hub::launch`]). SIGTERM or SIGINT end it promptly whatever its clients
-//! or stdin are doing: HTTP requests in progress get a few seconds to finish, runs still
-//! going then are cancelled, every upstream's process group is killed, and the runtime is
-//! not waited for (its stdin reader is a blocking read no one can interrupt).
+//! ([`sandpy_mcp::Hub::launch`]). Over stdio, SIGTERM or SIGINT end it promptly whatever
+//! its client or stdin are doing. Over HTTP the first signal drains: `/readyz` fails, new
+//! MCP sessions get 503 and new runs `busy`, runs in flight get `sandpy.drain_grace_ms`
+//! (default 30 s) to end, the token tenants' sessions are saved to `save_dir`; then open
+//! streams end, requests still being answered get a few seconds, runs still going are
+//! cancelled. A second signal exits at once. Every upstream's process group is killed, and
+//! the runtime is not waited for (its stdin reader is a blocking read no one can
+//! interrupt).
 
 use crate::exit::Outcome;
 use anyhow::Context;
@@ -27,30 +31,58 @@ pub struct Args {
     settings: super::ConfigArgs,
 }
 
-/// SIGTERM or SIGINT (Ctrl-C). The handlers are installed when this is called, not when
-/// it is first awaited, so a signal that comes while the server starts is not lost.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+/// SIGTERM and SIGINT (Ctrl-C). The handlers are installed when this is made, not when
+/// first awaited, so a signal that comes while the server starts is not lost.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let term = signal(SignalKind::terminate()).ok();
-        let int = signal(SignalKind::interrupt()).ok();
-        async move {
-            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
-                match s {
-                    Some(mut s) => drop(s.recv().await),
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = wait(term) => {},
-                _ = wait(int) => {},
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn install() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Signals {
+                term: signal(SignalKind::terminate()).ok(),
+                int: signal(SignalKind::interrupt()).ok(),
             }
         }
+        #[cfg(not(unix))]
+        Signals {}
     }
-    #[cfg(not(unix))]
-    async {
+
+    /// The next SIGTERM or SIGINT.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn one(signal: &mut Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(signal) => drop(signal.recv().await),
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                () = one(&mut self.term) => {},
+                () = one(&mut self.int) => {},
+            }
+        }
+        #[cfg(not(unix))]
         drop(tokio::signal::ctrl_c().await);
+    }
+
+    /// Done at the first signal; a second one ends the process at once (after at most a
+    /// second to stop `hub`'s upstreams), without waiting for runs.
+    async fn first_then_exit_on_second(mut self, hub: sandpy_mcp::Hub) {
+        self.next().await;
+        tokio::spawn(async move {
+            self.next().await;
+            eprintln!("sandpy: a second signal: exiting now, without waiting for runs");
+            let _ = tokio::time::timeout(Duration::from_secs(1), hub.shutdown()).await;
+            std::process::exit(130);
+        });
     }
 }
 
@@ -59,8 +91,9 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let sandbox = super::resolved_sandbox(&resolved)?;
     let runtime = super::tokio_runtime()?;
     let served = runtime.block_on(async {
-        let stop = shutdown_signal();
+        let signals = Signals::install();
         let hub = sandpy_mcp::Hub::launch(&config);
+        let stop = signals.first_then_exit_on_second(hub.clone());
         tokio::spawn(report_start(hub.clone(), resolved.settings.clone()));
         let server = sandpy_mcp::SandpyServer::new(sandbox, hub.clone(), &resolved)
             .context("cannot start the MCP server")?;
@@ -71,7 +104,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             },
             Some(addr) => {
                 let tenants = &resolved.settings.tenants;
-                let listener = sandpy_mcp::HttpListener::bind(addr, args.token, tenants).await?;
+                let settings = &resolved.settings;
+                let mut listener = sandpy_mcp::HttpListener::bind(addr, args.token, tenants)
+                    .await?
+                    .metrics_need_token(settings.metrics_require_token);
+                if let Some(grace) = settings.drain_grace {
+                    listener = listener.drain_grace(grace);
+                }
                 eprintln!(
                     "sandpy: serving MCP at http://{}/mcp",
                     listener.local_addr()?

@@ -224,3 +224,27 @@ while time.time() < deadline:
 os.waitpid(pid, 0)
 sys.stdout.write(seen.replace(b"\x00answered", b"").decode(errors="replace"))
 "#;
+
+/// 100 MB printed in a loop, streamed: the run stops at its output cap (1 MiB by default)
+/// and the stream carries no more than that, in a bounded number of messages.
+#[test]
+fn a_flood_of_output_is_streamed_within_its_bounds() {
+    let code = "line = 'x' * 9999\nfor _ in range(10_000):\n    print(line)";
+    let requests = json!([{"method": "call_tool", "name": "run_python", "progress": true,
+                           "arguments": {"code": code}}]);
+    let binary = env!("CARGO_BIN_EXE_sandpy");
+    let (out, status, stderr) = mcp_client_with(&["stdio", binary, "serve"], &requests, &[]);
+    assert_eq!(status, 0, "{out}\n{stderr}");
+    assert_eq!(
+        out[0]["structuredContent"]["status"], "output_limit",
+        "{out:.2000}"
+    );
+    let messages = out[0]["_progress"].as_array().expect("progress");
+    let streamed: usize = messages
+        .iter()
+        .map(|m| m["message"].as_str().unwrap_or_default().len())
+        .sum();
+    assert!(streamed <= (1 << 20) + 4096, "{streamed} bytes streamed");
+    assert!(streamed >= 64 << 10, "{streamed} bytes streamed");
+    assert!(messages.len() <= 600, "{} messages", messages.len());
+}

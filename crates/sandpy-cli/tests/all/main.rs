@@ -9,6 +9,7 @@ mod native;
 mod packages;
 mod run;
 mod serve;
+mod service;
 mod upstream_attacks;
 mod warm;
 
@@ -19,6 +20,8 @@ use std::sync::OnceLock;
 pub const EVERYTHING_PKG: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 /// The official MCP Python SDK, for the client in `tests/mcp_client.py`.
 const MCP_PYTHON_SDK: &str = "mcp==2.3.0";
+/// The official Prometheus client, whose parser reads `/metrics` in the service tests.
+const PROMETHEUS_CLIENT: &str = "prometheus-client==0.26.0";
 
 pub fn sandpy() -> Command {
     // Compile both runtimes (with and without interruption checks) once, before the first
@@ -75,14 +78,16 @@ pub fn sandpy_with_stdin(args: &[&str], stdin: &[u8]) -> Output {
     child.wait_with_output().expect("sandpy output")
 }
 
-/// A venv with the official MCP Python SDK, made once under `target/`.
+/// A venv with the official MCP Python SDK (and the Prometheus client), made once under
+/// `target/`.
 pub fn mcp_python() -> &'static PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON.get_or_init(|| {
         let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/e2e-venv");
         let python = venv.join("bin/python");
         let marker = venv.join(".installed");
-        if std::fs::read_to_string(&marker).ok().as_deref() != Some(MCP_PYTHON_SDK) {
+        let wanted = format!("{MCP_PYTHON_SDK} {PROMETHEUS_CLIENT}");
+        if std::fs::read_to_string(&marker).ok().as_deref() != Some(wanted.as_str()) {
             let ok = Command::new("python3")
                 .args(["-m", "venv"])
                 .arg(&venv)
@@ -98,12 +103,13 @@ pub fn mcp_python() -> &'static PathBuf {
                     "-q",
                     "--disable-pip-version-check",
                     MCP_PYTHON_SDK,
+                    PROMETHEUS_CLIENT,
                 ])
                 .status()
                 .expect("pip")
                 .success();
-            assert!(ok, "cannot install {MCP_PYTHON_SDK}");
-            std::fs::write(&marker, MCP_PYTHON_SDK).expect("marker");
+            assert!(ok, "cannot install {wanted}");
+            std::fs::write(&marker, &wanted).expect("marker");
         }
         python
     })

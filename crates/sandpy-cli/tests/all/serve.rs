@@ -405,7 +405,7 @@ fn http_serves_a_real_client_with_a_bearer_token() {
 }
 
 /// A bare `initialize` POST, to read the status line the server answers with.
-fn raw_post(url: &str, authorization: Option<&str>) -> String {
+pub(crate) fn raw_post(url: &str, authorization: Option<&str>) -> String {
     use std::io::{Read, Write};
     let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
@@ -443,7 +443,7 @@ fn http_beyond_loopback_requires_a_token() {
 /// A config whose one server, `fake`, is `sandpy-mcp/tests/fake_upstream.py` started with a
 /// background child: returns the config's path and the files the server and its child
 /// write their pids to (it also writes each tool called to `calls` in `dir`).
-fn fake_upstream_config(dir: &std::path::Path) -> (String, PathBuf, PathBuf) {
+pub(crate) fn fake_upstream_config(dir: &std::path::Path) -> (String, PathBuf, PathBuf) {
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sandpy-mcp/tests/fake_upstream.py");
     let (server, child) = (dir.join("server.pid"), dir.join("child.pid"));
@@ -456,7 +456,7 @@ fn fake_upstream_config(dir: &std::path::Path) -> (String, PathBuf, PathBuf) {
 }
 
 /// The pid written to `path`, waiting for it.
-fn read_pid(path: &std::path::Path) -> u32 {
+pub(crate) fn read_pid(path: &std::path::Path) -> u32 {
     let until = Instant::now() + Duration::from_secs(60);
     while Instant::now() < until {
         if let Some(pid) = std::fs::read_to_string(path)
@@ -471,7 +471,7 @@ fn read_pid(path: &std::path::Path) -> u32 {
 }
 
 /// Wait for `path` to have some text.
-fn wait_for_text(path: &std::path::Path) {
+pub(crate) fn wait_for_text(path: &std::path::Path) {
     let until = Instant::now() + Duration::from_secs(60);
     while Instant::now() < until {
         if std::fs::read_to_string(path).is_ok_and(|t| !t.is_empty()) {
@@ -483,7 +483,7 @@ fn wait_for_text(path: &std::path::Path) {
 }
 
 /// Whether `pid` runs (a zombie does not).
-fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|stat| {
@@ -493,7 +493,7 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-fn signal(pid: u32, name: &str) {
+pub(crate) fn signal(pid: u32, name: &str) {
     let sent = std::process::Command::new("kill")
         .args([&format!("-{name}"), &pid.to_string()])
         .status()
@@ -502,7 +502,7 @@ fn signal(pid: u32, name: &str) {
 }
 
 /// Wait for `child` to exit, at most `limit`.
-fn exits_within(
+pub(crate) fn exits_within(
     child: &mut std::process::Child,
     limit: Duration,
 ) -> Option<std::process::ExitStatus> {
@@ -516,7 +516,7 @@ fn exits_within(
     None
 }
 
-fn none_left(pids: &[u32]) -> bool {
+pub(crate) fn none_left(pids: &[u32]) -> bool {
     let until = Instant::now() + Duration::from_secs(5);
     while Instant::now() < until {
         if !pids.iter().any(|pid| alive(*pid)) {
@@ -554,10 +554,13 @@ fn sigterm_ends_stdio_serve_with_stdin_open_and_kills_the_upstream_group() {
     drop(stdin);
 }
 
+/// Over HTTP the first signal drains (runs in flight get their grace) and a second one
+/// ends the server at once, killing the upstream's process group all the same.
 #[test]
-fn sigint_ends_http_serve_during_a_run_and_kills_the_upstream_group() {
+fn a_second_signal_ends_a_draining_http_serve_at_once_and_kills_the_upstream_group() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (config, server_pid, child_pid) = fake_upstream_config(dir.path());
+    add_sandpy_section(&config, json!({"drain_grace_ms": 60000}));
     let (mut serve, url) = http_server(&["--config", &config]);
     let pids = [read_pid(&server_pid), read_pid(&child_pid)];
     let client = std::thread::spawn(move || {
@@ -568,9 +571,12 @@ fn sigint_ends_http_serve_during_a_run_and_kills_the_upstream_group() {
     });
     wait_for_text(&dir.path().join("calls")); // the run is going: it called the tool
     signal(serve.0.id(), "INT");
-    let status = exits_within(&mut serve.0, Duration::from_secs(15))
-        .expect("sandpy serve --http still runs 15 s after SIGINT during a run");
-    assert!(status.success(), "{status}");
+    // Draining: the run may go on for its grace.
+    assert!(exits_within(&mut serve.0, Duration::from_secs(1)).is_none());
+    signal(serve.0.id(), "INT");
+    let status = exits_within(&mut serve.0, Duration::from_secs(10))
+        .expect("sandpy serve --http still runs 10 s after a second SIGINT");
+    assert_eq!(status.code(), Some(130), "{status}");
     assert!(
         none_left(&pids),
         "the upstream or its child outlived the server: {pids:?}"
@@ -580,6 +586,14 @@ fn sigint_ends_http_serve_during_a_run_and_kills_the_upstream_group() {
         !out.to_string().contains(r#""status":"ok""#),
         "the run was cut short, not answered: {out}"
     );
+}
+
+/// Put `sandpy` as the `sandpy` section of the config file at `path`.
+pub(crate) fn add_sandpy_section(path: &str, sandpy: Value) {
+    let text = std::fs::read_to_string(path).expect("config");
+    let mut config: Value = serde_json::from_str(&text).expect("config JSON");
+    config["sandpy"] = sandpy;
+    std::fs::write(path, config.to_string()).expect("config");
 }
 
 /// A `run_python` call that carries a `progressToken` (the official SDK's
@@ -620,7 +634,7 @@ fn run_python_streams_output_as_progress_when_asked() {
 }
 
 /// `GET` `path` on the server of `url`: the status line and the body.
-fn raw_get(url: &str, path: &str) -> (String, String) {
+pub(crate) fn raw_get(url: &str, path: &str) -> (String, String) {
     use std::io::{Read, Write};
     let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
     let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");

@@ -7,6 +7,7 @@
 //! client that reads slowly costs the server at most [`MAX_BUFFERED`] bytes and
 //! [`MAX_CALLS`] call notices per run.
 
+use crate::metrics::Metrics;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::Peer;
 use rmcp::RoleServer;
@@ -50,6 +51,7 @@ impl ProgressStream {
     pub fn start(
         peer: Peer<RoleServer>,
         token: ProgressToken,
+        metrics: Arc<Metrics>,
     ) -> (ProgressStream, OutputSink, ToolCallSink) {
         let pending = Arc::new(Mutex::new(Pending::default()));
         let full = Arc::new(Notify::new());
@@ -80,7 +82,7 @@ impl ProgressStream {
             })
         };
         let done = CancellationToken::new();
-        let task = tokio::spawn(send(peer, token, pending, full, done.clone()));
+        let task = tokio::spawn(send(peer, token, pending, full, done.clone(), metrics));
         let done = done.drop_guard();
         (ProgressStream { done, task }, sink, calls)
     }
@@ -99,6 +101,7 @@ async fn send(
     pending: Arc<Mutex<Pending>>,
     full: Arc<Notify>,
     done: CancellationToken,
+    metrics: Arc<Metrics>,
 ) {
     let mut sent = 0u64;
     loop {
@@ -113,6 +116,7 @@ async fn send(
         };
         for text in messages {
             sent += 1;
+            metrics.streamed(text.len());
             let message =
                 ProgressNotificationParam::new(token.clone(), sent as f64).with_message(text);
             if peer.notify_progress(message).await.is_err() {

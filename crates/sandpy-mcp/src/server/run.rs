@@ -208,6 +208,7 @@ impl ServerState {
         Extension(caller): Extension<Caller>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
+        let _in_flight = self.hub.metrics().run_started();
         let id = self.next_execution_id();
         let request = RunRequest {
             timeout_ms: args.timeout_ms,
@@ -216,7 +217,7 @@ impl ServerState {
             tier: self.requested_tier(args.tier, args.session_id.is_some())?,
         };
         let mut options = self.options(id.clone(), request);
-        let stream = live(&context, &mut options);
+        let stream = live(self, &context, &mut options);
         let execution = match &args.session_id {
             None => self.sandbox.run_with(&args.code, &options).await,
             Some(session) => {
@@ -240,6 +241,7 @@ impl ServerState {
         Extension(caller): Extension<Caller>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
+        let _in_flight = self.hub.metrics().run_started();
         let id = self.next_execution_id();
         let request = RunRequest {
             timeout_ms: args.timeout_ms,
@@ -248,7 +250,7 @@ impl ServerState {
             ..RunRequest::default()
         };
         let mut options = self.options(id.clone(), request);
-        let stream = live(&context, &mut options);
+        let stream = live(self, &context, &mut options);
         let arguments = args.arguments.into_value();
         let execution = self
             .sandbox
@@ -266,17 +268,33 @@ impl ServerState {
 /// the client's user; and when the request carries a `progressToken`, the run's output and
 /// tool calls sent as `notifications/progress` while it runs (the stream to finish when it
 /// ends).
-fn live(context: &RequestContext<RoleServer>, options: &mut RunOptions) -> Option<ProgressStream> {
+fn live(
+    state: &ServerState,
+    context: &RequestContext<RoleServer>,
+    options: &mut RunOptions,
+) -> Option<ProgressStream> {
     options.cancel = Some(context.ct.clone());
     options.approver = Some(approval::approver(context.peer.clone()));
     let token = context.meta.get_progress_token()?;
-    let (stream, output, calls) = ProgressStream::start(context.peer.clone(), token);
+    let metrics = state.hub.metrics().clone();
+    let (stream, output, calls) = ProgressStream::start(context.peer.clone(), token, metrics);
     options.on_output = Some(output);
     options.on_tool_call = Some(calls);
     Some(stream)
 }
 
 impl ServerState {
+    /// The answer to a run asked for while the server drains: `busy`, nothing ran.
+    pub(super) fn refused_while_draining(&self) -> CallToolResult {
+        let message =
+            "the server is shutting down and takes no new runs; retry (on another replica)";
+        let execution = Execution::refused(sandpy::Status::Busy, message.into());
+        let bounded = self.model_output.bound(&execution);
+        let mut result = CallToolResult::error(vec![ContentBlock::text(summarize(&bounded))]);
+        result.structured_content = Some(bounded.to_json());
+        result
+    }
+
     /// An execution as a tool result: its summary, then its output files; `isError` unless
     /// it ended `ok`. The summary and the structured content are the execution bounded by
     /// the config's `model_output` (long texts cut and marked, `truncated` listing them;
@@ -294,6 +312,9 @@ impl ServerState {
             let tenant = &caller.tenant.id;
             audit.execution(id, tenant, code, &options.effective_limits(), &execution);
         }
+        let duration = std::time::Duration::from_secs_f64(execution.duration_ms.max(0.0) / 1e3);
+        let metrics = self.hub.metrics();
+        metrics.run(options.tier, execution.status, duration);
         let bounded = self.model_output.bound(&execution);
         let ok = execution.is_ok();
         let mut content = vec![ContentBlock::text(summarize(&bounded))];
