@@ -813,7 +813,16 @@ impl Hub {
         if reconnected {
             self.refresh(upstream.clone()).await;
         }
-        let request = CallToolRequestParams::new(tool.clone()).with_arguments(arguments);
+        let mut request = CallToolRequestParams::new(tool.clone()).with_arguments(arguments);
+        // The run's trace goes on to the upstream in `_meta` (SEP-414), when traces are on.
+        let trace = crate::telemetry::current();
+        if !trace.is_empty() {
+            let mut meta = rmcp::model::RequestMetaObject::new();
+            for (key, value) in trace {
+                meta.0 .0.insert(key, Value::String(value));
+            }
+            request.meta = Some(meta);
+        }
         let started = Instant::now();
         let outcome = self
             .outcome(&name, &upstream, peer.call_tool(request).await)

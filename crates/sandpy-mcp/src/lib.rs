@@ -33,6 +33,7 @@ mod saves;
 mod schema;
 mod server;
 mod summary;
+mod telemetry;
 #[cfg(feature = "test-server")]
 pub mod test_server;
 mod tls;
@@ -48,6 +49,7 @@ pub use sandpy::{ConfigError, UnknownPolicy};
 pub use schema::ArgumentSchema;
 pub use server::SandpyServer;
 pub use summary::summarize;
+pub use telemetry::{Telemetry, TelemetryError};
 pub use tls::{CaFile, CaFileError};
 
 /// Serve `server` over stdin/stdout until the client disconnects.

@@ -1,7 +1,7 @@
 """A misbehaving MCP server over stdio (raw JSON-RPC, one message per line), for tests.
 
     python3 fake_upstream.py [--grandchild PIDFILE] [--pidfile PIDFILE] [--starts FILE]
-                             [--need FILE] [--silent] [--calls FILE]
+                             [--need FILE] [--silent] [--calls FILE] [--traces FILE]
 
 --grandchild PIDFILE  start `sleep 1000` in the background (same process group) and write
                       its pid to PIDFILE: what an upstream's own children look like.
@@ -10,6 +10,7 @@
 --need FILE           exit 1 at once unless FILE exists (a server that fails to start).
 --silent              read stdin and never answer (a server that never does the handshake).
 --calls FILE          append the name of each tool called to FILE.
+--traces FILE         append the `traceparent` in each tool call's `_meta` (or "-") to FILE.
 
 Tools: `ping` answers "pong"; `crash` exits the server without an answer (its background
 child stays, as after a real crash).
@@ -72,6 +73,11 @@ def main():
                 ]
             }
         elif method == "tools/call":
+            traces = option("--traces")
+            if traces:
+                meta = message["params"].get("_meta") or {}
+                with open(traces, "a") as f:
+                    f.write(meta.get("traceparent", "-") + "\n")
             calls = option("--calls")
             if calls:
                 with open(calls, "a") as f:

@@ -8,7 +8,7 @@ stdin: a JSON list of requests, `{"method": "list_tools"}` or
 call asks for progress notifications: the result gets `_progress`, each notification's
 message and how many seconds before the result it came; with `"cancel_after_s": S`, the
 call is cancelled after S seconds (the SDK sends `notifications/cancelled`) and its result
-is `{"cancelled": true}`). stdout: one JSON list with a result (or `{"error": "..."}`)
+is `{"cancelled": true}`; `"meta": {...}` is sent as the request's `_meta`). stdout: one JSON list with a result (or `{"error": "..."}`)
 per request, in order. A connection failure prints `{"connect_error": "..."}` and exits 3.
 
 With `MCP_CLIENT_ELICIT=accept,decline,...` set, the client supports elicitation and
@@ -26,7 +26,7 @@ import os
 
 import httpx2
 from mcp import ClientSession, types
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 
@@ -63,7 +63,8 @@ async def serve_requests(session: ClientSession, requests: list[dict[str, Any]])
             else:
                 call = session.call_tool(
                     request["name"], request.get("arguments", {}),
-                    progress_callback=on_progress if request.get("progress") else None)
+                    progress_callback=on_progress if request.get("progress") else None,
+                    meta=request.get("meta"))
                 if "cancel_after_s" in request:
                     task = asyncio.ensure_future(call)
                     await asyncio.sleep(request["cancel_after_s"])
@@ -94,7 +95,11 @@ async def main() -> int:
     out = None
     try:
         if kind == "stdio":
-            params = StdioServerParameters(command=target, args=rest)
+            # The SDK gives a stdio server a minimal environment; the OpenTelemetry
+            # variables of the trace tests are passed on as well.
+            env = get_default_environment()
+            env.update({k: v for k, v in os.environ.items() if k.startswith("OTEL_")})
+            params = StdioServerParameters(command=target, args=rest, env=env)
             async with stdio_client(params) as (read, write):
                 async with ClientSession(read, write, **session_options()) as session:
                     out = await serve_requests(session, requests)

@@ -134,21 +134,63 @@ fn warmup(py: Python<'_>) -> PyResult<std::path::PathBuf> {
 }
 
 /// With `SANDPY_LOG` set (e.g. `debug`, `sandpy=trace`), the library's log goes to stderr,
-/// filtered as the CLI filters it; unset, nothing is installed (the application may have
-/// its own tracing subscriber).
-fn init_log() {
-    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("SANDPY_LOG") {
-        let _ = tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .with_env_filter(filter)
+/// filtered as the CLI filters it; with an OTLP endpoint in the environment
+/// (`OTEL_EXPORTER_OTLP_ENDPOINT`), runs are traced as the CLI traces them (exported at
+/// exit too). With neither, nothing is installed (the application may have its own
+/// tracing subscriber).
+fn init_log(py: Python<'_>) -> PyResult<()> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let log = tracing_subscriber::EnvFilter::try_from_env("SANDPY_LOG")
+        .ok()
+        .map(|filter| {
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(filter)
+        });
+    let traces = match sandpy_mcp::Telemetry::from_env() {
+        Ok(Some((telemetry, layer))) => {
+            let _ = TELEMETRY.set(std::sync::Mutex::new(Some(telemetry)));
+            let flush = wrap_pyfunction!(flush_traces, py)?;
+            py.import("atexit")?.call_method1("register", (flush,))?;
+            Some(layer)
+        }
+        Ok(None) => None,
+        Err(e) => {
+            let warning = format!("sandpy: traces are off: {e}");
+            let warnings = py.import("warnings")?;
+            warnings.call_method1("warn", (warning,))?;
+            None
+        }
+    };
+    if log.is_some() || traces.is_some() {
+        let _ = tracing_subscriber::registry()
+            .with(log)
+            .with(traces)
             .try_init();
+    }
+    Ok(())
+}
+
+/// The trace exporter, when traces are on; taken at exit.
+static TELEMETRY: OnceLock<std::sync::Mutex<Option<sandpy_mcp::Telemetry>>> = OnceLock::new();
+
+/// Send the spans still queued (registered with `atexit` when traces are on).
+#[pyfunction]
+fn flush_traces(py: Python<'_>) {
+    let telemetry = TELEMETRY
+        .get()
+        .and_then(|slot| slot.lock().ok().and_then(|mut t| t.take()));
+    if let Some(telemetry) = telemetry {
+        py.detach(|| telemetry.shutdown());
     }
 }
 
 #[pymodule]
 fn _sandpy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    init_log();
+    init_log(py)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("SandboxError", py.get_type::<SandboxError>())?;
     m.add("ConfigError", py.get_type::<ConfigError>())?;

@@ -188,3 +188,40 @@ def test_on_output_in_a_session_and_a_coroutine(sb):
 
         assert asyncio.run(cell()).ok
     assert "".join(seen) == "cell one\ncell 2\nasync cell\n"
+
+
+def test_stream_yields_output_as_it_is_written_then_the_execution(sb):
+    code = "import time\nprint('one', flush=True)\ntime.sleep(0.5)\nprint('two')\n42"
+
+    async def main():
+        items, started = [], time.monotonic()
+        async for item in sandpy.stream(sb, code, timeout_ms=10_000):
+            items.append((item, time.monotonic() - started))
+        return items
+
+    items = asyncio.run(main())
+    outputs = [item for item, _ in items if isinstance(item, sandpy.Output)]
+    assert "".join(o.text for o in outputs) == "one\ntwo\n"
+    assert outputs[0] == sandpy.Output("stdout", "one")  # print writes the line, then "\n"
+    execution, ended = items[-1]
+    assert isinstance(execution, sandpy.Execution) and execution.return_value == 42
+    first_at = items[0][1]
+    assert ended - first_at > 0.3, items  # the first line came while the program slept
+
+
+def test_leaving_a_stream_early_stops_the_run(sb):
+    code = "import time\nprint('started', flush=True)\ntime.sleep(30)"
+
+    with sb.session() as session:
+        async def main():
+            items = sandpy.stream(session, code, timeout_ms=60_000)
+            async for item in items:
+                assert item == sandpy.Output("stdout", "started")
+                break
+            await items.aclose()
+            # A session runs one program at a time: the next one waits for the first.
+            started = time.monotonic()
+            await session.run_async("1 + 1")
+            return time.monotonic() - started
+
+        assert asyncio.run(main()) < 10

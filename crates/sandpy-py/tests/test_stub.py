@@ -26,7 +26,10 @@ def test_every_public_name_is_in_the_stub_and_exists():
         if isinstance(n, ast.AnnAssign) and ast.unparse(n.annotation) != "TypeAlias"
     }
     for name in sandpy.__all__:
-        assert name in stubbed, f"{name} is not in the stub"
+        # Names written in Python (sandpy/_stream.py) carry their own annotations.
+        module = inspect.getmodule(getattr(sandpy, name))
+        in_python = module is not None and str(module.__file__).endswith(".py")
+        assert name in stubbed or in_python, f"{name} is not in the stub"
     for name in stubbed:
         assert hasattr(ext, name), f"the stub has {name}, the module does not"
 

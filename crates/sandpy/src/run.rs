@@ -17,6 +17,7 @@ use crate::{Config, Error, Limits, Policy, RunOptions};
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 /// What every run of one sandbox shares: the runtimes, the admission queue and the run
 /// folders.
@@ -102,7 +103,10 @@ impl Runner {
             return Err(refused);
         }
         let tools = tool_access(options, &limits)?;
-        let entered = self.admission.enter(limits.timeout);
+        let entered = self
+            .admission
+            .enter(limits.timeout)
+            .instrument(tracing::info_span!("admission"));
         let entered = match &options.cancel {
             None => entered.await,
             Some(cancel) => cancel.run_until_cancelled(entered).await.ok_or_else(|| {
@@ -121,6 +125,13 @@ impl Runner {
 
     /// Run `task` in a new instance, dropped afterwards.
     pub async fn fresh(&self, task: Task, options: &RunOptions) -> Execution {
+        let span = run_span(options, false);
+        let execution = self.fresh_run(task, options).instrument(span.clone()).await;
+        span.record("status", execution.status.as_str());
+        execution
+    }
+
+    async fn fresh_run(&self, task: Task, options: &RunOptions) -> Execution {
         if options.tier == crate::Tier::Native {
             return self.native_fresh(&task, options).await;
         }
@@ -236,6 +247,22 @@ impl Runner {
         kept: &mut Kept,
         replay: Option<VecDeque<RecordedCall>>,
     ) -> Ran {
+        let span = run_span(options, true);
+        let ran = self
+            .kept_run(task, options, kept, replay)
+            .instrument(span.clone())
+            .await;
+        span.record("status", ran.execution.status.as_str());
+        ran
+    }
+
+    async fn kept_run(
+        &self,
+        task: Task,
+        options: &RunOptions,
+        kept: &mut Kept,
+        replay: Option<VecDeque<RecordedCall>>,
+    ) -> Ran {
         let refused = |refused: Refused, reached| Ran {
             execution: refused.into(),
             reached,
@@ -324,6 +351,16 @@ impl Runner {
             .as_ref()
             .map_err(|e| Refused::new(Status::InternalError, error_chain(e)))
     }
+}
+
+/// The span of one run (its admission, instantiation, execution and tool calls are its
+/// children); `status` is recorded when it ends.
+fn run_span(options: &RunOptions, session: bool) -> tracing::Span {
+    let tier = match options.tier {
+        crate::Tier::Wasm => "wasm",
+        crate::Tier::Native => "native",
+    };
+    tracing::info_span!("sandbox_run", tier, session, status = tracing::field::Empty)
 }
 
 /// The `invalid_input` execution for code over the size cap.

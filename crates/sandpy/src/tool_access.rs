@@ -12,6 +12,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 /// One tool call as a session journal keeps it: replaying a session answers the call
 /// from here instead of calling the tool again.
@@ -208,21 +209,41 @@ impl ToolAccess {
             let call_future = host.call_tool(&call.name, arguments);
             let name = call.name.clone();
             access.waiting.push((i, name.clone()));
-            pending.push(async move {
-                let result = match timeout {
-                    None => call_future.await,
-                    Some(limit) => tokio::time::timeout(limit, call_future)
-                        .await
-                        .unwrap_or_else(|_| {
-                            let ms = limit.as_millis();
-                            Err(
-                                format!("tool {name} timed out after {ms} ms (tool_timeout_ms)")
-                                    .into(),
-                            )
-                        }),
-                };
-                (i, result.map_err(|e| e.message))
-            });
+            let span = tracing::info_span!(
+                "tool_call",
+                otel.kind = "client",
+                tool = %name,
+                status = tracing::field::Empty,
+                bytes = tracing::field::Empty,
+            );
+            let recorded = span.clone();
+            pending.push(
+                async move {
+                    let result = match timeout {
+                        None => call_future.await,
+                        Some(limit) => tokio::time::timeout(limit, call_future)
+                            .await
+                            .unwrap_or_else(|_| {
+                                let ms = limit.as_millis();
+                                Err(format!(
+                                    "tool {name} timed out after {ms} ms (tool_timeout_ms)"
+                                )
+                                .into())
+                            }),
+                    };
+                    // Measured only for a span that is kept (traces on): it costs a pass.
+                    if !recorded.is_disabled() {
+                        let (status, bytes) = match &result {
+                            Ok(value) => ("ok", value.to_string().len()),
+                            Err(e) => ("error", e.message.len()),
+                        };
+                        recorded.record("status", status);
+                        recorded.record("bytes", i64::try_from(bytes).unwrap_or(i64::MAX));
+                    }
+                    (i, result.map_err(|e| e.message))
+                }
+                .instrument(span),
+            );
         }
         // Answers as they come, so that a run stopped by its deadline knows which calls
         // were still out.

@@ -10,6 +10,7 @@ mod packages;
 mod run;
 mod serve;
 mod service;
+mod traces;
 mod upstream_attacks;
 mod warm;
 
@@ -22,6 +23,8 @@ pub const EVERYTHING_PKG: &str = "@modelcontextprotocol/server-everything@2026.8
 const MCP_PYTHON_SDK: &str = "mcp==2.3.0";
 /// The official Prometheus client, whose parser reads `/metrics` in the service tests.
 const PROMETHEUS_CLIENT: &str = "prometheus-client==0.26.0";
+/// The official OTLP protobuf definitions, which decode the spans the trace tests receive.
+const OTLP_PROTO: &str = "opentelemetry-proto==1.45.2";
 
 pub fn sandpy() -> Command {
     // Compile both runtimes (with and without interruption checks) once, before the first
@@ -86,7 +89,7 @@ pub fn mcp_python() -> &'static PathBuf {
         let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/e2e-venv");
         let python = venv.join("bin/python");
         let marker = venv.join(".installed");
-        let wanted = format!("{MCP_PYTHON_SDK} {PROMETHEUS_CLIENT}");
+        let wanted = format!("{MCP_PYTHON_SDK} {PROMETHEUS_CLIENT} {OTLP_PROTO}");
         if std::fs::read_to_string(&marker).ok().as_deref() != Some(wanted.as_str()) {
             let ok = Command::new("python3")
                 .args(["-m", "venv"])
@@ -104,6 +107,7 @@ pub fn mcp_python() -> &'static PathBuf {
                     "--disable-pip-version-check",
                     MCP_PYTHON_SDK,
                     PROMETHEUS_CLIENT,
+                    OTLP_PROTO,
                 ])
                 .status()
                 .expect("pip")

@@ -15,6 +15,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::num::NonZeroU64;
+use tracing::Instrument;
 
 /// The in-sandbox API, taught in the `run_python` description (which the server completes
 /// with the upstream servers).
@@ -218,13 +219,21 @@ impl ServerState {
         };
         let mut options = self.options(id.clone(), request);
         let stream = live(self, &context, &mut options);
+        let span = run_span("run_python", &id, &caller, &options, &context);
         let execution = match &args.session_id {
-            None => self.sandbox.run_with(&args.code, &options).await,
+            None => {
+                self.sandbox
+                    .run_with(&args.code, &options)
+                    .instrument(span.clone())
+                    .await
+            }
             Some(session) => {
                 let sessions = self.sessions.of(&caller.tenant);
-                sessions.run(session, &args.code, &options).await
+                let run = sessions.run(session, &args.code, &options);
+                run.instrument(span.clone()).await
             }
         };
+        span.record("status", execution.status.as_str());
         if let Some(stream) = stream {
             stream.finish().await;
         }
@@ -252,15 +261,44 @@ impl ServerState {
         let mut options = self.options(id.clone(), request);
         let stream = live(self, &context, &mut options);
         let arguments = args.arguments.into_value();
+        let span = run_span("call_python_function", &id, &caller, &options, &context);
         let execution = self
             .sandbox
             .call_function(&args.code, &args.function, &arguments, &options)
+            .instrument(span.clone())
             .await;
+        span.record("status", execution.status.as_str());
         if let Some(stream) = stream {
             stream.finish().await;
         }
         Ok(self.execution_result(&id, &caller, &args.code, &options, execution))
     }
+}
+
+/// The span of one run (`run_python`, `call_python_function`), joined to the client's
+/// trace when the request's `_meta` carries one; its `status` is recorded at the end.
+fn run_span(
+    name: &'static str,
+    execution_id: &str,
+    caller: &Caller,
+    options: &RunOptions,
+    context: &RequestContext<RoleServer>,
+) -> tracing::Span {
+    let tier = match options.tier {
+        sandpy::Tier::Wasm => "wasm",
+        sandpy::Tier::Native => "native",
+    };
+    let span = tracing::info_span!(
+        "run",
+        otel.name = name,
+        otel.kind = "server",
+        execution_id,
+        tenant = %caller.tenant.id,
+        tier,
+        status = tracing::field::Empty,
+    );
+    crate::telemetry::join(&span, &context.meta);
+    span
 }
 
 /// A run's options for this request: cancelled with the request (the client's

@@ -24,11 +24,13 @@ from ._sandpy import (
     __version__,
     warmup,
 )
+from ._stream import Output, stream
 
 __all__ = [
     "ConfigError",
     "ErrorInfo",
     "Execution",
+    "Output",
     "OutputFile",
     "Sandbox",
     "SandboxError",
@@ -36,5 +38,6 @@ __all__ = [
     "SessionError",
     "Violation",
     "__version__",
+    "stream",
     "warmup",
 ]

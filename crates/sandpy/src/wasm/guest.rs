@@ -16,6 +16,7 @@ use crate::verdict::{outcome_verdict, ran, CallResult, Refused, Stop, Stopped};
 use crate::{Limits, RunOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 use wasmtime::component::ResourceTable;
 use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
@@ -237,10 +238,14 @@ impl Guest {
         let call = async move {
             let instance = match instance {
                 Some(instance) => instance,
-                empty => empty.insert(runtime.pre.instantiate_async(&mut *store).await?),
+                empty => {
+                    let made = runtime.pre.instantiate_async(&mut *store);
+                    empty.insert(made.instrument(tracing::info_span!("instantiate")).await?)
+                }
             };
             instance
                 .call_execute(&mut *store, task, guest_options)
+                .instrument(tracing::info_span!("execute"))
                 .await
         };
         let timed = async {
