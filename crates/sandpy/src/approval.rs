@@ -23,6 +23,24 @@ pub struct ApprovalRequest {
     pub arguments: Value,
 }
 
+impl ApprovalRequest {
+    /// The arguments as a person reads them: indented JSON, cut to `max` bytes (at a
+    /// character boundary) and marked `[... N more bytes]`.
+    pub fn shown_arguments(&self, max: usize) -> String {
+        let mut text = serde_json::to_string_pretty(&self.arguments).unwrap_or_default();
+        if text.len() > max {
+            let mut end = max;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            let more = text.len() - end;
+            text.truncate(end);
+            text.push_str(&format!("[... {more} more bytes]"));
+        }
+        text
+    }
+}
+
 /// An approver's answer to one [`ApprovalRequest`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {

@@ -41,16 +41,7 @@ fn ask(request: &ApprovalRequest) -> Decision {
             )),
         );
     }
-    let mut arguments = request.arguments.to_string();
-    if arguments.len() > SHOWN_ARGUMENTS {
-        let mut end = SHOWN_ARGUMENTS;
-        while !arguments.is_char_boundary(end) {
-            end -= 1;
-        }
-        let more = arguments.len() - end;
-        arguments.truncate(end);
-        arguments.push_str(&format!("[... {more} more bytes]"));
-    }
+    let arguments = request.shown_arguments(SHOWN_ARGUMENTS);
     let mut stderr = std::io::stderr().lock();
     let _ = write!(
         stderr,

@@ -192,7 +192,7 @@ fn run_asks_on_the_terminal_and_refuses_without_one() {
         .expect("python3 with pty");
     let seen = String::from_utf8_lossy(&output.stdout);
     assert_eq!(seen.matches("Allow? [y/N]").count(), 2, "{seen}");
-    assert!(seen.contains("with {\"message\":\"b\"}"), "{seen}");
+    assert!(seen.contains("\"message\": \"b\""), "{seen}");
     assert!(seen.contains("Echo: a"), "{seen}");
     assert!(
         seen.contains("the user declined mcp__everything__echo"),

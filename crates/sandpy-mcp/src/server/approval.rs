@@ -61,16 +61,7 @@ async fn ask(peer: &Peer<RoleServer>, request: &ApprovalRequest) -> Decision {
 
 /// What the user reads: the tool and its arguments, cut to a readable size.
 fn message(request: &ApprovalRequest) -> String {
-    let mut arguments = serde_json::to_string_pretty(&request.arguments).unwrap_or_default();
-    if arguments.len() > SHOWN_ARGUMENTS {
-        let mut end = SHOWN_ARGUMENTS;
-        while !arguments.is_char_boundary(end) {
-            end -= 1;
-        }
-        let more = arguments.len() - end;
-        arguments.truncate(end);
-        arguments.push_str(&format!("[... {more} more bytes]"));
-    }
+    let arguments = request.shown_arguments(SHOWN_ARGUMENTS);
     format!(
         "The sandboxed program wants to call {}. Allow it?\nArguments:\n{arguments}",
         request.tool
