@@ -12,21 +12,33 @@ fn main() -> ExitCode {
     // A native-tier zygote is this binary started with a marker argument.
     sandpy::native::main_if_requested();
     let cli = commands::Cli::parse();
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::Layer;
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("SANDPY_LOG").unwrap_or_else(|_| "warn".into());
-    let log = tracing_subscriber::fmt::layer()
-        .with_writer(|| log::Stderr)
-        .with_filter(filter);
-    // Traces by OTLP when the environment names an endpoint: sandpy's own spans.
-    let (telemetry, traces) = match sandpy_mcp::Telemetry::from_env() {
-        Ok(Some((telemetry, layer))) => (Some(telemetry), Some(layer)),
-        Ok(None) => (None, None),
+    // Traces by OTLP when the environment names an endpoint (sandpy's own spans). Without,
+    // the log alone, as a subscriber whose level filter is global: the spans and events of
+    // every crate below it (wasmtime-wasi instruments each WASI call) are then switched off
+    // where they are written, not asked about at each call. Asking cost fresh runs p50
+    // 1.16x and runs/s 0.92x (docs/performance.md, "Traces off, traces on").
+    let telemetry = match sandpy_mcp::Telemetry::from_env() {
+        Ok(Some((telemetry, traces))) => {
+            use tracing_subscriber::layer::SubscriberExt;
+            use tracing_subscriber::util::SubscriberInitExt;
+            use tracing_subscriber::Layer;
+            let log = tracing_subscriber::fmt::layer()
+                .with_writer(|| log::Stderr)
+                .with_filter(filter);
+            tracing_subscriber::registry().with(log).with(traces).init();
+            Some(telemetry)
+        }
+        Ok(None) => {
+            tracing_subscriber::fmt()
+                .with_writer(|| log::Stderr)
+                .with_env_filter(filter)
+                .init();
+            None
+        }
         Err(e) => return exit::finish(Err(e.into())),
     };
-    tracing_subscriber::registry().with(log).with(traces).init();
     let code = exit::finish(commands::dispatch(cli));
     if let Some(telemetry) = telemetry {
         telemetry.shutdown();
