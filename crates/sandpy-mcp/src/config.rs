@@ -319,6 +319,14 @@ impl Config {
             };
             servers.insert(name, spec);
         }
+        for (i, name) in file.settings.ready_requires.iter().enumerate() {
+            if !servers.contains_key(name) {
+                return Err(invalid(
+                    &format!("sandpy.ready_requires[{i}]"),
+                    format!("{name:?} is not a server of `mcpServers`"),
+                ));
+            }
+        }
         Ok(Config {
             servers,
             settings: file.settings,

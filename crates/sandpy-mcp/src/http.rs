@@ -151,6 +151,9 @@ async fn deleted_is_no_content(request: Request, next: Next) -> Response {
 /// A `/metrics` scrape's text, given the MCP sessions open.
 pub(crate) type Scrape = Arc<dyn Fn(usize) -> String + Send + Sync>;
 
+/// The required upstream servers (`sandpy.ready_requires`) that are not up now.
+pub(crate) type Unready = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
+
 /// What the router serves besides `/mcp`: metrics, and the drain's state.
 #[derive(Default)]
 pub(crate) struct Extras {
@@ -164,6 +167,8 @@ pub(crate) struct Extras {
     pub scrape: Option<Scrape>,
     /// Whether `/metrics` is behind the bearer check (`sandpy.metrics_require_token`).
     pub metrics_need_token: bool,
+    /// What `/readyz` asks besides the drain, when given.
+    pub unready: Option<Unready>,
 }
 
 /// The MCP endpoint at `/mcp` serving a handler from `handler` to each session, behind the
@@ -231,7 +236,10 @@ where
     let probes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
-        .with_state([extras.draining, cancel.clone()]);
+        .with_state(Readiness {
+            stops: [extras.draining, cancel.clone()],
+            unready: extras.unready,
+        });
     let mut app = app.merge(probes);
     if let Some(metrics) = open_metrics {
         app = app.merge(metrics);
@@ -282,11 +290,32 @@ fn shutting_down() -> Response {
     response
 }
 
+/// What `/readyz` looks at.
+#[derive(Clone)]
+struct Readiness {
+    /// The drain and the shutdown.
+    stops: [CancellationToken; 2],
+    unready: Option<Unready>,
+}
+
 /// `/readyz`: 200 while the server takes new sessions (the runtime is loaded before it
-/// listens); 503 with `Retry-After` once it has begun to drain or shut down.
-async fn ready(State(stops): State<[CancellationToken; 2]>) -> Response {
-    if stops.iter().any(CancellationToken::is_cancelled) {
+/// listens) and its required upstream servers are up; 503 with `Retry-After` once it has
+/// begun to drain or shut down, 503 naming the required servers that are down (only their
+/// names: the probe is open).
+async fn ready(State(readiness): State<Readiness>) -> Response {
+    if readiness.stops.iter().any(CancellationToken::is_cancelled) {
         return shutting_down();
+    }
+    let down = readiness
+        .unready
+        .map(|unready| unready())
+        .unwrap_or_default();
+    if !down.is_empty() {
+        let message = format!(
+            "not ready: required upstream servers down: {}\n",
+            down.join(", ")
+        );
+        return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
     }
     "ready\n".into_response()
 }
@@ -403,11 +432,16 @@ impl HttpListener {
             let server = server.clone();
             Arc::new(move |mcp_sessions| server.metrics_text(Some(mcp_sessions)))
         };
+        let unready: Unready = {
+            let server = server.clone();
+            Arc::new(move || server.required_upstreams_down())
+        };
         let extras = Extras {
             draining: CancellationToken::new(),
             answering: Arc::new(AtomicUsize::new(0)),
             scrape: Some(scrape),
             metrics_need_token: self.metrics_need_token,
+            unready: Some(unready),
         };
         let (draining, answering) = (extras.draining.clone(), extras.answering.clone());
         let handler = server.clone();
@@ -450,9 +484,15 @@ mod tests {
     async fn not_ready_once_draining_or_shutdown_began() {
         for which in 0..2 {
             let stops = [CancellationToken::new(), CancellationToken::new()];
-            assert_eq!(ready(State(stops.clone())).await.status(), StatusCode::OK);
+            let readiness = |stops: &[CancellationToken; 2]| {
+                State(Readiness {
+                    stops: stops.clone(),
+                    unready: None,
+                })
+            };
+            assert_eq!(ready(readiness(&stops)).await.status(), StatusCode::OK);
             stops[which].cancel();
-            let response = ready(State(stops)).await;
+            let response = ready(readiness(&stops)).await;
             assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
             assert_eq!(response.headers()[header::RETRY_AFTER], "1");
         }

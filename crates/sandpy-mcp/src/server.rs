@@ -65,6 +65,8 @@ pub struct ServerState {
     tier_per_run: bool,
     /// Set when the server drains ([`SandpyServer::drain`]): new runs are answered `busy`.
     draining: std::sync::atomic::AtomicBool,
+    /// Upstream servers that must be up for `/readyz` (`sandpy.ready_requires`).
+    ready_requires: Vec<String>,
     /// Every tool, from the three routers.
     tools: ToolRouter<ServerState>,
     /// Each tool's argument check: parsing into its parameter struct.
@@ -242,6 +244,7 @@ impl SandpyServer {
             executions: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             draining: std::sync::atomic::AtomicBool::new(false),
+            ready_requires: settings.ready_requires.clone(),
             tools,
             checks,
         });
@@ -386,6 +389,26 @@ impl SandpyServer {
 }
 
 impl SandpyServer {
+    /// The upstream servers `/readyz` requires (`sandpy.ready_requires`) that are not
+    /// ready now.
+    pub(crate) fn required_upstreams_down(&self) -> Vec<String> {
+        let state = &self.state;
+        if state.ready_requires.is_empty() {
+            return Vec::new();
+        }
+        let servers = state.hub.servers();
+        state
+            .ready_requires
+            .iter()
+            .filter(|name| {
+                !servers
+                    .iter()
+                    .any(|s| &&s.name == name && s.status.starts_with("ready"))
+            })
+            .cloned()
+            .collect()
+    }
+
     /// The text of a `/metrics` scrape: the counters so far, with the upstreams' health,
     /// the sessions per tenant and `mcp_sessions` (over HTTP) read now.
     pub(crate) fn metrics_text(&self, mcp_sessions: Option<usize>) -> String {

@@ -4,12 +4,15 @@
 //! The spans are `tracing` spans (`run_python`, `admission`, `execute`, `tool_call`, ...);
 //! [`Telemetry::from_env`] gives the layer that exports them, for a front end to put in its
 //! subscriber. The exporter honours the standard variables: the protocol
-//! (`OTEL_EXPORTER_OTLP_PROTOCOL` or `..._TRACES_PROTOCOL`: `http/protobuf`, the default;
-//! `grpc` is refused with that advice, as the gRPC exporter needs a runtime of its own),
-//! the endpoint, headers and timeout (read by the exporter itself), and the service name
-//! (`OTEL_SERVICE_NAME`, else `sandpy`). Spans are exported in batches from a thread of
-//! their own, through a bounded queue: a slow or dead collector never holds up a run (spans
-//! past the queue are dropped, and the SDK reports how many).
+//! (`OTEL_EXPORTER_OTLP_PROTOCOL` or `..._TRACES_PROTOCOL`: `http/protobuf`, the default,
+//! or `grpc`), the endpoint, headers and timeout (read by the exporter itself), and the
+//! service name (`OTEL_SERVICE_NAME`, else `sandpy`). An `https` endpoint is checked
+//! against the system's roots (`SSL_CERT_FILE` included). Spans are exported in batches
+//! from a thread of their own, through a bounded queue: a slow or dead collector never
+//! holds up a run (spans past the queue are dropped, and the SDK reports how many). The
+//! gRPC client (tonic) needs a tokio runtime of its own: one worker thread, kept with the
+//! exporter, so that the process's own runtime (or its absence: the CLI's one-shot runs,
+//! the Python package) does not matter.
 //!
 //! A client's trace is joined through the W3C trace context in a request's `_meta`
 //! (`traceparent`, `tracestate`; MCP SEP-414), and passed on the same way to upstream
@@ -17,7 +20,8 @@
 
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_otlp::tonic_types::transport::ClientTlsConfig;
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use std::collections::HashMap;
@@ -31,7 +35,7 @@ use tracing_subscriber::Layer;
 #[non_exhaustive]
 pub enum TelemetryError {
     /// The protocol is not one sandpy exports with.
-    #[error("{variable}={value:?} is not a protocol sandpy exports traces with: use http/protobuf (a collector's port 4318)")]
+    #[error("{variable}={value:?} is not a protocol sandpy exports traces with: use http/protobuf (a collector's port 4318) or grpc (port 4317)")]
     Protocol {
         /// The variable that named it.
         variable: &'static str,
@@ -41,12 +45,17 @@ pub enum TelemetryError {
     /// The exporter could not be built (a malformed endpoint, say).
     #[error("cannot export traces by OTLP")]
     Exporter(#[source] opentelemetry_otlp::ExporterBuildError),
+    /// The gRPC exporter's thread could not be started.
+    #[error("cannot start the thread that exports traces by gRPC")]
+    Runtime(#[source] std::io::Error),
 }
 
 /// The trace exporter of a process: keep it while the process serves, and
 /// [`Telemetry::shutdown`] it at the end so the last spans are sent.
 pub struct Telemetry {
     provider: SdkTracerProvider,
+    /// The gRPC exporter's runtime (its connection lives there); `None` over HTTP.
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Telemetry {
@@ -68,16 +77,45 @@ impl Telemetry {
         .into_iter()
         .find_map(|name| Some((name, std::env::var(name).ok().filter(|v| !v.is_empty())?)))
         .unwrap_or(("", "http/protobuf".to_string()));
-        if value != "http/protobuf" {
-            return Err(TelemetryError::Protocol { variable, value });
-        }
-        // The exporter's HTTPS client is reqwest with rustls and no provider of its own.
+        // The exporter's TLS (reqwest's or tonic's) is rustls with no provider of its own.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(Protocol::HttpBinary)
-            .build()
-            .map_err(TelemetryError::Exporter)?;
+        let builder = opentelemetry_otlp::SpanExporter::builder();
+        let (exporter, runtime) = match value.as_str() {
+            "http/protobuf" => {
+                let exporter = builder
+                    .with_http()
+                    .with_protocol(Protocol::HttpBinary)
+                    .build();
+                (exporter, None)
+            }
+            "grpc" => {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("sandpy-otlp-grpc")
+                    .enable_all()
+                    .build()
+                    .map_err(TelemetryError::Runtime)?;
+                let https = [
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    "OTEL_EXPORTER_OTLP_ENDPOINT",
+                ]
+                .into_iter()
+                .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+                .is_some_and(|endpoint| endpoint.starts_with("https://"));
+                let mut builder = builder.with_tonic();
+                if https {
+                    builder = builder.with_tls_config(ClientTlsConfig::new().with_enabled_roots());
+                }
+                // The channel (connected lazily) spawns its worker on the runtime entered.
+                let exporter = {
+                    let _entered = runtime.enter();
+                    builder.build()
+                };
+                (exporter, Some(runtime))
+            }
+            _ => return Err(TelemetryError::Protocol { variable, value }),
+        };
+        let exporter = exporter.map_err(TelemetryError::Exporter)?;
         let mut resource = opentelemetry_sdk::Resource::builder();
         if !set("OTEL_SERVICE_NAME") {
             resource = resource.with_service_name("sandpy");
@@ -95,13 +133,17 @@ impl Telemetry {
         let layer = tracing_opentelemetry::layer()
             .with_tracer(tracer)
             .with_filter(own);
-        Ok(Some((Telemetry { provider }, layer)))
+        Ok(Some((Telemetry { provider, runtime }, layer)))
     }
 
     /// Send the spans still queued (waiting at most the exporter's timeout) and stop.
     pub fn shutdown(self) {
         if let Err(e) = self.provider.shutdown() {
             tracing::warn!("traces: {e}");
+        }
+        // Not a drop: the caller may be inside a runtime of its own.
+        if let Some(runtime) = self.runtime {
+            runtime.shutdown_background();
         }
     }
 }

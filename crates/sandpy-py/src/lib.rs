@@ -54,6 +54,23 @@ pub(crate) fn library_error(error: sandpy::Error) -> PyErr {
     SandboxError::new_err(format!("{:#}", anyhow::Error::from(error)))
 }
 
+/// The compiled runtime's cache file, or why the runtime could not be loaded as
+/// `SandboxError`, its causes on one line.
+pub(crate) fn cache_file(sandbox: &sandpy::Sandbox) -> PyResult<std::path::PathBuf> {
+    sandbox
+        .cache_file()
+        .map(std::path::Path::to_path_buf)
+        .map_err(|e| {
+            let mut message = e.to_string();
+            let mut cause = std::error::Error::source(e);
+            while let Some(c) = cause {
+                message = format!("{message}: {c}");
+                cause = c.source();
+            }
+            SandboxError::new_err(message)
+        })
+}
+
 /// A config error as `ConfigError`, its causes on one line.
 pub(crate) fn config_error(error: sandpy::ConfigError) -> PyErr {
     ConfigError::new_err(format!("{:#}", anyhow::Error::from(error)))
@@ -122,7 +139,7 @@ fn warmup(py: Python<'_>) -> PyResult<std::path::PathBuf> {
     let started = std::time::Instant::now();
     let sandbox =
         without_gil(py, || sandpy::Sandbox::new(library_config()))?.map_err(library_error)?;
-    let path = sandbox.cache_file().to_path_buf();
+    let path = cache_file(&sandbox)?;
     let line = format!(
         "sandpy: runtime ready in {:.1} s (cache: `{}`)\n",
         started.elapsed().as_secs_f64(),

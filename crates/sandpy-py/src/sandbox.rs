@@ -502,8 +502,8 @@ impl PySandbox {
 
     /// The compiled runtime's cache file (shared with the `sandpy` CLI).
     #[getter]
-    fn cache_file(&self) -> PathBuf {
-        self.shared.sandbox.cache_file().to_path_buf()
+    fn cache_file(&self) -> PyResult<PathBuf> {
+        crate::cache_file(&self.shared.sandbox)
     }
 
     /// The name of the policy every run gets (None when there is none).

@@ -75,6 +75,11 @@ pub struct Config {
     /// about 3% of a one-shot `sandpy run` (docs/performance.md). Memory grows with every
     /// run: not for a process that makes many.
     pub leave_instances_to_exit: bool,
+    /// Load the WebAssembly runtime at the first WebAssembly run, not in
+    /// [`Sandbox::new`](crate::Sandbox::new): a process that runs only the native tier
+    /// (`sandpy run --tier native`) then never loads, or on a cold cache compiles, it.
+    /// A runtime that cannot be loaded is then that run's `internal_error`.
+    pub runtime_on_first_use: bool,
 }
 
 impl Default for Config {
@@ -90,6 +95,7 @@ impl Default for Config {
             interruption: Interruption::Checks,
             native: None,
             leave_instances_to_exit: false,
+            runtime_on_first_use: false,
         }
     }
 }
@@ -106,6 +112,7 @@ impl std::fmt::Debug for Config {
             .field("runtime", &self.runtime)
             .field("interruption_checks", &self.interruption.has_checks())
             .field("leave_instances_to_exit", &self.leave_instances_to_exit)
+            .field("runtime_on_first_use", &self.runtime_on_first_use)
             .finish()
     }
 }

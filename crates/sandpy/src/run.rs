@@ -22,7 +22,11 @@ use tracing::Instrument;
 /// What every run of one sandbox shares: the runtimes, the admission queue and the run
 /// folders.
 pub(crate) struct Runner {
-    runtime: Runtime,
+    /// The runtime fresh runs use: loaded by [`Runner::new`], or by the first WebAssembly
+    /// run with `Config::runtime_on_first_use`.
+    runtime: OnceLock<Result<Runtime, Error>>,
+    /// The runtime's identity (session snapshots name it), known without loading it.
+    runtime_id: String,
     /// The runtime sessions use, loaded on the first session (see [`Runner::session_runtime`]).
     session_runtime: OnceLock<Result<Runtime, Error>>,
     config: Config,
@@ -76,8 +80,13 @@ impl Runner {
     /// Load the runtime and set up admission and run folders for `config`.
     pub fn new(config: Config) -> Result<Runner, Error> {
         crate::wasm::sweep_stale(&config.resolved_scratch_dir());
+        let runtime = OnceLock::new();
+        if !config.runtime_on_first_use {
+            let _ = runtime.set(Ok(Runtime::load(&config)?));
+        }
         Ok(Runner {
-            runtime: Runtime::load(&config)?,
+            runtime,
+            runtime_id: Runtime::id_of(&config)?,
             session_runtime: OnceLock::new(),
             admission: Admission::new(config.concurrency(), config.max_queued_runs),
             folders: Arc::new(RunFolders::new(
@@ -91,9 +100,23 @@ impl Runner {
         })
     }
 
-    /// The runtime fresh runs use.
-    pub fn runtime(&self) -> &Runtime {
-        &self.runtime
+    /// The identity of the runtime runs use.
+    pub fn runtime_id(&self) -> &str {
+        &self.runtime_id
+    }
+
+    /// The runtime fresh runs use, loaded now (on this thread) if it was left to its
+    /// first use.
+    pub fn loaded_runtime(&self) -> Result<&Runtime, &Error> {
+        self.runtime
+            .get_or_init(|| Runtime::load(&self.config))
+            .as_ref()
+    }
+
+    /// [`Runner::loaded_runtime`], its failure as a run's `internal_error`.
+    fn runtime(&self) -> Result<&Runtime, Refused> {
+        self.loaded_runtime()
+            .map_err(|e| Refused::new(Status::InternalError, error_chain(e)))
     }
 
     /// Check the code's size and the tool access, then wait for a run slot.
@@ -135,13 +158,18 @@ impl Runner {
         if options.tier == crate::Tier::Native {
             return self.native_fresh(&task, options).await;
         }
+        // Loaded (when left to its first use) before the run's clock starts at admission.
+        let runtime = match self.runtime() {
+            Ok(runtime) => runtime,
+            Err(refused) => return refused.into(),
+        };
         let run = match self.admit(&task, options).await {
             Ok(run) => run,
             Err(refused) => return refused.into(),
         };
         let (limits, deadline) = (&run.limits, run.deadline());
         let made = Guest::new(
-            &self.runtime,
+            runtime,
             &self.folders,
             limits,
             limits.memory_bytes,
@@ -156,7 +184,7 @@ impl Runner {
         let guest_options = guest_options(options, false);
         let executed = guest
             .execute(
-                &self.runtime,
+                runtime,
                 &task,
                 options,
                 &guest_options,

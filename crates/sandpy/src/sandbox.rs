@@ -77,9 +77,10 @@ impl Sandbox {
         std::mem::forget(self);
     }
 
-    /// The compiled runtime's cache file (to copy into images, or to check it exists).
-    pub fn cache_file(&self) -> &std::path::Path {
-        &self.runner.runtime().cache_file
+    /// The compiled runtime's cache file (to copy into images, or to check it exists),
+    /// the runtime loaded now if it was left to its first use.
+    pub fn cache_file(&self) -> Result<&std::path::Path, &Error> {
+        Ok(&self.runner.loaded_runtime()?.cache_file)
     }
 
     /// Run `code` as a program (`__main__`) with `limits` and no tools.

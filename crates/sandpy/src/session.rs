@@ -239,7 +239,7 @@ impl Session {
         }
         Ok(SessionSnapshot {
             format: SNAPSHOT_FORMAT.into(),
-            runtime: self.sandbox.runner().runtime().id.clone(),
+            runtime: self.sandbox.runner().runtime_id().to_string(),
             cells: state.journal.cells.clone(),
         })
     }
@@ -259,11 +259,11 @@ impl Session {
                 found: snapshot.format.clone(),
             });
         }
-        let expected = &sandbox.runner().runtime().id;
-        if &snapshot.runtime != expected {
+        let expected = sandbox.runner().runtime_id();
+        if snapshot.runtime != expected {
             return Err(SessionError::Runtime {
                 found: snapshot.runtime.clone(),
-                expected: expected.clone(),
+                expected: expected.to_string(),
             });
         }
         let bytes = snapshot

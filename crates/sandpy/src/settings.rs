@@ -15,7 +15,7 @@
 //!     "allowed_tools": ["mcp__everything__*"],
 //!     "approve": ["mcp__everything__write_*"],
 //!     "audit_log": "sandpy-audit.jsonl",
-//!     "drain_grace_ms": 30000, "metrics_require_token": false,
+//!     "drain_grace_ms": 30000, "metrics_require_token": false, "ready_requires": ["everything"],
 //!     "audit_arguments": false,
 //!     "sessions": { "max_sessions": 64, "memory_mb": 256, "idle_ttl_ms": 600000,
 //!                   "total_memory_mb": 8192, "tenant_max_sessions": 8, "tenant_memory_mb": 2048,
@@ -115,6 +115,9 @@ pub struct Settings {
     /// Whether `GET /metrics` needs the bearer token (it is open like the probes by
     /// default).
     pub metrics_require_token: bool,
+    /// Upstream servers (names in `mcpServers`) that must be up for `GET /readyz` to
+    /// answer 200: a replica whose required tools are down takes no new traffic.
+    pub ready_requires: Vec<String>,
     /// Runtime component from `sandpy build` to use instead of the built-in one.
     pub runtime: Option<PathBuf>,
     /// Extra packages (pip requirements) that `sandpy build` puts into `runtime`.
@@ -205,6 +208,8 @@ struct RawSandpy {
     drain_grace_ms: Option<u64>,
     #[serde(default)]
     metrics_require_token: bool,
+    #[serde(default)]
+    ready_requires: Vec<String>,
     /// Guest path -> host folder (relative to the config file), read-only.
     #[serde(default)]
     mounts: BTreeMap<String, PathBuf>,
@@ -427,6 +432,7 @@ impl Settings {
             mounts,
             drain_grace: raw.drain_grace_ms.map(Duration::from_millis),
             metrics_require_token: raw.metrics_require_token,
+            ready_requires: raw.ready_requires,
             runtime: raw.runtime.map(|p| base.join(p)),
             packages: raw.packages,
             tier: raw.tier,

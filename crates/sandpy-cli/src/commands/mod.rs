@@ -102,6 +102,8 @@ pub fn one_shot_sandbox(
         pooled_instances: None,
         max_concurrent_runs: Some(1),
         leave_instances_to_exit: true,
+        // A native-tier command never loads (or compiles) the WebAssembly runtime.
+        runtime_on_first_use: resolved.settings.tier == sandpy::Tier::Native,
         interruption: match overrun {
             Some(end) => sandpy::Interruption::EndProcess(end),
             None => sandpy::Interruption::Checks,

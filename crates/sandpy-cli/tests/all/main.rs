@@ -25,6 +25,8 @@ const MCP_PYTHON_SDK: &str = "mcp==2.3.0";
 const PROMETHEUS_CLIENT: &str = "prometheus-client==0.26.0";
 /// The official OTLP protobuf definitions, which decode the spans the trace tests receive.
 const OTLP_PROTO: &str = "opentelemetry-proto==1.45.2";
+/// gRPC for Python, which serves the OTLP trace service in the gRPC trace test.
+const GRPCIO: &str = "grpcio==1.85.3";
 
 pub fn sandpy() -> Command {
     // Compile both runtimes (with and without interruption checks) once, before the first
@@ -81,7 +83,8 @@ pub fn sandpy_with_stdin(args: &[&str], stdin: &[u8]) -> Output {
     child.wait_with_output().expect("sandpy output")
 }
 
-/// A venv with the official MCP Python SDK (and the Prometheus client), made once under
+/// A venv with the official MCP Python SDK (and the Prometheus client, the OTLP protobufs
+/// and gRPC), made once under
 /// `target/`.
 pub fn mcp_python() -> &'static PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
@@ -89,7 +92,7 @@ pub fn mcp_python() -> &'static PathBuf {
         let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/e2e-venv");
         let python = venv.join("bin/python");
         let marker = venv.join(".installed");
-        let wanted = format!("{MCP_PYTHON_SDK} {PROMETHEUS_CLIENT} {OTLP_PROTO}");
+        let wanted = format!("{MCP_PYTHON_SDK} {PROMETHEUS_CLIENT} {OTLP_PROTO} {GRPCIO}");
         if std::fs::read_to_string(&marker).ok().as_deref() != Some(wanted.as_str()) {
             let ok = Command::new("python3")
                 .args(["-m", "venv"])
@@ -108,6 +111,7 @@ pub fn mcp_python() -> &'static PathBuf {
                     MCP_PYTHON_SDK,
                     PROMETHEUS_CLIENT,
                     OTLP_PROTO,
+                    GRPCIO,
                 ])
                 .status()
                 .expect("pip")

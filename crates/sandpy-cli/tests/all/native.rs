@@ -340,6 +340,80 @@ fn native_limits_end_runs_with_their_statuses() {
     assert_eq!(read["return_value"], "line one\n", "{read}");
 }
 
+/// A run ended at its deadline returns the files it left under `/output`, as in the
+/// WebAssembly tier. They are read by the zygote from the run's root while the run is
+/// stopped, so the run's links are the attack: one to a host file outside the run's
+/// root and one swapped in for a folder must never be followed (the zygote's root is the
+/// host's), and a FIFO must not block the zygote.
+#[test]
+fn filesystem_boundary_timed_out_runs_return_their_files_never_a_linked_host_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let secret = dir.path().join("secret.txt");
+    std::fs::write(&secret, "host secret").expect("secret");
+    let config = native_config(dir.path(), &[], json!({}));
+    let code = format!(
+        "import os\n\
+         open('/output/report.txt', 'w').write('partial')\n\
+         os.makedirs('/output/charts')\n\
+         open('/output/charts/a.csv', 'w').write('x,y')\n\
+         os.symlink({secret:?}, '/output/secret.txt')\n\
+         os.symlink('{host}', '/output/host')\n\
+         try: os.mkfifo('/output/pipe')\n\
+         except OSError: pass\n\
+         while True: pass",
+        secret = secret.display().to_string(),
+        host = dir.path().display(),
+    );
+    let (_, execution) = native_run(&config, &code, &["--timeout-ms", "1000"], "");
+    assert_eq!(execution["status"], "timeout", "{execution}");
+    let names: Vec<&str> = execution["files"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no files: {execution}"))
+        .iter()
+        .filter_map(|f| f["name"].as_str())
+        .collect();
+    assert_eq!(names, ["charts/a.csv", "report.txt"], "{execution}");
+    assert_eq!(execution["files"][1]["content_base64"], "cGFydGlhbA==");
+    assert!(
+        !execution.to_string().contains("aG9zdCBzZWNyZXQ"),
+        "{execution}"
+    );
+}
+
+/// `sandpy run --tier native` never loads the WebAssembly runtime it does not use: on a
+/// cold cache nothing is compiled (the cache folder gets no `.cwasm`, where loading the
+/// runtime would write one).
+#[test]
+fn a_native_run_does_not_load_the_webassembly_runtime() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = dir.path().join("cache");
+    let config = native_config(dir.path(), &[], json!({}));
+    let compiled = || {
+        std::fs::read_dir(&cache)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let native = sandpy()
+        .args([
+            "run", "--json", "--config", &config, "--tier", "native", "-c", "6 * 7",
+        ])
+        .env("SANDPY_CACHE_DIR", &cache)
+        .output()
+        .expect("sandpy");
+    let stdout = String::from_utf8_lossy(&native.stdout);
+    assert!(stdout.contains("\"return_value\":42"), "{stdout}");
+    assert_eq!(
+        compiled(),
+        0,
+        "the native run compiled the WebAssembly runtime"
+    );
+}
+
 #[test]
 fn filesystem_boundary_host_files_are_out_of_reach() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -1,6 +1,6 @@
 //! `sandpy serve --http` run as a service: `/metrics` scraped and parsed by the official
 //! Prometheus Python client after known runs, `/metrics` behind the token when the config
-//! asks, and the drain on SIGTERM (a run in flight answered, new sessions refused with 503,
+//! asks, `/readyz` waiting for required upstream servers, and the drain on SIGTERM (a run in flight answered, new sessions refused with 503,
 //! a token tenant's session saved).
 
 use crate::serve::{
@@ -103,6 +103,53 @@ fn metrics_need_the_token_when_the_config_says() {
     // The probes stay open.
     let (status, _) = raw_get(&url, "/readyz");
     assert!(status.contains(" 200 "), "{status}");
+}
+
+/// `/readyz` with `sandpy.ready_requires`: 503 naming each required upstream server that
+/// is not up (a server that cannot start stays named), 200 once every required one is;
+/// a name that is no server of `mcpServers` is refused when the config is read.
+#[test]
+fn readyz_waits_for_the_required_upstream_servers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (config, _, _) = fake_upstream_config(dir.path());
+    let text = std::fs::read_to_string(&config).expect("config");
+    let mut with_broken: Value = serde_json::from_str(&text).expect("config JSON");
+    with_broken["mcpServers"]["broken"] = json!({"command": "false"});
+    std::fs::write(&config, with_broken.to_string()).expect("config");
+    let readyz_within = |url: &str, wanted: &dyn Fn(&str, &str) -> bool| {
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, body) = raw_get(url, "/readyz");
+            if wanted(&status, &body) {
+                return (status, body);
+            }
+            assert!(std::time::Instant::now() < until, "{status} {body}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+
+    add_sandpy_section(&config, json!({"ready_requires": ["fake", "broken"]}));
+    let (server, url) = http_server(&["--config", &config]);
+    let (status, body) = readyz_within(&url, &|_, body| !body.contains("fake"));
+    assert!(status.contains(" 503 "), "{status}");
+    assert!(
+        body.contains("required upstream servers down: broken"),
+        "{body}"
+    );
+    drop(server);
+
+    add_sandpy_section(&config, json!({"ready_requires": ["fake"]}));
+    let (_server, url) = http_server(&["--config", &config]);
+    let (status, body) = readyz_within(&url, &|status, _| status.contains(" 200 "));
+    assert_eq!(body, "ready\n", "{status}");
+
+    add_sandpy_section(&config, json!({"ready_requires": ["fake", "nope"]}));
+    let (code, _, stderr) = crate::run(&["run", "--config", &config, "-c", "1"]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("sandpy.ready_requires[1]") && stderr.contains("\"nope\" is not a server"),
+        "{stderr}"
+    );
 }
 
 /// SIGTERM during a 2 s run: the run completes and its client gets the answer; meanwhile

@@ -1,6 +1,7 @@
-//! Traces by OTLP, received by a real receiver (`sandpy-mcp/tests/otlp_receiver.py`, which
-//! decodes the protobuf with the official `opentelemetry-proto` package): the span tree of
-//! a `run_python` joined to the client's `traceparent`, and the trace passed on to the
+//! Traces by OTLP, over http/protobuf and over gRPC, received by a real receiver
+//! (`sandpy-mcp/tests/otlp_receiver.py`, which decodes the protobuf with the official
+//! `opentelemetry-proto` package and serves gRPC with `grpcio`): the span tree of a
+//! `run_python` joined to the client's `traceparent`, and the trace passed on to the
 //! upstream in `_meta`.
 
 use crate::{mcp_client_with, mcp_python};
@@ -22,13 +23,17 @@ impl Drop for Receiver {
     }
 }
 
-/// Start the receiver writing spans to `file`; its port.
-fn receiver(file: &std::path::Path) -> (Receiver, u16) {
+/// Start the receiver (over `protocol`: `http/protobuf` or `grpc`) writing spans to
+/// `file`; its port.
+fn receiver(file: &std::path::Path, protocol: &str) -> (Receiver, u16) {
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sandpy-mcp/tests/otlp_receiver.py");
-    let mut child = std::process::Command::new(mcp_python())
-        .arg(script)
-        .arg(file)
+    let mut command = std::process::Command::new(mcp_python());
+    command.arg(script).arg(file);
+    if protocol == "grpc" {
+        command.arg("--grpc");
+    }
+    let mut child = command
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("receiver");
@@ -51,9 +56,20 @@ fn spans(file: &std::path::Path) -> Vec<Value> {
 
 #[test]
 fn runs_are_traced_by_otlp_joined_to_the_clients_trace() {
+    traced_run("http/protobuf");
+}
+
+#[test]
+fn runs_are_traced_by_otlp_over_grpc() {
+    traced_run("grpc");
+}
+
+/// A run through `sandpy serve` with traces exported over `protocol`: the span tree as
+/// received, joined to the client's trace, and the trace passed on to the upstream.
+fn traced_run(protocol: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("spans.jsonl");
-    let (_receiver, port) = receiver(&file);
+    let (_receiver, port) = receiver(&file, protocol);
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sandpy-mcp/tests/fake_upstream.py");
     let traces = dir.path().join("traces");
@@ -69,7 +85,7 @@ fn runs_are_traced_by_otlp_joined_to_the_clients_trace() {
     let endpoint = format!("http://127.0.0.1:{port}");
     let env = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
-        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
     ];
     let binary = env!("CARGO_BIN_EXE_sandpy");
     let target = ["stdio", binary, "serve", "--config", &config];
@@ -143,5 +159,24 @@ fn a_dead_collector_does_not_slow_runs() {
         started.elapsed() < Duration::from_secs(30),
         "{:?}",
         started.elapsed()
+    );
+}
+
+/// A protocol sandpy does not export with is refused at start, naming the two that work.
+#[test]
+fn an_unknown_otlp_protocol_is_refused_with_the_ones_that_work() {
+    let out = crate::sandpy()
+        .args(["run", "-c", "1"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        .output()
+        .expect("sandpy");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL=\"http/json\"")
+            && stderr.contains("http/protobuf")
+            && stderr.contains("grpc"),
+        "{stderr}"
     );
 }

@@ -43,6 +43,7 @@ pub(crate) fn report_failure(report: &OwnedFd, message: String) {
         &Report {
             ended: Ended::Failed(message),
             max_rss_bytes: 0,
+            files: Vec::new(),
         },
     );
 }

@@ -496,8 +496,11 @@ impl Run<'_> {
         let mut outcome: Option<GuestOutcome> = None;
         let mut stopped: Option<NativeEnd> = None;
         let mut report_bytes: Vec<u8> = Vec::new();
-        // The zygote's report is a few bytes (how the run ended, its peak size).
-        let report_cap = 64 << 10;
+        // The zygote's report is a few bytes (how the run ended, its peak size), and the
+        // files of a run it ended at its deadline: base64 of at most the size of
+        // `/output`, with their names.
+        let report_cap =
+            (64 << 10) + super::left_output::report_bytes(self.limits.output_files_bytes);
         let (mut channel_open, mut stdout_open, mut stderr_open, mut report_open) =
             (true, true, true, true);
         let mut out_buf = vec![0u8; CHUNK];
@@ -663,7 +666,7 @@ impl Run<'_> {
         };
         RunEnd {
             end,
-            files: Vec::new(),
+            files: report.files,
             max_rss_bytes: report.max_rss_bytes,
         }
     }

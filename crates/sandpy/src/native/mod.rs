@@ -8,8 +8,8 @@
 //! that embeds the configured Python (`python`). Per run the zygote clones a process
 //! straight into new namespaces (`child`), which builds the run's filesystem, confines
 //! itself (`confine`, `seccomp`) and runs the code, while the zygote supervises it (time
-//! limit, the host's hang-up). The run's only way out is its channel to the host
-//! (`protocol`, served by `host`).
+//! limit, the host's hang-up; the files of a run it ends at its deadline: `left_output`).
+//! The run's only way out is its channel to the host (`protocol`, served by `host`).
 //!
 //! What it shares with the host is the kernel: see the security model in docs/guide/security.md.
 
@@ -21,6 +21,8 @@ mod confine;
 mod guest_files;
 #[cfg(target_os = "linux")]
 mod host;
+#[cfg(target_os = "linux")]
+mod left_output;
 #[cfg(target_os = "linux")]
 mod protocol;
 #[cfg(target_os = "linux")]

@@ -103,6 +103,9 @@ pub(crate) struct Report {
     pub ended: Ended,
     /// The run's peak resident size (the zygote's pages it shares included), in bytes.
     pub max_rss_bytes: u64,
+    /// The files under `/output` of a run the zygote ended at its deadline.
+    #[serde(default)]
+    pub files: Vec<ReportFile>,
 }
 
 /// A file of `/output`.

@@ -3,7 +3,7 @@
 //! clones one run per request into its namespaces and supervises it. It never runs user
 //! code.
 
-use super::protocol::{Ended, Report, RunFds, RunRequest, ZygoteSetup, ZygoteStatus};
+use super::protocol::{Ended, Report, ReportFile, RunFds, RunRequest, ZygoteSetup, ZygoteStatus};
 use super::python::CApi;
 use super::seccomp::Filters;
 use super::Zygote;
@@ -234,6 +234,11 @@ fn serve(control: &OwnedFd, zygote: &Zygote, buffer: &mut [u8]) -> i32 {
             }
             if !run.timed_out && !run.abandoned && now >= run.deadline {
                 run.timed_out = true;
+                // Stopped, then its /output read (the run cannot send it any more), then
+                // killed.
+                // SAFETY: SIGSTOP to our own (unreaped) child.
+                unsafe { libc::kill(run.pid, libc::SIGSTOP) };
+                run.files = super::left_output::read(run.pid, run.output_files_bytes);
                 run.kill();
             }
             if exited != 0 {
@@ -277,6 +282,10 @@ struct Supervised {
     deadline: Instant,
     timed_out: bool,
     abandoned: bool,
+    /// The size of the run's `/output`, which bounds what is read of it at the deadline.
+    output_files_bytes: u64,
+    /// The files of a run ended at its deadline.
+    files: Vec<ReportFile>,
 }
 
 impl Supervised {
@@ -309,6 +318,7 @@ impl Supervised {
             &Report {
                 ended,
                 max_rss_bytes,
+                files: self.files,
             },
         );
     }
@@ -407,6 +417,8 @@ fn spawn_run(
         deadline,
         timed_out: false,
         abandoned: false,
+        output_files_bytes: request.output_files_bytes,
+        files: Vec::new(),
     })
 }
 

@@ -22,9 +22,6 @@ const WASMTIME_VERSION: &str = "48.0.8";
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 pub(crate) struct Runtime {
-    /// Which component this is: the built-in one's SHA-256, or `file-<hash>` of a
-    /// runtime file's path, size and modification time.
-    pub id: String,
     pub engine: Engine,
     pub pre: SandboxPre<HostState>,
     /// The `.cwasm` this runtime was loaded from.
@@ -98,14 +95,20 @@ const TABLES_PER_RUN: u32 = 8;
 const TABLE_ELEMENTS: usize = 64 * 1024;
 
 impl Runtime {
+    /// Which component `config` names, without loading it: the built-in one's SHA-256,
+    /// or `file-<hash>` of a runtime file's path, size and modification time.
+    pub fn id_of(config: &Config) -> Result<String, Error> {
+        match config.resolved_runtime() {
+            None => Ok(COMPONENT_SHA256.to_string()),
+            Some(path) => file_identity(&path),
+        }
+    }
+
     pub fn load(config: &Config) -> Result<Runtime, Error> {
         let engine =
             Engine::new(&engine_config(config)).map_err(|e| Error::Engine(Error::cause(e)))?;
         let source = config.resolved_runtime();
-        let id = match &source {
-            None => COMPONENT_SHA256.to_string(),
-            Some(path) => file_identity(path)?,
-        };
+        let id = Runtime::id_of(config)?;
         let cache_file = cache_file(&engine, &config.resolved_cache_dir(), &id);
         let component = load_component(&engine, config, &cache_file, source.as_deref())?;
         let mut linker: Linker<HostState> = Linker::new(&engine);
@@ -125,7 +128,6 @@ impl Runtime {
             start_epoch_ticker(&engine);
         }
         Ok(Runtime {
-            id,
             engine,
             pre,
             cache_file,

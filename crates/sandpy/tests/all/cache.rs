@@ -5,7 +5,7 @@ use sandpy::{Config, Limits, Sandbox, Status};
 
 #[test]
 fn a_corrupt_cache_entry_is_rebuilt_and_old_entries_pruned() {
-    let current = crate::sandbox().cache_file();
+    let current = crate::sandbox().cache_file().expect("the runtime loads");
     let dir = tempfile::tempdir().expect("tempdir");
     let name = current.file_name().expect("a file name");
     std::fs::write(
