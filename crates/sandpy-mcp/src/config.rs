@@ -133,6 +133,10 @@ struct RawServer {
     #[serde(default)]
     headers: BTreeMap<String, String>,
     ca_file: Option<PathBuf>,
+    /// A server switched off in a shared config file (as Cline, Roo Code and Windsurf
+    /// write it): not started, its tools absent.
+    #[serde(default)]
+    disabled: bool,
 }
 
 /// Server names become part of tool names and Python identifiers.
@@ -200,6 +204,7 @@ impl Config {
         };
         let base = path.parent().unwrap_or(Path::new("."));
         let mut servers = BTreeMap::new();
+        let mut disabled = Vec::new();
         for (name, entry) in file.servers {
             let key = format!("mcpServers.{name}");
             let server: RawServer = serde_path_to_error::deserialize(entry).map_err(|e| {
@@ -211,6 +216,10 @@ impl Config {
                 };
                 invalid(&key, e.into_inner().to_string())
             })?;
+            if server.disabled {
+                disabled.push(name);
+                continue;
+            }
             if !valid_server_name(&name) {
                 return Err(invalid(
                     &key,
@@ -321,9 +330,14 @@ impl Config {
         }
         for (i, name) in file.settings.ready_requires.iter().enumerate() {
             if !servers.contains_key(name) {
+                let why = if disabled.contains(name) {
+                    "is disabled in `mcpServers`"
+                } else {
+                    "is not a server of `mcpServers`"
+                };
                 return Err(invalid(
                     &format!("sandpy.ready_requires[{i}]"),
-                    format!("{name:?} is not a server of `mcpServers`"),
+                    format!("{name:?} {why}"),
                 ));
             }
         }
@@ -364,6 +378,28 @@ mod tests {
         assert_eq!(
             c.settings.audit_log.as_deref(),
             Some(Path::new("/etc/sandpy/audit.jsonl"))
+        );
+    }
+
+    /// `"disabled": true` (shared config files of other clients) leaves a server out: not
+    /// started, and not checked (its command may be missing); a readiness requirement on
+    /// it is refused, saying so.
+    #[test]
+    fn a_disabled_server_is_left_out() {
+        let c = Config::parse(
+            r#"{"mcpServers": {"on": {"command": "npx"}, "off": {"disabled": true},
+                               "off2": {"command": "x", "disabled": true}}}"#,
+            Path::new("/x/.mcp.json"),
+        )
+        .unwrap();
+        assert_eq!(c.servers.keys().collect::<Vec<_>>(), ["on"]);
+        let e = error(
+            r#"{"mcpServers": {"off": {"command": "x", "disabled": true}},
+                "sandpy": {"ready_requires": ["off"]}}"#,
+        );
+        assert!(
+            e.contains("sandpy.ready_requires[0]") && e.contains("\"off\" is disabled"),
+            "{e}"
         );
     }
 

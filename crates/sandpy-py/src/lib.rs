@@ -22,6 +22,7 @@ mod convert;
 mod execution;
 mod sandbox;
 mod session;
+mod shared;
 mod tools;
 
 pyo3::create_exception!(
@@ -212,7 +213,7 @@ fn _sandpy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SandboxError", py.get_type::<SandboxError>())?;
     m.add("ConfigError", py.get_type::<ConfigError>())?;
     m.add("SessionError", py.get_type::<SessionError>())?;
-    m.add_class::<sandbox::PySandbox>()?;
+    m.add_class::<shared::PySandbox>()?;
     m.add_class::<session::PySession>()?;
     m.add_class::<execution::PyExecution>()?;
     m.add_class::<execution::PyErrorInfo>()?;

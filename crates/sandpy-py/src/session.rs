@@ -3,7 +3,7 @@
 
 use crate::convert::RunArgs;
 use crate::execution::PyExecution;
-use crate::sandbox::{PySandbox, Shared};
+use crate::shared::{PySandbox, Shared};
 use crate::{block_on, SessionError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

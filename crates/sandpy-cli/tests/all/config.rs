@@ -167,3 +167,81 @@ fn secrets_from_the_environment_stay_out_of_what_sandpy_serve_says_and_logs() {
         assert!(!text.contains(SECRET), "a secret in {what}: {text}");
     }
 }
+
+/// The keys of one section of docs/reference/config.md (the first column of the table under
+/// its `` ## `section` `` heading).
+fn documented_keys(section: &str) -> Vec<String> {
+    let reference = include_str!("../../../../docs/reference/config.md");
+    let heading = format!("## `{section}`");
+    let body = reference
+        .split("\n## ")
+        .map(|part| format!("## {part}"))
+        .find(|part| part.lines().next() == Some(heading.as_str()))
+        .unwrap_or_else(|| panic!("no {heading} in docs/reference/config.md"));
+    body.lines()
+        .filter_map(|line| line.strip_prefix("| `")?.split_once('`'))
+        .map(|(key, _)| key.to_string())
+        .collect()
+}
+
+/// The key names in backticks after "expected" in serde's unknown-field message.
+fn expected_keys(stderr: &str) -> Vec<String> {
+    let (_, expected) = stderr
+        .split_once("expected ")
+        .unwrap_or_else(|| panic!("no list of keys in: {stderr}"));
+    let expected = expected.split(" at line").next().unwrap_or_default();
+    expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(String::from)
+        .collect()
+}
+
+/// docs/reference/config.md lists exactly the keys each `sandpy` section reads (serde names
+/// them when refusing an unknown one), and every key of a server entry it lists is read
+/// (a wrong type for it is refused; server entries ignore unknown keys, which other
+/// clients keep there).
+#[test]
+fn documented_config_keys_are_the_keys_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sections = [
+        ("sandpy", json!({"sandpy": {"zz": 1}})),
+        ("sandpy.limits", json!({"sandpy": {"limits": {"zz": 1}}})),
+        (
+            "sandpy.model_output",
+            json!({"sandpy": {"model_output": {"zz": 1}}}),
+        ),
+        (
+            "sandpy.sessions",
+            json!({"sandpy": {"sessions": {"zz": 1}}}),
+        ),
+        (
+            "sandpy.tenants.<name>",
+            json!({"sandpy": {"tenants": {"a": {"zz": 1}}}}),
+        ),
+        ("sandpy.native", json!({"sandpy": {"native": {"zz": 1}}})),
+    ];
+    for (section, config) in sections {
+        let config = write_config(dir.path(), &config.to_string());
+        let (code, _, stderr) = crate::run(&["run", "--config", &config, "-c", "1"]);
+        assert_ne!(code, 0, "{section}: {stderr}");
+        let mut read = expected_keys(&stderr);
+        let mut documented = documented_keys(section);
+        read.sort();
+        documented.sort();
+        assert_eq!(documented, read, "docs/reference/config.md, {section}");
+    }
+    for key in documented_keys("mcpServers.<name>") {
+        // A nested list is no key's type (string, list of strings, object, bool).
+        let config =
+            json!({"mcpServers": {"s": {"url": "http://127.0.0.1:9/mcp", key.as_str(): [[1]]}}});
+        let config = write_config(dir.path(), &config.to_string());
+        let (code, _, stderr) = crate::run(&["run", "--config", &config, "-c", "1"]);
+        assert_ne!(code, 0, "mcpServers.s.{key} was not read: {stderr}");
+        assert!(
+            stderr.contains(&format!("mcpServers.s.{key}")) && stderr.contains("invalid type"),
+            "{key}: {stderr}"
+        );
+    }
+}
