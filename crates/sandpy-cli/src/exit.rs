@@ -4,7 +4,7 @@ use sandpy::Status;
 use std::process::ExitCode;
 
 /// What a command ended with, before it becomes an exit code.
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The command did its job.
     Success,
     /// A run ended with this status (0 only for `ok`).
@@ -14,7 +14,7 @@ pub enum Outcome {
 }
 
 /// The documented exit code of each run status.
-pub fn status_code(status: Status) -> u8 {
+pub(crate) fn status_code(status: Status) -> u8 {
     match status {
         Status::Ok => 0,
         Status::Error => 1,
@@ -35,10 +35,10 @@ pub fn status_code(status: Status) -> u8 {
 }
 
 /// Exit code of a usage or setup error (`error:` printed on stderr); clap also uses 2.
-pub const USAGE: u8 = 2;
+pub(crate) const USAGE: u8 = 2;
 
 /// Print an error the uv way (`error:`, one `Caused by:` per source) and pick the code.
-pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
+pub(crate) fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Run(status)) => ExitCode::from(status_code(status)),

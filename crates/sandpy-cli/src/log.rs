@@ -8,12 +8,12 @@ use std::sync::OnceLock;
 static HIDDEN: OnceLock<sandpy_mcp::Expansions> = OnceLock::new();
 
 /// Hide `values` in every log line from now on (once per process: one config per command).
-pub fn hide(values: sandpy_mcp::Expansions) {
+pub(crate) fn hide(values: sandpy_mcp::Expansions) {
     let _ = HIDDEN.set(values);
 }
 
 /// Stderr, with the values hidden; the fmt layer writes each event in one `write`.
-pub struct Stderr;
+pub(crate) struct Stderr;
 
 impl Write for Stderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

@@ -30,10 +30,10 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio::process::{ChildStdin, ChildStdout};
 
 /// Containers deeper than this are cut from a message (serde_json's parser stops at 128).
-pub const MAX_DEPTH: usize = 100;
+pub(crate) const MAX_DEPTH: usize = 100;
 
 /// What a cut subtree is replaced by: a string no tool sends by accident.
-pub const DEPTH_MARKER: &str = "\u{0}sandpy: nested deeper than 100 levels";
+pub(crate) const DEPTH_MARKER: &str = "\u{0}sandpy: nested deeper than 100 levels";
 
 /// `DEPTH_MARKER` as JSON text.
 const DEPTH_MARKER_JSON: &[u8] = b"\"\\u0000sandpy: nested deeper than 100 levels\"";
@@ -47,7 +47,7 @@ const REFUSED_CODE: i32 = -32099;
 /// An upstream answer the reader refused for its size, as the hub reads it back from the
 /// replacement error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     /// The answer's size in bytes: exact when the whole line was read before the call was
     /// answered, else how much had been read (at least the limit).
     pub bytes: usize,
@@ -59,7 +59,7 @@ pub struct Refusal {
 
 impl Refusal {
     /// The refusal carried by an error `data`, if it is one of ours.
-    pub fn from_data(data: Option<&Value>) -> Option<Refusal> {
+    pub(crate) fn from_data(data: Option<&Value>) -> Option<Refusal> {
         let data = data?.get("sandpy")?;
         if data.get("refused")?.as_str()? != REFUSED_TAG {
             return None;
@@ -103,7 +103,7 @@ struct Scan {
 /// An [`AsyncRead`] over an upstream's stdout that hands on whole lines of at most `limit`
 /// bytes, replaces a longer response by an error for its id, and cuts nesting deeper than
 /// [`MAX_DEPTH`].
-pub struct BoundedLines<R> {
+pub(crate) struct BoundedLines<R> {
     inner: R,
     limit: usize,
     name: String,
@@ -119,7 +119,7 @@ pub struct BoundedLines<R> {
 
 impl<R> BoundedLines<R> {
     /// Read `inner` (the stdout of upstream `name`), refusing lines over `limit` bytes.
-    pub fn new(inner: R, name: &str, limit: usize) -> Self {
+    pub(crate) fn new(inner: R, name: &str, limit: usize) -> Self {
         BoundedLines {
             inner,
             limit,
@@ -367,7 +367,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for BoundedLines<R> {
 /// A stdio upstream: its child process (killed, with its process group, when this is
 /// dropped or closed) and rmcp's transport over its pipes, reading through
 /// [`BoundedLines`].
-pub struct BoundedChild {
+pub(crate) struct BoundedChild {
     transport: AsyncRwTransport<RoleClient, BoundedLines<ChildStdout>, ChildStdin>,
     child: Option<Box<dyn ChildWrapper>>,
 }
@@ -375,7 +375,7 @@ pub struct BoundedChild {
 impl BoundedChild {
     /// Spawn `command` (stdin and stdout piped, stderr discarded) as upstream `name`, whose
     /// messages may be at most `limit` bytes.
-    pub fn spawn(mut command: CommandWrap, name: &str, limit: usize) -> io::Result<Self> {
+    pub(crate) fn spawn(mut command: CommandWrap, name: &str, limit: usize) -> io::Result<Self> {
         command
             .command_mut()
             .stdin(std::process::Stdio::piped())
@@ -400,7 +400,7 @@ impl BoundedChild {
     }
 
     /// The child's process id (also its process group's), while it has not been reaped.
-    pub fn id(&self) -> Option<u32> {
+    pub(crate) fn id(&self) -> Option<u32> {
         self.child.as_ref().and_then(|child| child.id())
     }
 }

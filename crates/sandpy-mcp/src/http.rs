@@ -352,7 +352,7 @@ const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 const ANSWER_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long runs in flight may go on after a shutdown signal, by default.
-pub const DEFAULT_DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+pub(crate) const DEFAULT_DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl HttpListener {
     /// Bind `addr` for clients with `token` or a token of one of `tenants` (from the

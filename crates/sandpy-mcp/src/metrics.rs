@@ -19,9 +19,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// Distinct tools counted by name; calls of further tools count as `_other`.
-pub const MAX_TOOL_LABELS: usize = 1000;
+pub(crate) const MAX_TOOL_LABELS: usize = 1000;
 /// Distinct tenants shown by name; the sessions of further tenants count as `_other`.
-pub const MAX_TENANT_LABELS: usize = 100;
+pub(crate) const MAX_TENANT_LABELS: usize = 100;
 /// The label value that stands for everything past a cap.
 const OTHER: &str = "_other";
 

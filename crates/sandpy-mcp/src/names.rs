@@ -10,10 +10,10 @@
 //! Python internal (`__class__`, `__dict__`).
 
 /// The longest tool name accepted.
-pub const MAX_NAME_CHARS: usize = 128;
+pub(crate) const MAX_NAME_CHARS: usize = 128;
 
 /// Why `name` is not accepted as a tool name.
-pub fn check(name: &str) -> Result<(), String> {
+pub(crate) fn check(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("its name is empty".into());
     }
@@ -36,7 +36,7 @@ pub fn check(name: &str) -> Result<(), String> {
 
 /// The Python attribute of a tool or server name (`-` and `.` become `_`; a leading digit
 /// gets a `_`), or `None` when the name gets none (it starts with `_`).
-pub fn python_name(name: &str) -> Option<String> {
+pub(crate) fn python_name(name: &str) -> Option<String> {
     if name.starts_with('_') {
         return None;
     }
@@ -52,7 +52,9 @@ pub fn python_name(name: &str) -> Option<String> {
 }
 
 /// Groups of names (of one server) that map to the same attribute.
-pub fn collisions<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<(String, Vec<&'a str>)> {
+pub(crate) fn collisions<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+) -> Vec<(String, Vec<&'a str>)> {
     let mut by_attribute: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
     for name in names {
         if let Some(attribute) = python_name(name) {

@@ -11,13 +11,13 @@ use serde_json::{Map, Value};
 use std::collections::HashMap;
 
 /// The largest `inputSchema` the hub keeps, serialised.
-pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_SCHEMA_BYTES: usize = 256 * 1024;
 
 /// The deepest nesting of objects and arrays an `inputSchema` may have.
-pub const MAX_SCHEMA_DEPTH: usize = 64;
+pub(crate) const MAX_SCHEMA_DEPTH: usize = 64;
 
 /// Why an upstream tool's schema is not kept (the tool is then skipped).
-pub fn vet(schema: &Value) -> Result<(), String> {
+pub(crate) fn vet(schema: &Value) -> Result<(), String> {
     let bytes = json_len(schema);
     if bytes > MAX_SCHEMA_BYTES {
         return Err(format!(
@@ -35,7 +35,7 @@ pub fn vet(schema: &Value) -> Result<(), String> {
 /// Serialised size of `value`, without building the text. (Through `Value`'s `Display`,
 /// whose serialiser is compiled in serde_json: a generic `to_writer` made here would be as
 /// slow as this crate's debug build, ~600 ms for 15 MiB.)
-pub fn json_len(value: &Value) -> usize {
+pub(crate) fn json_len(value: &Value) -> usize {
     struct Count(usize);
     impl std::fmt::Write for Count {
         fn write_str(&mut self, s: &str) -> std::fmt::Result {
@@ -58,7 +58,7 @@ fn depth(value: &Value) -> usize {
 }
 
 /// Whether `value` holds a subtree the stdio reader cut for its depth.
-pub fn holds_depth_marker(value: &Value) -> bool {
+pub(crate) fn holds_depth_marker(value: &Value) -> bool {
     match value {
         Value::String(s) => s == crate::bounded::DEPTH_MARKER,
         Value::Array(items) => items.iter().any(holds_depth_marker),

@@ -46,7 +46,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// What the server shares across sessions, and what its tools are methods of.
-pub struct ServerState {
+pub(crate) struct ServerState {
     sandbox: Sandbox,
     hub: Hub,
     /// What every run starts from: the config's limits and mounts, the policy in force.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 /// The approver for `approve` (None when it is None); `locals` is the caller's event loop
 /// (`run_async`), for a coroutine function.
-pub fn approver(
+pub(crate) fn approver(
     approve: Option<&Bound<'_, PyAny>>,
     locals: Option<TaskLocals>,
 ) -> PyResult<Option<Arc<dyn Approver>>> {
@@ -102,7 +102,7 @@ fn arguments<'py>(
 
 /// Give `options` the approver `approve` and add the patterns of `require_approval` (each
 /// checked). `py` is given for a run awaited on the caller's event loop (`run_async`).
-pub fn apply(
+pub(crate) fn apply(
     options: &mut sandpy::RunOptions,
     approve: Option<&Bound<'_, PyAny>>,
     require_approval: Option<Vec<String>>,

@@ -9,7 +9,7 @@ use sandpy::{InputFile, LimitOverrides, OutputSink, Policy, Settings, Stream};
 use serde_json::Value;
 
 /// A JSON value as the Python object `json.loads` would give.
-pub fn json_to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn json_to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
     Ok(match value {
         Value::Null => py.None().into_bound(py),
         Value::Bool(b) => b.into_bound_py_any(py)?,
@@ -41,7 +41,7 @@ pub fn json_to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, Py
 /// A Python object as JSON: `None`, `bool`, `int` (64-bit), finite `float`, `str`, lists and
 /// tuples, dicts with `str` keys. Anything else is a `TypeError` naming where it was found
 /// (`what` is the argument's name, e.g. `args[2]["when"]`).
-pub fn py_to_json(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Value> {
+pub(crate) fn py_to_json(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Value> {
     py_to_json_at(obj, what, 0)
 }
 
@@ -109,7 +109,7 @@ fn py_to_json_at(obj: &Bound<'_, PyAny>, what: &str, depth: usize) -> PyResult<V
 }
 
 /// The name of `obj`'s type, for messages.
-pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
+pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
         .name()
         .map(|n| n.to_string())
@@ -117,7 +117,7 @@ pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
 }
 
 /// `str` (as UTF-8) or `bytes`.
-pub fn text_or_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+pub(crate) fn text_or_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
     if let Ok(s) = obj.cast::<PyString>() {
         return Ok(s.to_str()?.as_bytes().to_vec());
     }
@@ -132,7 +132,7 @@ pub fn text_or_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
 
 /// The keyword arguments a run takes besides its code and tools, checked.
 #[derive(Default)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// `timeout_ms` and `memory_mb`, over the config's and the policy's limits.
     pub overrides: LimitOverrides,
     /// `stdin`.
@@ -147,7 +147,7 @@ pub struct RunArgs {
 
 impl RunArgs {
     /// Check the arguments as Python gave them.
-    pub fn parse(
+    pub(crate) fn parse(
         settings: &Settings,
         timeout_ms: Option<&Bound<'_, PyAny>>,
         memory_mb: Option<&Bound<'_, PyAny>>,
@@ -235,7 +235,7 @@ fn positive(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64
 
 /// A policy given as a name (`"strict"`, `"default"`, or one the config defines) or as a
 /// dict in the config's policy shape.
-pub fn parse_policy(settings: &Settings, policy: &Bound<'_, PyAny>) -> PyResult<Policy> {
+pub(crate) fn parse_policy(settings: &Settings, policy: &Bound<'_, PyAny>) -> PyResult<Policy> {
     if let Ok(name) = policy.cast::<PyString>() {
         let name = name.to_str()?;
         return match settings.policy(Some(name)) {
@@ -266,7 +266,7 @@ pub fn parse_policy(settings: &Settings, policy: &Bound<'_, PyAny>) -> PyResult<
 /// `on_output`: a callable `(stream, text)` (`"stdout"` or `"stderr"`, and what the program
 /// wrote) called as the program writes, with the GIL taken for each call. An exception it
 /// raises is reported as unraisable (`sys.unraisablehook`) and the run goes on.
-pub fn output_sink(on_output: Option<&Bound<'_, PyAny>>) -> PyResult<Option<OutputSink>> {
+pub(crate) fn output_sink(on_output: Option<&Bound<'_, PyAny>>) -> PyResult<Option<OutputSink>> {
     let Some(callable) = on_output.filter(|c| !c.is_none()) else {
         return Ok(None);
     };

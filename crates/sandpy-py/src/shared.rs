@@ -33,7 +33,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// What the runs of a Sandbox with these settings and upstream servers share.
-    pub fn new(
+    pub(crate) fn new(
         sandbox: sandpy::Sandbox,
         resolved: sandpy::Resolved,
         hub: Option<sandpy_mcp::Hub>,
@@ -50,7 +50,7 @@ impl Shared {
 
     /// [`Shared::options`] for a run awaited on the caller's asyncio loop: its async host
     /// tools run on that loop.
-    pub fn coroutine_options(
+    pub(crate) fn coroutine_options(
         &self,
         py: Python<'_>,
         args: RunArgs,
@@ -67,7 +67,7 @@ impl Shared {
     /// The options of one run: the config's, then `args` over them. The tools are the
     /// host functions in `tools` (if any) and the config's upstream servers; `locals` is
     /// the caller's event loop (`run_async`), for coroutine host functions.
-    pub fn options(
+    pub(crate) fn options(
         &self,
         args: RunArgs,
         tools: Option<&Bound<'_, PyAny>>,

@@ -37,7 +37,7 @@ struct HostTool {
 
 /// The host functions of one run, and where the rest of its tool calls go (the config's
 /// upstream servers).
-pub struct HostTools {
+pub(crate) struct HostTools {
     tools: BTreeMap<String, HostTool>,
     upstream: Option<Arc<dyn ToolHost>>,
     /// The caller's event loop, for coroutine functions (`run_async`); None runs each
@@ -47,7 +47,7 @@ pub struct HostTools {
 
 impl HostTools {
     /// Check `tools` (a dict of name -> callable); None when it is None or empty.
-    pub fn parse(
+    pub(crate) fn parse(
         tools: Option<&Bound<'_, PyAny>>,
         upstream: Option<Arc<dyn ToolHost>>,
         locals: Option<TaskLocals>,

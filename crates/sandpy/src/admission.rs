@@ -21,7 +21,7 @@ pub(crate) enum Refusal {
 }
 
 impl Admission {
-    pub fn new(max_running: usize, max_waiting: usize) -> Admission {
+    pub(crate) fn new(max_running: usize, max_waiting: usize) -> Admission {
         Admission {
             running: Arc::new(Semaphore::new(max_running.max(1))),
             waiting: AtomicUsize::new(0),
@@ -30,7 +30,7 @@ impl Admission {
     }
 
     /// A slot to run in: at once, after waiting in line (at most `patience`), or refused.
-    pub async fn enter(&self, patience: Duration) -> Result<OwnedSemaphorePermit, Refusal> {
+    pub(crate) async fn enter(&self, patience: Duration) -> Result<OwnedSemaphorePermit, Refusal> {
         if let Ok(permit) = self.running.clone().try_acquire_owned() {
             return Ok(permit);
         }
@@ -48,7 +48,7 @@ impl Admission {
 }
 
 impl Refusal {
-    pub fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         match self {
             Refusal::QueueFull(max) => format!("sandpy is busy: every run slot is taken and {max} runs are already waiting; retry later"),
             Refusal::WaitedTooLong(waited) => {

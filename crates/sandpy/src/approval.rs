@@ -112,7 +112,7 @@ pub(crate) struct Approval {
 impl Approval {
     /// Calls of tools matching any of `patterns` need `approver`'s yes (every such call is
     /// refused when there is no approver).
-    pub fn new(
+    pub(crate) fn new(
         patterns: &[&String],
         approver: Option<Arc<dyn Approver>>,
     ) -> Result<Approval, ToolPatternError> {
@@ -138,12 +138,12 @@ impl Approval {
     }
 
     /// Whether a call of `tool` needs approval.
-    pub fn needed(&self, tool: &str) -> bool {
+    pub(crate) fn needed(&self, tool: &str) -> bool {
         self.needed.as_ref().is_some_and(|set| set.is_match(tool))
     }
 
     /// The decision on one call of `tool` that needs approval.
-    pub async fn decide(&self, tool: &str, arguments: &Value) -> Decision {
+    pub(crate) async fn decide(&self, tool: &str, arguments: &Value) -> Decision {
         match &self.approver {
             Some(approver) => {
                 let request = ApprovalRequest {

@@ -40,7 +40,7 @@ pub(crate) struct Captured {
 
 impl Capture {
     /// Empty streams under `cap`, what is kept also handed to `sink` as it is written.
-    pub fn new(cap: usize, sink: Option<OutputSink>) -> Self {
+    pub(crate) fn new(cap: usize, sink: Option<OutputSink>) -> Self {
         Capture(Arc::new(Mutex::new(Buffers {
             cap,
             sink,
@@ -55,7 +55,7 @@ impl Capture {
     }
 
     /// Start afresh for the next call of a session, with a new cap and sink.
-    pub fn reset(&self, cap: usize, sink: Option<OutputSink>) {
+    pub(crate) fn reset(&self, cap: usize, sink: Option<OutputSink>) {
         let mut b = self.lock();
         *b = Buffers {
             cap,
@@ -65,7 +65,7 @@ impl Capture {
     }
 
     /// Take what was captured, marking a truncated stream.
-    pub fn finish(&self) -> Captured {
+    pub(crate) fn finish(&self) -> Captured {
         let mut b = self.lock();
         let mut stdout = String::from_utf8_lossy(&std::mem::take(&mut b.stdout)).into_owned();
         let mut stderr = String::from_utf8_lossy(&std::mem::take(&mut b.stderr)).into_owned();
@@ -179,14 +179,14 @@ pub(crate) struct StreamFactory {
 }
 
 impl Capture {
-    pub fn stdout_factory(&self) -> StreamFactory {
+    pub(crate) fn stdout_factory(&self) -> StreamFactory {
         StreamFactory {
             capture: self.clone(),
             which: Stream::Stdout,
         }
     }
 
-    pub fn stderr_factory(&self) -> StreamFactory {
+    pub(crate) fn stderr_factory(&self) -> StreamFactory {
         StreamFactory {
             capture: self.clone(),
             which: Stream::Stderr,

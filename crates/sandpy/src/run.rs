@@ -78,7 +78,7 @@ impl Admitted {
 
 impl Runner {
     /// Load the runtime and set up admission and run folders for `config`.
-    pub fn new(config: Config) -> Result<Runner, Error> {
+    pub(crate) fn new(config: Config) -> Result<Runner, Error> {
         crate::wasm::sweep_stale(&config.resolved_scratch_dir());
         let runtime = OnceLock::new();
         if !config.runtime_on_first_use {
@@ -101,13 +101,13 @@ impl Runner {
     }
 
     /// The identity of the runtime runs use.
-    pub fn runtime_id(&self) -> &str {
+    pub(crate) fn runtime_id(&self) -> &str {
         &self.runtime_id
     }
 
     /// The runtime fresh runs use, loaded now (on this thread) if it was left to its
     /// first use.
-    pub fn loaded_runtime(&self) -> Result<&Runtime, &Error> {
+    pub(crate) fn loaded_runtime(&self) -> Result<&Runtime, &Error> {
         self.runtime
             .get_or_init(|| Runtime::load(&self.config))
             .as_ref()
@@ -147,7 +147,7 @@ impl Runner {
     }
 
     /// Run `task` in a new instance, dropped afterwards.
-    pub async fn fresh(&self, task: Task, options: &RunOptions) -> Execution {
+    pub(crate) async fn fresh(&self, task: Task, options: &RunOptions) -> Execution {
         let span = run_span(options, false);
         let execution = self.fresh_run(task, options).instrument(span.clone()).await;
         span.record("status", execution.status.as_str());
@@ -243,7 +243,7 @@ impl Runner {
     /// The native tier, started on first use or when its zygote is gone (off the async
     /// threads: starting blocks while the zygote imports its packages).
     #[cfg(target_os = "linux")]
-    pub async fn native_tier(&self) -> Result<Arc<crate::native::NativeTier>, String> {
+    pub(crate) async fn native_tier(&self) -> Result<Arc<crate::native::NativeTier>, String> {
         let mut current = self.native.lock().await;
         if let Some(tier) = current.as_ref().filter(|tier| tier.is_alive()) {
             return Ok(tier.clone());
@@ -268,7 +268,7 @@ impl Runner {
 
     /// Run `task` in the session's instance (made now if it has none), journaling its
     /// tool calls; they are answered from `replay` when given. stdin is always empty.
-    pub async fn kept(
+    pub(crate) async fn kept(
         &self,
         task: Task,
         options: &RunOptions,
@@ -357,7 +357,7 @@ impl Runner {
     }
 
     /// Remove this process's run folders (see [`crate::Sandbox::release_at_exit`]).
-    pub fn remove_own_folders(&self) {
+    pub(crate) fn remove_own_folders(&self) {
         crate::wasm::remove_own_folders(&self.config.resolved_scratch_dir());
     }
 

@@ -52,7 +52,7 @@ pub(crate) struct ToolAccess {
 
 impl ToolAccess {
     /// The tools of the calls still waiting for an answer, in call order.
-    pub fn waiting_for(&self) -> Vec<String> {
+    pub(crate) fn waiting_for(&self) -> Vec<String> {
         self.waiting.iter().map(|(_, name)| name.clone()).collect()
     }
 
@@ -127,7 +127,7 @@ impl ToolAccess {
     /// `call-tools`: the calls of one batch, concurrently, each checked first; one
     /// answer per call, in order. Errors end the run (the call limit, a replay that
     /// diverged).
-    pub async fn call_tools(
+    pub(crate) async fn call_tools(
         &mut self,
         calls: Vec<ToolCall>,
     ) -> wasmtime::Result<Vec<Result<String, String>>> {
@@ -283,13 +283,16 @@ impl ToolAccess {
     }
 
     /// `list-tools`: the allowed tools as a JSON array.
-    pub async fn list_tools(&self) -> wasmtime::Result<String> {
+    pub(crate) async fn list_tools(&self) -> wasmtime::Result<String> {
         self.prepare(&[]).await;
         Ok(serde_json::to_string(&self.allowed_tools())?)
     }
 
     /// `tool-schema`: one allowed tool's input schema, or why not.
-    pub async fn tool_schema(&self, name: String) -> wasmtime::Result<Result<String, String>> {
+    pub(crate) async fn tool_schema(
+        &self,
+        name: String,
+    ) -> wasmtime::Result<Result<String, String>> {
         if !self.allowlist.allows(&name) {
             return Ok(Err(self.allowlist.refusal(&name)));
         }
@@ -307,7 +310,7 @@ impl ToolAccess {
     }
 
     /// `tool-names`: the allowed tools' names.
-    pub async fn tool_names(&self) -> wasmtime::Result<Vec<String>> {
+    pub(crate) async fn tool_names(&self) -> wasmtime::Result<Vec<String>> {
         self.prepare(&[]).await;
         let Some(host) = &self.host else {
             return Ok(Vec::new());
@@ -318,7 +321,7 @@ impl ToolAccess {
     }
 
     /// `search-tools`: allowed tools ranked for `query`, as a JSON array.
-    pub async fn search_tools(&self, query: String, limit: u32) -> wasmtime::Result<String> {
+    pub(crate) async fn search_tools(&self, query: String, limit: u32) -> wasmtime::Result<String> {
         self.prepare(&[]).await;
         let allowed = self.allowed_tools();
         let found: Vec<ToolSummary> = search::search(&allowed, &query, limit as usize)

@@ -107,7 +107,7 @@ impl Stop {
         }
     }
 
-    pub fn verdict(self) -> (Status, Option<ErrorInfo>) {
+    pub(crate) fn verdict(self) -> (Status, Option<ErrorInfo>) {
         let error = ErrorInfo {
             kind: self.kind().into(),
             message: self.message(),
@@ -382,7 +382,7 @@ pub(crate) struct Refused {
 }
 
 impl Refused {
-    pub fn new(status: Status, message: String) -> Refused {
+    pub(crate) fn new(status: Status, message: String) -> Refused {
         Refused { status, message }
     }
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 const SHOWN_ARGUMENTS: usize = 2000;
 
 /// The approver of `--approve`: asks on this terminal, one call at a time.
-pub fn terminal() -> Arc<dyn Approver> {
+pub(super) fn terminal() -> Arc<dyn Approver> {
     // One question at a time, even when runs ask at once.
     let asking = Arc::new(Mutex::new(()));
     Arc::new(move |request: ApprovalRequest| -> ApprovalFuture {

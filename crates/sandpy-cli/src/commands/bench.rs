@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// In-process runs for the latency percentiles.
     #[arg(long, default_value_t = 300)]
     runs: usize,
@@ -140,7 +140,7 @@ fn private_bytes() -> anyhow::Result<u64> {
     Ok(kib * 1024)
 }
 
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     let bench = Bench {
         sandbox: super::sandbox()?,
         rt: super::tokio_runtime()?,

@@ -8,7 +8,7 @@ use sandpy::packages;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// Packages as pip requirements, e.g. `toolz==1.0.0` (repeatable) [default: the
     /// config's `sandpy.packages`].
     #[arg(long = "with", value_name = "PKG")]
@@ -35,7 +35,7 @@ pub struct Args {
     native: bool,
 }
 
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     let settings = sandpy::ConfigFile::discover(args.config.as_deref())?.settings;
     if args.native {
         return native(&args, settings);

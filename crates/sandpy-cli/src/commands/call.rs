@@ -22,7 +22,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// Python file that defines the function.
     file: PathBuf,
     /// Function to call.
@@ -60,7 +60,7 @@ pub struct Args {
     settings: super::ConfigArgs,
 }
 
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     let program = Program::read(Some(&args.file), None)?;
     let resolved = args.settings.resolve()?;
     let options = RunOptions {

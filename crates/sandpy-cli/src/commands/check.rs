@@ -6,7 +6,7 @@ use anyhow::{bail, Context};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// Python file to check; `-` reads stdin.
     file: PathBuf,
     /// Print `{file, policy, violations}` as JSON.
@@ -16,7 +16,7 @@ pub struct Args {
     settings: super::ConfigArgs,
 }
 
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     // No run, so no `invalid_input` execution: a file that is not text is a usage error.
     let (code, filename) = match Program::read(Some(&args.file), None)? {
         Program::Text { code, name } => (code, name),

@@ -30,14 +30,14 @@ except ToolError as e:
 "#;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// Print the whole execution as JSON.
     #[arg(long)]
     json: bool,
 }
 
 /// A config with one upstream: the pinned reference `everything` server, via npx.
-pub fn everything_config() -> Config {
+pub(super) fn everything_config() -> Config {
     let mut config = Config::default();
     config.servers.insert(
         "everything".into(),
@@ -52,7 +52,7 @@ pub fn everything_config() -> Config {
     config
 }
 
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     let config = everything_config();
     let sandbox = super::sandbox()?;
     eprintln!("sandpy demo: starting `npx {EVERYTHING}` and running this program in the sandbox:\n{PROGRAM}");

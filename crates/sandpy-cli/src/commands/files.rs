@@ -6,7 +6,7 @@ use sandpy::{Execution, InputFile, Mount};
 use std::path::{Component, Path, PathBuf};
 
 #[derive(clap::Args, Clone, Default)]
-pub struct FileArgs {
+pub(super) struct FileArgs {
     /// Copy a local file into the sandbox's working directory (/tmp), under its own name
     /// or at GUEST (relative to /tmp); repeatable.
     #[arg(long = "file", value_name = "LOCAL[:GUEST]")]
@@ -21,7 +21,7 @@ pub struct FileArgs {
 
 impl FileArgs {
     /// The input files, read now.
-    pub fn inputs(&self) -> anyhow::Result<Vec<InputFile>> {
+    pub(super) fn inputs(&self) -> anyhow::Result<Vec<InputFile>> {
         self.files
             .iter()
             .map(|spec| {
@@ -46,7 +46,7 @@ impl FileArgs {
     }
 
     /// The config's mounts followed by the flags'.
-    pub fn mounts(&self, config: &[Mount]) -> anyhow::Result<Vec<Mount>> {
+    pub(super) fn mounts(&self, config: &[Mount]) -> anyhow::Result<Vec<Mount>> {
         let mut mounts = config.to_vec();
         for spec in &self.mounts {
             let Some((host, guest)) = spec.rsplit_once(':') else {
@@ -63,7 +63,7 @@ impl FileArgs {
 
     /// Save the execution's output files into --output-dir, or say on stderr that there
     /// are some to save.
-    pub fn save_outputs(&self, execution: &Execution) -> anyhow::Result<()> {
+    pub(super) fn save_outputs(&self, execution: &Execution) -> anyhow::Result<()> {
         if execution.files.is_empty() {
             return Ok(());
         }

@@ -21,7 +21,7 @@ use clap::{Parser, Subcommand};
 /// Run untrusted Python (real CPython 3.14) in a WebAssembly sandbox.
 #[derive(Parser)]
 #[command(name = "sandpy", version, about, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -51,7 +51,7 @@ enum Command {
     WarmRunner(warm::Args),
 }
 
-pub fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
+pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Run(args) => run::run(args),
         Command::Serve(args) => serve::run(args),
@@ -67,12 +67,12 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
 }
 
 /// The sandbox, with a progress message on stderr when the runtime must be compiled.
-pub fn sandbox() -> anyhow::Result<sandpy::Sandbox> {
+pub(crate) fn sandbox() -> anyhow::Result<sandpy::Sandbox> {
     sandbox_with(sandpy::Config::default())
 }
 
 /// [`sandbox`] with these settings.
-pub fn sandbox_with(config: sandpy::Config) -> anyhow::Result<sandpy::Sandbox> {
+pub(crate) fn sandbox_with(config: sandpy::Config) -> anyhow::Result<sandpy::Sandbox> {
     let config = sandpy::Config {
         progress: Some(std::sync::Arc::new(|message: &str| eprintln!("{message}"))),
         ..config
@@ -81,7 +81,7 @@ pub fn sandbox_with(config: sandpy::Config) -> anyhow::Result<sandpy::Sandbox> {
 }
 
 /// A tokio runtime for one command.
-pub fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?)
@@ -94,7 +94,7 @@ pub fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// is left to the process's exit instead of torn down. With `overrun`,
 /// the guest's code has no interruption checks (CPU-bound code runs a few percent
 /// faster) and a run past its time limit is reported by `overrun`, which ends the process.
-pub fn one_shot_sandbox(
+pub(crate) fn one_shot_sandbox(
     resolved: &sandpy::Resolved,
     overrun: Option<sandpy::OnOverrun>,
 ) -> anyhow::Result<sandpy::Sandbox> {
@@ -115,7 +115,7 @@ pub fn one_shot_sandbox(
 /// What `sandpy run` and a single `sandpy call` do with a run that outlived its time on
 /// code without interruption checks: print its `timeout` as they print any run, and exit
 /// with the timeout's code.
-pub fn print_and_exit(json: bool, streamed: bool) -> sandpy::OnOverrun {
+pub(crate) fn print_and_exit(json: bool, streamed: bool) -> sandpy::OnOverrun {
     std::sync::Arc::new(move |execution: sandpy::Execution| {
         let printed = if streamed {
             run::print_after_stream(&execution)
@@ -131,14 +131,14 @@ pub fn print_and_exit(json: bool, streamed: bool) -> sandpy::OnOverrun {
 
 /// The end of a one-shot command: its run folders go now, the sandbox and the runtime
 /// with the process's exit.
-pub fn release_at_exit(sandbox: sandpy::Sandbox, rt: tokio::runtime::Runtime) {
+pub(crate) fn release_at_exit(sandbox: sandpy::Sandbox, rt: tokio::runtime::Runtime) {
     sandbox.release_at_exit();
     std::mem::forget(rt);
 }
 
 /// The tokio runtime of a one-run command: this thread alone, no worker threads to start
 /// and stop.
-pub fn one_shot_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn one_shot_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)
@@ -146,7 +146,7 @@ pub fn one_shot_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// The config file, and the policy and tools a run may use.
 #[derive(clap::Args, Clone)]
-pub struct ConfigArgs {
+pub(crate) struct ConfigArgs {
     /// Config file (`mcpServers` + `sandpy` settings) [default: $SANDPY_CONFIG, else ./.mcp.json].
     #[arg(long, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,
@@ -167,7 +167,7 @@ pub struct ConfigArgs {
 
 /// The `--tier` values.
 #[derive(clap::ValueEnum, Clone, Copy)]
-pub enum TierArg {
+pub(crate) enum TierArg {
     Wasm,
     Native,
 }
@@ -175,14 +175,16 @@ pub enum TierArg {
 impl ConfigArgs {
     /// The config's settings with the flags' policy and runtime, resolved once; for the
     /// commands that call no upstream servers.
-    pub fn resolve(&self) -> anyhow::Result<sandpy::Resolved> {
+    pub(crate) fn resolve(&self) -> anyhow::Result<sandpy::Resolved> {
         let file = sandpy::ConfigFile::discover(self.config.as_deref())?;
         self.choose(file.settings)
     }
 
     /// [`ConfigArgs::resolve`] with the config's upstream servers, for the commands whose
     /// code may call their tools.
-    pub fn resolve_with_servers(&self) -> anyhow::Result<(sandpy_mcp::Config, sandpy::Resolved)> {
+    pub(crate) fn resolve_with_servers(
+        &self,
+    ) -> anyhow::Result<(sandpy_mcp::Config, sandpy::Resolved)> {
         let config = sandpy_mcp::Config::discover(self.config.as_deref())?;
         crate::log::hide(config.expansions());
         let resolved = self.choose(config.settings.clone())?;
@@ -213,7 +215,7 @@ impl ConfigArgs {
 
     /// The flags that choose the settings (not the per-run tool allowlist), to start
     /// another `sandpy` process with the same ones.
-    pub fn to_flags(&self) -> Vec<std::ffi::OsString> {
+    pub(crate) fn to_flags(&self) -> Vec<std::ffi::OsString> {
         let mut flags = Vec::new();
         for (flag, value) in [("--config", &self.config), ("--runtime", &self.runtime)] {
             if let Some(value) = value {
@@ -231,18 +233,18 @@ impl ConfigArgs {
         flags
     }
 
-    pub fn allowed(&self) -> Option<Vec<String>> {
+    pub(crate) fn allowed(&self) -> Option<Vec<String>> {
         (!self.allow_tool.is_empty()).then(|| self.allow_tool.clone())
     }
 }
 
 /// The sandbox `resolved` asks for.
-pub fn resolved_sandbox(resolved: &sandpy::Resolved) -> anyhow::Result<sandpy::Sandbox> {
+pub(crate) fn resolved_sandbox(resolved: &sandpy::Resolved) -> anyhow::Result<sandpy::Sandbox> {
     sandbox_with(resolved.sandbox_config(sandpy::Config::default()))
 }
 
 /// Start the hub when the config names servers, reporting each that failed on stderr.
-pub async fn start_hub(config: &sandpy_mcp::Config) -> Option<sandpy_mcp::Hub> {
+pub(crate) async fn start_hub(config: &sandpy_mcp::Config) -> Option<sandpy_mcp::Hub> {
     if config.servers.is_empty() {
         return None;
     }
@@ -254,7 +256,7 @@ pub async fn start_hub(config: &sandpy_mcp::Config) -> Option<sandpy_mcp::Hub> {
 /// On stderr, once the servers have started: those that failed, and the config's tool
 /// patterns (`sandpy.allowed_tools`, `sandpy.approve`) that match none of the tools of
 /// the servers that did start (a typo there would allow nothing, or ask for nothing).
-pub fn report_start(hub: &sandpy_mcp::Hub, settings: &sandpy::Settings) {
+pub(crate) fn report_start(hub: &sandpy_mcp::Hub, settings: &sandpy::Settings) {
     for server in hub.servers() {
         if !server.status.starts_with("ready") {
             eprintln!("sandpy: MCP server `{}` is {}", server.name, server.status);

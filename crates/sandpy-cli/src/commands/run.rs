@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// Python file to run; `-` reads the program from stdin.
     #[arg(required_unless_present_any = ["code", "list_modules"], conflicts_with = "code")]
     file: Option<PathBuf>,
@@ -48,7 +48,7 @@ pub struct Args {
 /// Limit flags shared by the commands that run code; unset flags keep the config's
 /// defaults (30 s, 256 MiB, 1 MiB of output unless the config says otherwise).
 #[derive(clap::Args, Clone)]
-pub struct LimitArgs {
+pub(super) struct LimitArgs {
     /// Wall-clock limit in milliseconds [default: 30000].
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout_ms: Option<u64>,
@@ -68,7 +68,7 @@ pub struct LimitArgs {
 
 impl LimitArgs {
     /// The flags that were given, as limits to put over the config's and the policy's.
-    pub fn overrides(&self) -> LimitOverrides {
+    pub(super) fn overrides(&self) -> LimitOverrides {
         LimitOverrides {
             timeout_ms: self.timeout_ms,
             memory_mb: self.memory_mb,
@@ -81,7 +81,7 @@ impl LimitArgs {
 }
 
 /// The program a command was given.
-pub enum Program {
+pub(super) enum Program {
     /// Its text, and the name its tracebacks show (`<string>`, `<stdin>` or the path).
     Text { code: String, name: String },
     /// Bytes that cannot be a program (not UTF-8): why. Commands report it as the
@@ -92,7 +92,7 @@ pub enum Program {
 impl Program {
     /// Read `-c CODE`, the file, or stdin for `-`. The error is a usage error: no program
     /// given, or a file or stdin that cannot be read.
-    pub fn read(file: Option<&PathBuf>, code: Option<&String>) -> anyhow::Result<Program> {
+    pub(super) fn read(file: Option<&PathBuf>, code: Option<&String>) -> anyhow::Result<Program> {
         if let Some(code) = code {
             return Ok(Program::Text {
                 code: code.clone(),
@@ -127,7 +127,7 @@ impl Program {
     }
 
     /// The text and name, or the refusal as an `invalid_input` execution.
-    pub fn into_text(self) -> Result<(String, String), Box<Execution>> {
+    pub(super) fn into_text(self) -> Result<(String, String), Box<Execution>> {
         match self {
             Program::Text { code, name } => Ok((code, name)),
             Program::Refused(why) => Err(Box::new(Execution::refused(Status::InvalidInput, why))),
@@ -136,7 +136,7 @@ impl Program {
 }
 
 /// Print an execution: as one JSON object, or the way Python would have printed.
-pub fn print_execution(execution: &Execution, json: bool) -> anyhow::Result<()> {
+pub(super) fn print_execution(execution: &Execution, json: bool) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string(execution)?);
         Ok(())
@@ -145,7 +145,7 @@ pub fn print_execution(execution: &Execution, json: bool) -> anyhow::Result<()> 
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     let program = if args.list_modules {
         Program::Text {
             code: String::new(),
@@ -238,7 +238,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     Ok(Outcome::Run(execution.status))
 }
 
-pub fn print_human(execution: &Execution) -> anyhow::Result<()> {
+pub(super) fn print_human(execution: &Execution) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(execution.stdout.as_bytes())?;
     stdout.flush()?;
@@ -250,7 +250,7 @@ pub fn print_human(execution: &Execution) -> anyhow::Result<()> {
 
 /// What follows a run whose output was streamed: the mark of a cut, and the error of a
 /// run that ended without a traceback.
-pub fn print_after_stream(execution: &Execution) -> anyhow::Result<()> {
+pub(super) fn print_after_stream(execution: &Execution) -> anyhow::Result<()> {
     if execution.output_truncated {
         write!(std::io::stderr().lock(), "{}", sandpy::TRUNCATION_MARKER)?;
     }

@@ -20,7 +20,7 @@ use std::time::Duration;
 const STOP_GRACE: Duration = Duration::from_millis(500);
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// Serve streamable HTTP on this address (e.g. 127.0.0.1:8765) instead of stdio.
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
@@ -86,7 +86,7 @@ impl Signals {
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     let (config, resolved) = args.settings.resolve_with_servers()?;
     let sandbox = super::resolved_sandbox(&resolved)?;
     let runtime = super::tokio_runtime()?;

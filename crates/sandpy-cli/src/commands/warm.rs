@@ -13,10 +13,10 @@ use std::time::Duration;
 const DEFAULT_IDLE: Duration = Duration::from_secs(60);
 
 /// What a run served by a runner logs at debug level (`SANDPY_LOG=sandpy=debug`).
-pub const SERVED: &str = "served by the warm runner";
+pub(super) const SERVED: &str = "served by the warm runner";
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// The key the starting command computed: the runner exits when its own differs.
     #[arg(long)]
     key: String,
@@ -28,7 +28,7 @@ pub struct Args {
 /// runner of the settings' key; `None` when the run is for this process (no usable runner
 /// yet: one is started for the next run). A runner lost during the run gives an
 /// `internal_error`: the run may have had effects, so it is not run again here.
-pub fn served(
+pub(super) fn served(
     resolved: &sandpy::Resolved,
     settings: &ConfigArgs,
     code: &str,
@@ -83,7 +83,7 @@ fn start_runner(key: &WarmKey, settings: &ConfigArgs) -> std::io::Result<()> {
 }
 
 /// `sandpy warm-runner`: load the sandbox for these settings and serve runs until idle.
-pub fn run(args: Args) -> anyhow::Result<crate::exit::Outcome> {
+pub(super) fn run(args: Args) -> anyhow::Result<crate::exit::Outcome> {
     sandpy::warm::close_inherited_files();
     let (config, resolved) = args.settings.resolve_with_servers()?;
     let key = WarmKey::of(&resolved)?;

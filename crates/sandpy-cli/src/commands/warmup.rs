@@ -3,9 +3,9 @@
 use crate::exit::Outcome;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub(super) struct Args {}
 
-pub fn run(_args: Args) -> anyhow::Result<Outcome> {
+pub(super) fn run(_args: Args) -> anyhow::Result<Outcome> {
     let started = std::time::Instant::now();
     super::sandbox()?;
     // The one-shot commands' code, compiled without interruption checks, is cached apart.

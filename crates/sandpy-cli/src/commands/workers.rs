@@ -30,7 +30,7 @@ struct Request {
 /// Be a worker: answer each request on stdin with its result line on stdout. A run that
 /// outlives its time ends the process through the sandbox's overrun handler, which
 /// answers `current` first (see [`overrun_answer`]).
-pub fn serve(
+pub(super) fn serve(
     sandbox: &sandpy::Sandbox,
     code: &str,
     function: &str,
@@ -53,7 +53,7 @@ pub fn serve(
 
 /// A worker's sandbox: guest code without interruption checks, one pooled instance slot
 /// (reused by its calls), one run at a time; `overrun` ends the process.
-pub fn sandbox(
+pub(super) fn sandbox(
     resolved: &sandpy::Resolved,
     overrun: sandpy::OnOverrun,
 ) -> anyhow::Result<sandpy::Sandbox> {
@@ -70,7 +70,7 @@ const WORKER_ENDS: &str = "worker_ends";
 
 /// A worker's overrun handler: print the timeout as the answer to the line in `current`,
 /// marked as its last, then exit.
-pub fn overrun_answer(current: Arc<AtomicUsize>) -> sandpy::OnOverrun {
+pub(super) fn overrun_answer(current: Arc<AtomicUsize>) -> sandpy::OnOverrun {
     Arc::new(move |execution: sandpy::Execution| {
         let line = current.load(Ordering::SeqCst);
         let mut answer = line_result(line, &execution);
@@ -99,7 +99,7 @@ type Report = (usize, u64, Option<String>);
 /// Run every line of `reader` in `jobs` workers started with `command` (this binary's
 /// `call` arguments with `--worker`), printing results in input order; whether all were
 /// `ok`.
-pub fn batch(
+pub(super) fn batch(
     command: &[OsString],
     mut reader: Box<dyn BufRead + Send>,
     jobs: usize,
@@ -248,7 +248,7 @@ fn start(
 
 /// This process's `call` arguments for a worker: without `--args-file`, `--jobs` and
 /// `--in-process` (and their values), with `--worker`.
-pub fn worker_command() -> Vec<OsString> {
+pub(super) fn worker_command() -> Vec<OsString> {
     let mut command = Vec::new();
     let mut args = std::env::args_os().skip(1);
     while let Some(arg) = args.next() {

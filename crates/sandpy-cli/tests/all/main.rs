@@ -18,7 +18,8 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-pub const EVERYTHING_PKG: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+/// The reference server with every kind of tool, pinned.
+pub(crate) const EVERYTHING_PKG: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 /// The official MCP Python SDK, for the client in `tests/mcp_client.py`.
 const MCP_PYTHON_SDK: &str = "mcp==2.3.0";
 /// The official Prometheus client, whose parser reads `/metrics` in the service tests.
@@ -28,7 +29,8 @@ const OTLP_PROTO: &str = "opentelemetry-proto==1.45.2";
 /// gRPC for Python, which serves the OTLP trace service in the gRPC trace test.
 const GRPCIO: &str = "grpcio==1.85.3";
 
-pub fn sandpy() -> Command {
+/// A `sandpy` command with the runtimes compiled first and no config from the environment.
+pub(crate) fn sandpy() -> Command {
     // Compile both runtimes (with and without interruption checks) once, before the first
     // command: on a cold cache, tests running side by side would each compile them, and a
     // server compiling in process shows a compiler's memory, not its own.

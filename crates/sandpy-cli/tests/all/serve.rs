@@ -246,7 +246,7 @@ fn stdio_serves_a_real_client_and_stops_its_upstreams() {
     );
 }
 
-pub struct Server(pub std::process::Child);
+pub(crate) struct Server(pub std::process::Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -275,14 +275,14 @@ fn wait_for_upstreams(url: &str, token: &str) {
     }
 }
 
-pub fn http_server(extra: &[&str]) -> (Server, String) {
+pub(crate) fn http_server(extra: &[&str]) -> (Server, String) {
     let (server, url, _) = http_server_with(sandpy(), extra);
     (server, url)
 }
 
 /// [`http_server`] from `command` (a `sandpy()` with its environment set); also returns
 /// everything the server writes to stderr, as it comes.
-pub fn http_server_with(
+pub(crate) fn http_server_with(
     mut command: std::process::Command,
     extra: &[&str],
 ) -> (Server, String, Arc<Mutex<String>>) {

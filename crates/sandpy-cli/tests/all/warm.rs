@@ -13,13 +13,13 @@ const SERVED: &str = "served by the warm runner";
 /// Seconds a test's runner waits for runs before it leaves.
 const IDLE_SECS: &str = "10";
 
-pub struct Warm {
+pub(crate) struct Warm {
     pub xdg: tempfile::TempDir,
     pub cwd: tempfile::TempDir,
 }
 
 impl Warm {
-    pub fn new() -> Warm {
+    pub(crate) fn new() -> Warm {
         let xdg = tempfile::tempdir().expect("tempdir");
         std::fs::set_permissions(xdg.path(), std::fs::Permissions::from_mode(0o700))
             .expect("chmod");
@@ -58,7 +58,7 @@ impl Warm {
     }
 
     /// Run `sandpy COMMAND --warm ARGS` until a runner serves it.
-    pub fn served(&self, command: &str, args: &[&str]) -> Output {
+    pub(crate) fn served(&self, command: &str, args: &[&str]) -> Output {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let out = self.command(command, args).output().expect("sandpy --warm");
@@ -367,7 +367,7 @@ fn warm_runner_leaves_when_idle_and_a_killed_one_is_reported_not_rerun() {
 }
 
 /// Kill the runners whose environment names this socket folder.
-pub fn kill_runners(xdg: &Path) {
+pub(crate) fn kill_runners(xdg: &Path) {
     for pid in runner_pids(xdg) {
         // SAFETY: kill(2) on a pid just read; at worst it names no process.
         unsafe {
@@ -377,7 +377,7 @@ pub fn kill_runners(xdg: &Path) {
 }
 
 /// The runners whose environment names this socket folder.
-pub fn runner_pids(xdg: &Path) -> Vec<i32> {
+pub(crate) fn runner_pids(xdg: &Path) -> Vec<i32> {
     let wanted = format!("XDG_RUNTIME_DIR={}", xdg.display());
     let read =
         |pid: i32, file: &str| std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
@@ -397,7 +397,7 @@ pub fn runner_pids(xdg: &Path) -> Vec<i32> {
 }
 
 /// Every process's pid.
-pub fn pids() -> Vec<i32> {
+pub(crate) fn pids() -> Vec<i32> {
     std::fs::read_dir("/proc")
         .expect("/proc")
         .flatten()
@@ -407,7 +407,7 @@ pub fn pids() -> Vec<i32> {
 
 /// Field `index` of `/proc/PID/stat` after the command name (0: state, 1: parent, 11 and
 /// 12: user and system CPU time in clock ticks).
-pub fn stat_field(pid: i32, index: usize) -> Option<String> {
+pub(crate) fn stat_field(pid: i32, index: usize) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 2..];
     rest.split(' ').nth(index).map(str::to_string)

@@ -19,13 +19,13 @@ use std::time::Duration;
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The most `tools/list` pages read from one server (a server may always say there are more).
-pub const MAX_PAGES: usize = 100;
+pub(super) const MAX_PAGES: usize = 100;
 
 /// The most tools kept of one server.
-pub const MAX_TOOLS: usize = 20_000;
+pub(super) const MAX_TOOLS: usize = 20_000;
 
 /// The most bytes of tool names, descriptions and schemas kept of one server.
-pub const MAX_LISTED_BYTES: usize = 64 << 20;
+pub(super) const MAX_LISTED_BYTES: usize = 64 << 20;
 
 /// The longest tool description kept; a longer one is cut, the cut marked.
 const MAX_DESCRIPTION_BYTES: usize = 64 * 1024;

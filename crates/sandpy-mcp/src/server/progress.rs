@@ -48,7 +48,7 @@ pub(super) struct ProgressStream {
 
 impl ProgressStream {
     /// Start sending to `peer` under `token`; the sinks go in the run's options.
-    pub fn start(
+    pub(super) fn start(
         peer: Peer<RoleServer>,
         token: ProgressToken,
         metrics: Arc<Metrics>,
@@ -88,7 +88,7 @@ impl ProgressStream {
     }
 
     /// Send what is left, then stop (the run has ended).
-    pub async fn finish(self) {
+    pub(super) async fn finish(self) {
         let ProgressStream { done, task } = self;
         drop(done);
         let _ = task.await;

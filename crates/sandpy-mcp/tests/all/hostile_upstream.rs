@@ -9,7 +9,7 @@ use serde_json::json;
 use std::time::Duration;
 
 /// The hostile server in `mode` as the only upstream, named `bad`.
-pub fn hostile(mode: &[&str]) -> String {
+pub(crate) fn hostile(mode: &[&str]) -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hostile_upstream.py");
     let mut args = vec![json!(script)];
     args.extend(mode.iter().map(|m| json!(m)));

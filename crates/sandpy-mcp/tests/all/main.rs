@@ -19,7 +19,8 @@ use sandpy_mcp::{Config, Hub};
 use serde_json::Value;
 use std::sync::OnceLock;
 
-pub fn sandbox() -> &'static Sandbox {
+/// The sandbox every test shares (loading the runtime once).
+pub(crate) fn sandbox() -> &'static Sandbox {
     static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
     // Tests about behaviour, not admission: let every test's runs in at once, so that a
     // timing assertion never measures time spent waiting for another test's run.

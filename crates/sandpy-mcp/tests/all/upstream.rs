@@ -7,9 +7,9 @@ use serde_json::json;
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
-pub const EVERYTHING_PKG: &str = "@modelcontextprotocol/server-everything@2026.8.31";
-pub const MEMORY_PKG: &str = "@modelcontextprotocol/server-memory@2026.8.31";
-pub const FILESYSTEM_PKG: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
+pub(crate) const EVERYTHING_PKG: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+pub(crate) const MEMORY_PKG: &str = "@modelcontextprotocol/server-memory@2026.8.31";
+pub(crate) const FILESYSTEM_PKG: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
 
 fn everything() -> String {
     everything_with("{}")
@@ -407,7 +407,7 @@ fn the_search_fixture_is_what_the_reference_servers_list() {
 }
 
 /// A config with one server, `fake`: `tests/fake_upstream.py` with `args`.
-pub fn fake_upstream(args: &[&str]) -> String {
+pub(crate) fn fake_upstream(args: &[&str]) -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_upstream.py");
     let args: Vec<&str> = std::iter::once(script)
         .chain(args.iter().copied())

@@ -66,7 +66,7 @@ impl Source {
     }
 
     /// Every path that exists; a path inside a folder already listed is skipped.
-    pub fn open_all(paths: &[PathBuf]) -> Vec<Source> {
+    pub(super) fn open_all(paths: &[PathBuf]) -> Vec<Source> {
         let mut sorted: Vec<&PathBuf> = paths.iter().collect();
         sorted.sort();
         sorted.dedup();
@@ -103,7 +103,7 @@ impl Source {
     }
 
     /// The run's mounts: each host folder, seen read-only at its guest path.
-    pub fn open_mounts(mounts: &[(PathBuf, String)]) -> Result<Vec<Source>, ConfineError> {
+    pub(super) fn open_mounts(mounts: &[(PathBuf, String)]) -> Result<Vec<Source>, ConfineError> {
         mounts
             .iter()
             .map(|(host, guest)| {
@@ -516,7 +516,7 @@ pub(crate) fn kernel_support() -> Result<(), String> {
 impl RunRequest {
     /// Whether `layer` is switched off for this run: only ever in debug builds, where
     /// the tests show that each layer stops its own attack.
-    pub fn without(&self, layer: Layer) -> bool {
+    pub(super) fn without(&self, layer: Layer) -> bool {
         cfg!(debug_assertions) && self.without.contains(&layer)
     }
 }

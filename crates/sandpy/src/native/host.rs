@@ -368,7 +368,7 @@ pub(crate) struct Inputs {
 impl Inputs {
     /// The run's stdin, files, mounts and output sink, or why they are refused (as the WebAssembly
     /// tier refuses them).
-    pub fn check(options: &crate::RunOptions, limits: &Limits) -> Result<Inputs, String> {
+    pub(crate) fn check(options: &crate::RunOptions, limits: &Limits) -> Result<Inputs, String> {
         let adding: u64 = options
             .files
             .iter()

@@ -68,9 +68,9 @@ pub(crate) struct RunFds {
 }
 
 impl RunFds {
-    pub const COUNT: usize = 5;
+    pub(super) const COUNT: usize = 5;
 
-    pub fn from_vec(fds: Vec<OwnedFd>) -> Option<RunFds> {
+    pub(super) fn from_vec(fds: Vec<OwnedFd>) -> Option<RunFds> {
         let [channel, stdin, stdout, stderr, report]: [OwnedFd; RunFds::COUNT] =
             fds.try_into().ok()?;
         Some(RunFds {

@@ -46,7 +46,7 @@ print(json.dumps({
 
 impl PythonInstall {
     /// Ask `python` (an executable path or a name on `PATH`) what it is.
-    pub fn probe(python: &Path) -> Result<PythonInstall, NativeError> {
+    pub(super) fn probe(python: &Path) -> Result<PythonInstall, NativeError> {
         let output = std::process::Command::new(python)
             .args(["-I", "-c", PROBE])
             .stdin(std::process::Stdio::null())
@@ -98,7 +98,7 @@ impl PythonInstall {
 
     /// Folders the confined child reads: the installation, the environment, the shared
     /// library's folder.
-    pub fn folders(&self) -> Vec<PathBuf> {
+    pub(super) fn folders(&self) -> Vec<PathBuf> {
         let mut folders = vec![self.base_prefix.clone(), self.prefix.clone()];
         folders.extend(self.stdlib.iter().cloned());
         folders.extend(self.site_dirs.iter().cloned());
@@ -121,13 +121,13 @@ pub(crate) struct CApi {
 impl CApi {
     /// The C API of the interpreter already running this process (a zygote started as
     /// a Python process); it must hold the GIL on this thread.
-    pub fn attach() -> Result<CApi, String> {
+    pub(crate) fn attach() -> Result<CApi, String> {
         Self::bind(libc::RTLD_DEFAULT, Path::new("this process"), false)
     }
 
     /// Load `libpython` into this process (its symbols global, as extension modules
     /// expect) and start the interpreter, without its signal handlers.
-    pub fn start(libpython: &Path) -> Result<CApi, String> {
+    pub(crate) fn start(libpython: &Path) -> Result<CApi, String> {
         let path = CString::new(libpython.as_os_str().as_encoded_bytes())
             .map_err(|_| "the libpython path has a NUL byte".to_string())?;
         // SAFETY: dlopen with a valid C string; the handle is kept for the process's life.
@@ -180,7 +180,7 @@ impl CApi {
     }
 
     /// Run `code` in `__main__`; false when it raised (the traceback went to stderr).
-    pub fn run(&self, code: &str) -> bool {
+    pub(crate) fn run(&self, code: &str) -> bool {
         let Ok(code) = CString::new(code) else {
             return false;
         };
@@ -189,19 +189,19 @@ impl CApi {
     }
 
     /// Around `fork()`: CPython's locks and at-fork handlers.
-    pub fn before_fork(&self) {
+    pub(crate) fn before_fork(&self) {
         // SAFETY: called by the thread holding the GIL, right before fork.
         unsafe { (self.before_fork)() }
     }
 
     /// In the parent after `fork()`.
-    pub fn after_fork_parent(&self) {
+    pub(crate) fn after_fork_parent(&self) {
         // SAFETY: paired with `before_fork`.
         unsafe { (self.after_fork_parent)() }
     }
 
     /// In the child that will run Python after `fork()`.
-    pub fn after_fork_child(&self) {
+    pub(crate) fn after_fork_child(&self) {
         // SAFETY: paired with `before_fork`, in the forked process.
         unsafe { (self.after_fork_child)() }
     }

@@ -236,7 +236,7 @@ fn condition(
 
 impl Filters {
     /// Compile both filters.
-    pub fn compile() -> Result<Filters, SeccompError> {
+    pub(crate) fn compile() -> Result<Filters, SeccompError> {
         let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
             .iter()
             .chain(ALLOWED_LEGACY)
@@ -296,7 +296,7 @@ impl Filters {
 
     /// Load both into this thread (no_new_privs must be set). The last loaded is
     /// evaluated first, so `clone3`'s `ENOSYS` wins over the allow-list's `EPERM`.
-    pub fn apply(&self) -> Result<(), SeccompError> {
+    pub(crate) fn apply(&self) -> Result<(), SeccompError> {
         seccompiler::apply_filter(&self.allow_list)?;
         seccompiler::apply_filter(&self.no_clone3)?;
         Ok(())

@@ -42,7 +42,7 @@ pub(crate) struct Kept {
 
 impl Kept {
     /// No instance yet; it will get `memory_cap` bytes at most.
-    pub fn new(memory_cap: usize) -> Kept {
+    pub(crate) fn new(memory_cap: usize) -> Kept {
         Kept {
             guest: None,
             memory_cap,
@@ -50,22 +50,22 @@ impl Kept {
     }
 
     /// The instance, if it was made and is fit; taken for a run, given back by [`Kept::keep`].
-    pub fn take(&mut self) -> Option<Guest> {
+    pub(crate) fn take(&mut self) -> Option<Guest> {
         self.guest.take()
     }
 
     /// Keep `guest` for the next run.
-    pub fn keep(&mut self, guest: Guest) {
+    pub(crate) fn keep(&mut self, guest: Guest) {
         self.guest = Some(guest);
     }
 
     /// The memory cap its instance gets.
-    pub fn memory_cap(&self) -> usize {
+    pub(crate) fn memory_cap(&self) -> usize {
         self.memory_cap
     }
 
     /// The largest size its linear memory reached, if it was made.
-    pub fn memory_peak(&self) -> u64 {
+    pub(crate) fn memory_peak(&self) -> u64 {
         self.guest
             .as_ref()
             .map_or(0, |g| g.store.data().limiter.peak as u64)
@@ -78,7 +78,7 @@ impl Guest {
     /// workspace's folders with `options.mounts`, no network), memory limiter and tools;
     /// epoch ticks yield to tokio so timeouts can fire. `invalid_input` for bad mounts,
     /// `internal_error` when the host cannot make the folders.
-    pub fn new(
+    pub(crate) fn new(
         runtime: &Runtime,
         folders: &Arc<RunFolders>,
         limits: &Limits,
@@ -177,7 +177,7 @@ impl Guest {
     /// execution, and whether the guest is fit for another call. `Err`: refused before
     /// the guest was called, which is then as it was.
     #[allow(clippy::too_many_arguments)]
-    pub async fn execute(
+    pub(crate) async fn execute(
         &mut self,
         runtime: &Runtime,
         task: &Task,
@@ -200,7 +200,7 @@ impl Guest {
 
     /// End a session's cell: its output files are gone from `/output` (they were
     /// returned), and the tool calls it recorded are handed to the journal.
-    pub fn end_cell(&mut self) -> Vec<RecordedCall> {
+    pub(crate) fn end_cell(&mut self) -> Vec<RecordedCall> {
         self.workspace.clear_outputs();
         self.store
             .data_mut()
@@ -211,7 +211,12 @@ impl Guest {
     }
 
     /// Ready a kept guest for its next call: new tools, output cap and time slice.
-    pub fn reuse(&mut self, tools: ToolAccess, limits: &Limits, on_output: Option<OutputSink>) {
+    pub(crate) fn reuse(
+        &mut self,
+        tools: ToolAccess,
+        limits: &Limits,
+        on_output: Option<OutputSink>,
+    ) {
         self.capture.reset(limits.output_bytes, on_output);
         let data = self.store.data_mut();
         data.tools = tools;

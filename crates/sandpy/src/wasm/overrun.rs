@@ -23,7 +23,7 @@ impl Watchdog {
     /// `deadline`: at `deadline` + [`OVERRUN_GRACE`], `end` gets its `timeout` execution.
     /// An error when the thread cannot start (the run must not start either: nothing
     /// could stop it).
-    pub fn start(
+    pub(crate) fn start(
         started: Instant,
         deadline: Instant,
         limit: Duration,

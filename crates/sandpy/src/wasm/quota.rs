@@ -30,7 +30,7 @@ pub(crate) struct Area {
 
 impl Area {
     /// A writable area over `root`, which must start empty.
-    pub fn writable(guest: &str, root: &Path, limit: u64) -> Area {
+    pub(crate) fn writable(guest: &str, root: &Path, limit: u64) -> Area {
         Area {
             guest: guest.into(),
             root: root.into(),
@@ -39,7 +39,7 @@ impl Area {
         }
     }
 
-    pub fn read_only(guest: &str, root: &Path) -> Area {
+    pub(crate) fn read_only(guest: &str, root: &Path) -> Area {
         Area {
             guest: guest.into(),
             root: root.into(),
@@ -53,7 +53,7 @@ impl Area {
     }
 
     /// Measure the folder afresh; returns the bytes it holds.
-    pub fn remeasure(&self) -> u64 {
+    pub(crate) fn remeasure(&self) -> u64 {
         let measured = measure(&self.root);
         *self.used() = measured;
         measured
@@ -123,7 +123,7 @@ impl Refusal {
     }
 
     /// The message of the `disk_limit` status, when a refusal ended the run.
-    pub fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         match self {
             Refusal::Quota { area, limit } => {
                 format!("the run exceeded its disk quota of {limit} bytes under {area}")
@@ -145,7 +145,7 @@ pub(crate) struct DiskGuard {
 }
 
 impl DiskGuard {
-    pub fn new(areas: Vec<Arc<Area>>) -> DiskGuard {
+    pub(crate) fn new(areas: Vec<Arc<Area>>) -> DiskGuard {
         DiskGuard {
             areas,
             ..DiskGuard::default()
@@ -153,7 +153,7 @@ impl DiskGuard {
     }
 
     /// The first quota or open-file refusal since the last call, if any.
-    pub fn take_refusal(&self) -> Option<Refusal> {
+    pub(crate) fn take_refusal(&self) -> Option<Refusal> {
         self.refusal
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -97,14 +97,14 @@ const TABLE_ELEMENTS: usize = 64 * 1024;
 impl Runtime {
     /// Which component `config` names, without loading it: the built-in one's SHA-256,
     /// or `file-<hash>` of a runtime file's path, size and modification time.
-    pub fn id_of(config: &Config) -> Result<String, Error> {
+    pub(crate) fn id_of(config: &Config) -> Result<String, Error> {
         match config.resolved_runtime() {
             None => Ok(COMPONENT_SHA256.to_string()),
             Some(path) => file_identity(&path),
         }
     }
 
-    pub fn load(config: &Config) -> Result<Runtime, Error> {
+    pub(crate) fn load(config: &Config) -> Result<Runtime, Error> {
         let engine =
             Engine::new(&engine_config(config)).map_err(|e| Error::Engine(Error::cause(e)))?;
         let source = config.resolved_runtime();
@@ -139,7 +139,7 @@ impl Runtime {
     /// For code without interruption checks, a [`Watchdog`] that ends the process when
     /// the run (started at `started`, limit `limit`) is still going past `deadline`;
     /// `None` for checked code, which the run path stops itself.
-    pub fn watch(
+    pub(crate) fn watch(
         &self,
         started: Instant,
         deadline: Instant,

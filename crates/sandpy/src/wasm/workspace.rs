@@ -47,7 +47,7 @@ const SUBFOLDERS: [&str; 2] = [SCRATCH_SUBFOLDER, OUTPUT_SUBFOLDER];
 
 impl RunFolders {
     /// Folders under `base`, keeping at most `keep` idle ones.
-    pub fn new(base: PathBuf, keep: usize) -> RunFolders {
+    pub(crate) fn new(base: PathBuf, keep: usize) -> RunFolders {
         RunFolders {
             base,
             idle: std::sync::Mutex::new(Vec::new()),
@@ -180,7 +180,7 @@ pub(crate) struct Workspace {
 
 impl Workspace {
     /// Empty scratch and output folders from `folders`, and the mounts.
-    pub fn create(
+    pub(super) fn create(
         folders: &Arc<RunFolders>,
         limits: &Limits,
         mounts: CheckedMounts,
@@ -228,7 +228,7 @@ impl Workspace {
     /// Write `files` into the scratch folder (without following links the program may
     /// have left there), within the scratch quota, stopping at `deadline`: the setup is
     /// part of the run's time.
-    pub fn write_inputs(
+    pub(super) fn write_inputs(
         &self,
         files: &[InputFile],
         limits: &Limits,
@@ -276,7 +276,7 @@ impl Workspace {
     /// Preopen the folders in `wasi`: `/` and the mounts read-only, `/tmp` and `/output`
     /// writable. A path goes to the preopen with the longest matching prefix, so `/` only
     /// ever serves the top level itself.
-    pub fn preopen(&self, wasi: &mut WasiCtxBuilder) -> Result<(), String> {
+    pub(super) fn preopen(&self, wasi: &mut WasiCtxBuilder) -> Result<(), String> {
         let open = |wasi: &mut WasiCtxBuilder, host: &Path, guest: &str, perms| {
             wasi.preopened_dir(host, guest, perms)
                 .map(drop)
@@ -298,7 +298,7 @@ impl Workspace {
     }
 
     /// The quota keeper for a store using this workspace.
-    pub fn guard(&self) -> DiskGuard {
+    pub(super) fn guard(&self) -> DiskGuard {
         let root = Arc::new(Area::read_only("/", self.root.path()));
         let mut areas = vec![root, self.scratch.clone(), self.output.clone()];
         areas.extend(self.mounts.iter().map(|(_, area)| area.clone()));
@@ -306,7 +306,7 @@ impl Workspace {
     }
 
     /// Whether `mounts` are the ones this workspace was made with.
-    pub fn has_mounts(&self, mounts: &[Mount]) -> bool {
+    pub(super) fn has_mounts(&self, mounts: &[Mount]) -> bool {
         match check_mounts(mounts) {
             Ok(checked) => checked
                 .0
@@ -319,7 +319,7 @@ impl Workspace {
 
     /// The files under `/output` (regular files only: links are skipped, never
     /// followed), sorted by name.
-    pub fn outputs(&self) -> Vec<OutputFile> {
+    pub(super) fn outputs(&self) -> Vec<OutputFile> {
         let root = self.output_path();
         let mut files = Vec::new();
         let mut total = 0u64;
@@ -357,7 +357,7 @@ impl Workspace {
     }
 
     /// Empty `/output` for the next run of a session.
-    pub fn clear_outputs(&self) {
+    pub(super) fn clear_outputs(&self) {
         if let Ok(entries) = std::fs::read_dir(self.output_path()) {
             for entry in entries.flatten() {
                 let path = entry.path();
