@@ -52,3 +52,41 @@ pub(crate) fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The statuses table of docs/guide/cli.md lists every status (as serde names them
+    /// when refusing an unknown one), each with the exit code `status_code` gives it.
+    #[test]
+    fn the_documented_exit_codes_are_the_ones_used() {
+        let refused = serde_json::from_str::<Status>("\"zz\"")
+            .expect_err("an unknown status")
+            .to_string();
+        let (_, expected) = refused.split_once("expected").expect("a list of statuses");
+        let mut statuses: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+        let guide = include_str!("../../../docs/guide/cli.md");
+        let mut documented = Vec::new();
+        for line in guide.lines() {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let [_, name, _, code, _] = cells[..] else {
+                continue;
+            };
+            let Some(name) = name.strip_prefix('`').and_then(|n| n.strip_suffix('`')) else {
+                continue;
+            };
+            let Ok(status) = serde_json::from_value::<Status>(name.into()) else {
+                continue;
+            };
+            assert_eq!(code, status_code(status).to_string(), "{name}");
+            documented.push(name);
+        }
+        statuses.sort();
+        documented.sort();
+        assert_eq!(
+            documented, statuses,
+            "docs/guide/cli.md, Results and exit codes"
+        );
+    }
+}
