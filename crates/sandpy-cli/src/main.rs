@@ -18,7 +18,7 @@ fn main() -> ExitCode {
     // the log alone, as a subscriber whose level filter is global: the spans and events of
     // every crate below it (wasmtime-wasi instruments each WASI call) are then switched off
     // where they are written, not asked about at each call. Asking cost fresh runs p50
-    // 1.16x and runs/s 0.92x (docs/performance.md, "Traces off, traces on").
+    // 1.16x and runs/s 0.92x (docs/dev/performance.md, "Traces off, traces on").
     let telemetry = match sandpy_mcp::Telemetry::from_env() {
         Ok(Some((telemetry, traces))) => {
             use tracing_subscriber::layer::SubscriberExt;

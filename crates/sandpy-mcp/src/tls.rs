@@ -173,7 +173,7 @@ fn system_roots() -> &'static SystemRoots {
 /// connection to a server that leaves Nagle's algorithm on (no `TCP_NODELAY`) waits ~40 ms
 /// per call for the client's delayed ACK, a fresh one does not. Over https it keeps idle
 /// connections: a TLS handshake per call would cost more than the call (on loopback 1.0 ms a
-/// call against 0.38 ms, docs/performance.md), and a server without `TCP_NODELAY` stalls a
+/// call against 0.38 ms, docs/dev/performance.md), and a server without `TCP_NODELAY` stalls a
 /// fresh TLS connection just as much (its handshake is several writes), so there is nothing
 /// to avoid.
 pub(crate) fn http_client(https: bool, ca: Option<&CaFile>) -> Result<reqwest::Client, String> {

@@ -72,7 +72,7 @@ pub struct Config {
     /// run's instance (its memory, WASI state and folders) is kept, not torn down, until
     /// the `Sandbox` is dropped, or goes with the process after
     /// [`Sandbox::release_at_exit`](crate::Sandbox::release_at_exit). Tearing it down took
-    /// about 3% of a one-shot `sandpy run` (docs/performance.md). Memory grows with every
+    /// about 3% of a one-shot `sandpy run` (docs/dev/performance.md). Memory grows with every
     /// run: not for a process that makes many.
     pub leave_instances_to_exit: bool,
     /// Load the WebAssembly runtime at the first WebAssembly run, not in

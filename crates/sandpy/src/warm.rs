@@ -2,7 +2,7 @@
 //! runs one-shot commands' programs for them over a Unix socket.
 //!
 //! A `sandpy run` process that loads the compiled runtime itself spends most of its time
-//! on that load and on the first touch of its pages (docs/performance.md, "One-shot
+//! on that load and on the first touch of its pages (docs/dev/performance.md, "One-shot
 //! runs"); one that hands its run to a warm runner starts like a small program. Every run
 //! still gets a fresh instance: the runner holds only the compiled code, as a server does.
 //!

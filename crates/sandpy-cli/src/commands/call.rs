@@ -5,7 +5,7 @@
 //! A batch runs in worker processes (`workers.rs`: guest code without interruption
 //! checks, a call past its time ends its worker), `--jobs` at a time; with
 //! `--in-process`, or for a program read from stdin, on this process's runtime threads
-//! (code with checks). Why both: docs/performance.md, "Threads or worker processes".
+//! (code with checks). Why both: docs/dev/performance.md, "Threads or worker processes".
 
 use super::batch_lines::{
     line_error, line_result, next_line, parse_arguments, parse_line, InOrder,

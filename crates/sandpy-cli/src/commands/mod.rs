@@ -90,7 +90,7 @@ pub(crate) fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// The sandbox of a command that makes one run and exits (`sandpy run`, `sandpy check`, a
 /// single `sandpy call`): instances allocated on demand. The pool a server keeps (256
 /// slots, each with its stack and guard pages set up at start) took more of such a
-/// process's time than its run (docs/performance.md, "One-shot runs"); the run's instance
+/// process's time than its run (docs/dev/performance.md, "One-shot runs"); the run's instance
 /// is left to the process's exit instead of torn down. With `overrun`,
 /// the guest's code has no interruption checks (CPU-bound code runs a few percent
 /// faster) and a run past its time limit is reported by `overrun`, which ends the process.

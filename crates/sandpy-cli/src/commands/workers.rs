@@ -1,6 +1,6 @@
 //! `sandpy call --args-file` in worker processes: each worker (`sandpy call ... --worker`)
 //! runs one call at a time on guest code compiled without interruption checks (a few
-//! percent faster on CPU-bound code, see docs/performance.md). A call still busy past its
+//! percent faster on CPU-bound code, see docs/dev/performance.md). A call still busy past its
 //! time limit ends its worker, which answers that line's `timeout` first; the next line
 //! that needs a worker starts a new one. A worker that ends without answering its line
 //! (killed, crashed) makes that line `internal_error`: no line goes unanswered.

@@ -42,7 +42,7 @@ fn engine_config(config: &Config) -> wasmtime::Config {
     engine.cranelift_opt_level(OptLevel::Speed);
     // Unwind tables are only for outside unwinders (wasmtime's own backtraces and its
     // panic handling do not use them); registering one per function cost every process
-    // time at load (see docs/performance.md, "One-shot runs").
+    // time at load (see docs/dev/performance.md, "One-shot runs").
     engine.native_unwind_info(false);
     // CPython recurses in C for every level of recursion through a C function
     // (`functools.lru_cache`, `map`, `sorted` keys, ...), ~2.5 KiB of WebAssembly stack
