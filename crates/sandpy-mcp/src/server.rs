@@ -400,11 +400,7 @@ impl SandpyServer {
         state
             .ready_requires
             .iter()
-            .filter(|name| {
-                !servers
-                    .iter()
-                    .any(|s| &&s.name == name && s.status.starts_with("ready"))
-            })
+            .filter(|name| !servers.iter().any(|s| &&s.name == name && s.is_ready()))
             .cloned()
             .collect()
     }
@@ -417,7 +413,10 @@ impl SandpyServer {
             .hub
             .servers()
             .into_iter()
-            .map(|s| (s.name, s.status.starts_with("ready")))
+            .map(|s| {
+                let ready = s.is_ready();
+                (s.name, ready)
+            })
             .collect();
         let sessions = state.sessions.open_by_tenant();
         state

@@ -66,16 +66,17 @@ impl Telemetry {
     where
         S: tracing::Subscriber + for<'span> LookupSpan<'span>,
     {
-        let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
-        if !set("OTEL_EXPORTER_OTLP_ENDPOINT") && !set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+        // The signal's own variable first, as the exporter reads them.
+        let Some((_, endpoint)) = first_set([
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ]) else {
             return Ok(None);
-        }
-        let (variable, value) = [
+        };
+        let (variable, value) = first_set([
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
             "OTEL_EXPORTER_OTLP_PROTOCOL",
-        ]
-        .into_iter()
-        .find_map(|name| Some((name, std::env::var(name).ok().filter(|v| !v.is_empty())?)))
+        ])
         .unwrap_or(("", "http/protobuf".to_string()));
         // The exporter's TLS (reqwest's or tonic's) is rustls with no provider of its own.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -95,15 +96,8 @@ impl Telemetry {
                     .enable_all()
                     .build()
                     .map_err(TelemetryError::Runtime)?;
-                let https = [
-                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-                    "OTEL_EXPORTER_OTLP_ENDPOINT",
-                ]
-                .into_iter()
-                .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
-                .is_some_and(|endpoint| endpoint.starts_with("https://"));
                 let mut builder = builder.with_tonic();
-                if https {
+                if endpoint.starts_with("https://") {
                     builder = builder.with_tls_config(ClientTlsConfig::new().with_enabled_roots());
                 }
                 // The channel (connected lazily) spawns its worker on the runtime entered.
@@ -117,7 +111,7 @@ impl Telemetry {
         };
         let exporter = exporter.map_err(TelemetryError::Exporter)?;
         let mut resource = opentelemetry_sdk::Resource::builder();
-        if !set("OTEL_SERVICE_NAME") {
+        if first_set(["OTEL_SERVICE_NAME"]).is_none() {
             resource = resource.with_service_name("sandpy");
         }
         let provider = SdkTracerProvider::builder()
@@ -146,6 +140,13 @@ impl Telemetry {
             runtime.shutdown_background();
         }
     }
+}
+
+/// The first of `names` set to a non-empty value, and that value.
+fn first_set<const N: usize>(names: [&'static str; N]) -> Option<(&'static str, String)> {
+    names
+        .into_iter()
+        .find_map(|name| Some((name, std::env::var(name).ok().filter(|v| !v.is_empty())?)))
 }
 
 /// Make the trace context in a request's `_meta` (`traceparent`, `tracestate`) the parent

@@ -80,13 +80,14 @@ impl Runner {
     /// Load the runtime and set up admission and run folders for `config`.
     pub(crate) fn new(config: Config) -> Result<Runner, Error> {
         crate::wasm::sweep_stale(&config.resolved_scratch_dir());
+        let runtime_id = Runtime::id_of(&config)?;
         let runtime = OnceLock::new();
         if !config.runtime_on_first_use {
-            let _ = runtime.set(Ok(Runtime::load(&config)?));
+            let _ = runtime.set(Ok(Runtime::load(&config, &runtime_id)?));
         }
         Ok(Runner {
             runtime,
-            runtime_id: Runtime::id_of(&config)?,
+            runtime_id,
             session_runtime: OnceLock::new(),
             admission: Admission::new(config.concurrency(), config.max_queued_runs),
             folders: Arc::new(RunFolders::new(
@@ -109,7 +110,7 @@ impl Runner {
     /// first use.
     pub(crate) fn loaded_runtime(&self) -> Result<&Runtime, &Error> {
         self.runtime
-            .get_or_init(|| Runtime::load(&self.config))
+            .get_or_init(|| Runtime::load(&self.config, &self.runtime_id))
             .as_ref()
     }
 
@@ -374,7 +375,7 @@ impl Runner {
                     pooled_instances: None,
                     ..self.config.clone()
                 };
-                Runtime::load(&config)
+                Runtime::load(&config, &self.runtime_id)
             })
             .as_ref()
             .map_err(|e| Refused::new(Status::InternalError, error_chain(e)))

@@ -984,7 +984,7 @@ async fn https_against_http(sandbox: &sandpy::Sandbox) -> anyhow::Result<()> {
     std::fs::write(&path, config.to_string())?;
     let hub = sandpy_mcp::Hub::start(&sandpy_mcp::Config::load(&path)?).await;
     for server in hub.servers() {
-        if !server.status.starts_with("ready") {
+        if !server.is_ready() {
             bail!("test server {}: {}", server.name, server.status);
         }
     }

@@ -258,7 +258,7 @@ pub(crate) async fn start_hub(config: &sandpy_mcp::Config) -> Option<sandpy_mcp:
 /// the servers that did start (a typo there would allow nothing, or ask for nothing).
 pub(crate) fn report_start(hub: &sandpy_mcp::Hub, settings: &sandpy::Settings) {
     for server in hub.servers() {
-        if !server.status.starts_with("ready") {
+        if !server.is_ready() {
             eprintln!("sandpy: MCP server `{}` is {}", server.name, server.status);
         }
     }

@@ -94,6 +94,13 @@ pub struct ServerStatus {
     pub status: String,
 }
 
+impl ServerStatus {
+    /// Whether its tools are listed (the status is `ready (...)`).
+    pub fn is_ready(&self) -> bool {
+        self.status.starts_with("ready")
+    }
+}
+
 impl Hub {
     /// Start (or connect to) every configured server at once and list their tools. A
     /// server that fails is reported in [`Hub::servers`] and retried on its next use.

@@ -104,12 +104,13 @@ impl Runtime {
         }
     }
 
-    pub(crate) fn load(config: &Config) -> Result<Runtime, Error> {
+    /// Load the component `config` names, whose identity ([`Runtime::id_of`]) is `id`:
+    /// from the on-disk cache, or compiled now and cached.
+    pub(crate) fn load(config: &Config, id: &str) -> Result<Runtime, Error> {
         let engine =
             Engine::new(&engine_config(config)).map_err(|e| Error::Engine(Error::cause(e)))?;
         let source = config.resolved_runtime();
-        let id = Runtime::id_of(config)?;
-        let cache_file = cache_file(&engine, &config.resolved_cache_dir(), &id);
+        let cache_file = cache_file(&engine, &config.resolved_cache_dir(), id);
         let component = load_component(&engine, config, &cache_file, source.as_deref())?;
         let mut linker: Linker<HostState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
