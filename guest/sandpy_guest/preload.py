@@ -8,6 +8,10 @@ filesystem at run time, so a module not imported here cannot be imported later.
 import os
 import sys
 
+# Before `urllib.request` is imported: it registers its https handler only where
+# `http.client` has an `HTTPSConnection`, which the host's TLS gives it.
+from sandpy_guest import network as _network  # noqa: F401
+
 # Modules skipped on purpose, with the reason reported to users.
 _SKIPPED: dict[str, str] = {
     "antigravity": "opens a web browser",

@@ -36,6 +36,7 @@ from wit_world.imports.types import (
 )
 
 from . import event_loop, packages, policy, preload, tools
+from . import network as _network  # noqa: F401  (routes http.client through the host)
 
 _GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
 _RESULT_NAME = "__sandpy_result__"
@@ -238,6 +239,8 @@ def execute(task: Task, options: RunOptions) -> Outcome:
     try:
         _prepare_interpreter()
         tools.new_run()
+        for name, value in options.environment:
+            os.environ[name] = value
         if isinstance(task, Task_Check):
             found = policy.check(task.value, options.filename, options.policy or _NO_POLICY)
             outcome = Outcome(value=None, error=None, violations=found)

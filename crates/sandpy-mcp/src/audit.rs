@@ -89,6 +89,8 @@ impl AuditLog {
             "tool_calls": execution.tool_calls,
             "memory_peak_bytes": execution.memory_peak_bytes,
             "output_files": execution.files.iter().map(|f| json!({"name": f.name, "size": f.size})).collect::<Vec<_>>(),
+            // Method, URL without its query, status, bytes, error: never a header.
+            "requests": execution.requests,
         }));
     }
 

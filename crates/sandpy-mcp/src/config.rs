@@ -22,8 +22,8 @@
 //! [`Expansions`] for how messages keep the values out).
 
 use crate::expand::{expand, Expansions, Lookup};
-use crate::tls::CaFile;
 use axum::http::{HeaderName, HeaderValue};
+use sandpy::tls::CaFile;
 use sandpy::{ConfigError, ConfigFile, Settings};
 use serde::Deserialize;
 use std::collections::BTreeMap;

@@ -45,12 +45,12 @@ pub use expand::Expansions;
 pub use http::{HttpError, HttpListener};
 pub use hub::{Hub, ServerStatus};
 pub use metrics::Metrics;
+pub use sandpy::tls::{CaFile, CaFileError};
 pub use sandpy::{ConfigError, UnknownPolicy};
 pub use schema::ArgumentSchema;
 pub use server::SandpyServer;
 pub use summary::summarize;
 pub use telemetry::{Telemetry, TelemetryError};
-pub use tls::{CaFile, CaFileError};
 
 /// Serve `server` over stdin/stdout until the client disconnects.
 pub async fn serve_stdio(server: SandpyServer) -> std::io::Result<()> {

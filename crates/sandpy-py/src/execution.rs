@@ -116,6 +116,15 @@ impl PyExecution {
             .collect()
     }
 
+    /// HTTP requests the program made or tried (`sandpy.network`): dicts with `method`,
+    /// `url` (no query), `status`, `bytes_out`, `bytes_in` and, when it failed, `error`.
+    #[getter]
+    fn requests<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let value = serde_json::to_value(&self.inner.requests)
+            .map_err(|e| crate::sandbox_error(format!("cannot serialise the requests: {e}")))?;
+        json_to_py(py, &value)
+    }
+
     /// The execution as the dict `sandpy run --json` prints (file contents in
     /// `content_base64`).
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

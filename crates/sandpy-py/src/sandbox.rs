@@ -38,13 +38,14 @@ fn native_launcher(py: Python<'_>, python: &std::path::Path) -> PyResult<Vec<std
 #[pymethods]
 impl PySandbox {
     #[new]
-    #[pyo3(signature = (config=None, policy=None, mounts=None, tier=None))]
+    #[pyo3(signature = (config=None, policy=None, mounts=None, tier=None, allow_hosts=None))]
     fn new(
         py: Python<'_>,
         config: Option<PathBuf>,
         policy: Option<&Bound<'_, PyAny>>,
         mounts: Option<&Bound<'_, PyDict>>,
         tier: Option<&str>,
+        allow_hosts: Option<Vec<String>>,
     ) -> PyResult<PySandbox> {
         let file = match &config {
             Some(path) => sandpy_mcp::Config::load(path).map_err(config_error)?,
@@ -61,6 +62,16 @@ impl PySandbox {
                 )))
             }
         }
+        let extra = allow_hosts
+            .unwrap_or_default()
+            .iter()
+            .map(|entry| sandpy::network::AllowRule::parse(entry))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| PyValueError::new_err(format!("allow_hosts: {e}")))?;
+        settings.allow_hosts(&extra).map_err(|e| {
+            let cause = std::error::Error::source(&e).map(|c| format!(": {c}"));
+            sandbox_error(format!("{e}{}", cause.unwrap_or_default()))
+        })?;
         if settings.tier == sandpy::Tier::Native || settings.native.is_some() {
             let native = settings.native.get_or_insert_with(Default::default);
             native.launcher = native_launcher(py, &native.python_executable())?;

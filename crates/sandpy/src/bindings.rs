@@ -7,6 +7,10 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
+pub(crate) use self::sandpy::runtime::network::{
+    FetchError as GuestFetchError, Host as NetworkHost, Request as GuestRequest,
+    Response as GuestResponse,
+};
 pub(crate) use self::sandpy::runtime::tools::{Host as ToolsHost, ToolCall};
 pub(crate) use self::sandpy::runtime::types::{
     FunctionCall, Host as TypesHost, Policy as GuestPolicy, PythonError,

@@ -141,6 +141,9 @@ pub struct Execution {
     /// Files the program left under `/output`, whatever the status.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<crate::OutputFile>,
+    /// HTTP requests the program made or tried (see [`crate::network`]), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<crate::network::NetworkRequest>,
 }
 
 impl Execution {
@@ -171,6 +174,7 @@ impl Execution {
             tool_calls: 0,
             violations: Vec::new(),
             files: Vec::new(),
+            requests: Vec::new(),
         }
     }
 }

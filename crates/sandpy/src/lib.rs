@@ -37,6 +37,10 @@
 //! `/output` folder whose files come back in [`Execution::files`], both under quotas the
 //! host enforces; [`RunOptions`] can add [`InputFile`]s and read-only [`Mount`]s.
 //!
+//! Network: none by default. With a [`network::Network`] in [`RunOptions::network`] the
+//! code reaches the hosts the operator allows over HTTP(S), made by the host, with secrets
+//! it never sees.
+//!
 //! The WebAssembly boundary is the security boundary: the guest has no sockets,
 //! processes, environment variables, host files beyond the folders above, or host memory
 //! beyond its own linear memory.
@@ -52,6 +56,7 @@ mod files;
 mod limits;
 mod model_output;
 pub mod native;
+pub mod network;
 mod options;
 mod output;
 pub mod packages;
@@ -62,6 +67,7 @@ mod search;
 mod session;
 mod sessions;
 mod settings;
+pub mod tls;
 mod tool_access;
 mod tools;
 mod verdict;

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 /// Everything about one run besides the code. Defaults: [`Limits::default`], no limit
 /// overrides, empty stdin, no tools, every tool of the tool host allowed, no policy,
 /// tracebacks naming `<sandbox>`, no input files, no mounts, no output sink, no tool
-/// needing approval, no approver, no cancellation.
+/// needing approval, no approver, no cancellation, no network.
 ///
 /// The run's limits are `limits`, then the policy's own limits over them, then
 /// `limit_overrides` over those ([`RunOptions::effective_limits`]).
@@ -52,6 +52,9 @@ pub struct RunOptions {
     /// Cancelling it stops the run at once: status `cancelled`, with the output and
     /// files it made so far; tool calls still out are abandoned.
     pub cancel: Option<CancellationToken>,
+    /// The hosts the code may reach over HTTP(S), and the secrets it may use there; `None`
+    /// (the default) means no network. A policy's `network_allow` narrows it.
+    pub network: Option<crate::network::Network>,
 }
 
 /// Where a run's tool calls are announced (see [`RunOptions::on_tool_call`]).
@@ -102,6 +105,7 @@ impl std::fmt::Debug for RunOptions {
             .field("approve", &self.approve)
             .field("approver", &self.approver.is_some())
             .field("cancel", &self.cancel.is_some())
+            .field("network", &self.network)
             .finish()
     }
 }

@@ -41,6 +41,11 @@ pub struct Policy {
     /// besides those the config and the run name.
     #[serde(default)]
     pub approve: Vec<String>,
+    /// Requests runs under this policy may make (entries of `sandpy.network.allow`): a
+    /// request must pass both lists, so a policy narrows the network and never widens it.
+    /// `None` leaves the network as configured; `Some([])` allows no request.
+    #[serde(default)]
+    pub network_allow: Option<Vec<crate::network::AllowRule>>,
 }
 
 /// One place where code breaks its policy.
@@ -130,6 +135,7 @@ impl Policy {
             },
             allowed_tools: Some(Vec::new()),
             approve: Vec::new(),
+            network_allow: None,
         }
     }
 
@@ -144,6 +150,7 @@ impl Policy {
             limits: LimitOverrides::default(),
             allowed_tools: None,
             approve: Vec::new(),
+            network_allow: None,
         }
     }
 

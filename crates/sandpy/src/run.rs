@@ -436,6 +436,13 @@ fn tool_access(options: &RunOptions, limits: &Limits) -> Result<ToolAccess, Refu
         limit_hit: false,
         recorded: None,
         replay: None,
+        network: options.network.clone().map(|network| {
+            let narrowed = options
+                .policy
+                .as_ref()
+                .and_then(|p| p.network_allow.clone());
+            crate::network::NetworkAccess::new(network, narrowed)
+        }),
     })
 }
 
@@ -451,6 +458,11 @@ fn guest_options(options: &RunOptions, keep_globals: bool) -> GuestOptions {
             .filter(|p| p.restricts_code())
             .map(guest_policy),
         keep_globals,
+        environment: options
+            .network
+            .as_ref()
+            .map(|n| n.placeholders())
+            .unwrap_or_default(),
     }
 }
 

@@ -76,7 +76,7 @@ pub struct UnknownPolicy {
 /// timeout among them), default model output (20,000 bytes a text), every tool allowed,
 /// no audit log, no policies of its own and none by default, default session limits with
 /// saving off, no tenants of their own, default concurrency, no mounts, the built-in
-/// runtime, no extra packages.
+/// runtime, no extra packages, no network.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Settings {
     /// Limits of every run (a policy's and the run's own go over them).
@@ -126,6 +126,8 @@ pub struct Settings {
     pub tier: crate::Tier,
     /// The native tier's Python and packages.
     pub native: Option<crate::native::NativeConfig>,
+    /// The hosts runs may reach over HTTP(S) and their secrets; `None`: no network.
+    pub network: Option<crate::network::Network>,
     /// The file this came from, if any.
     pub source: Option<PathBuf>,
 }
@@ -219,6 +221,7 @@ struct RawSandpy {
     #[serde(default)]
     tier: crate::Tier,
     native: Option<crate::native::NativeConfig>,
+    network: Option<crate::network::RawNetwork>,
 }
 
 #[derive(Deserialize, Default)]
@@ -415,6 +418,10 @@ impl Settings {
             })
             .collect();
         Mount::validate(&mounts).map_err(|e| invalid("sandpy.mounts", e.to_string()))?;
+        let network = match raw.network {
+            Some(network) => Some(network.read(base).map_err(|(key, e)| invalid(&key, e))?),
+            None => None,
+        };
         let settings = Settings {
             limits,
             model_output,
@@ -440,12 +447,34 @@ impl Settings {
                 native.resolve_paths(base);
                 native
             }),
+            network,
             source: Some(path.to_path_buf()),
         };
         if let Err(unknown) = settings.policy(None) {
             return Err(invalid("sandpy.default_policy", unknown.to_string()));
         }
         Ok(settings)
+    }
+
+    /// Let runs reach `extra` too, beside the config's `sandpy.network.allow` (an
+    /// operator's addition: `sandpy run --allow-host`, the Python package's `allow_hosts`).
+    pub fn allow_hosts(
+        &mut self,
+        extra: &[crate::network::AllowRule],
+    ) -> Result<(), crate::network::NetworkError> {
+        use crate::network::{Network, NetworkRules};
+        if extra.is_empty() {
+            return Ok(());
+        }
+        let network = match &self.network {
+            Some(network) => network.allowing(extra)?,
+            None => Network::new(NetworkRules {
+                allow: extra.to_vec(),
+                ..NetworkRules::default()
+            })?,
+        };
+        self.network = Some(network);
+        Ok(())
     }
 
     /// The policy named `name`, else the config's default policy, else none.
@@ -575,8 +604,8 @@ impl Resolved {
         }
     }
 
-    /// Options of a run under these settings: their limits, policy, mounts, tier and the
-    /// tools needing approval; the rest default.
+    /// Options of a run under these settings: their limits, policy, mounts, tier, network
+    /// and the tools needing approval; the rest default.
     pub fn run_options(&self) -> RunOptions {
         RunOptions {
             limits: self.settings.limits.clone(),
@@ -584,6 +613,7 @@ impl Resolved {
             mounts: self.settings.mounts.clone(),
             tier: self.settings.tier,
             approve: self.settings.approve.clone(),
+            network: self.settings.network.clone(),
             ..RunOptions::default()
         }
     }

@@ -48,6 +48,9 @@ pub(crate) struct ToolAccess {
     pub recorded: Option<Vec<RecordedCall>>,
     /// Answers to give instead of calling tools, when replaying a journal.
     pub replay: Option<std::collections::VecDeque<RecordedCall>>,
+    /// The run's network, when the operator gave it one. It rides with the tools because
+    /// both tiers hand the run's way out of the sandbox around as one value.
+    pub network: Option<crate::network::NetworkAccess>,
 }
 
 impl ToolAccess {

@@ -188,6 +188,7 @@ pub(crate) fn ran(
         tool_calls,
         violations: Vec::new(),
         files: Vec::new(),
+        requests: Vec::new(),
     }
 }
 

@@ -163,6 +163,11 @@ pub(crate) struct ConfigArgs {
     /// CPython with compiled packages, confined by the kernel) [default: the config's, else wasm].
     #[arg(long, value_enum, value_name = "TIER")]
     pub tier: Option<TierArg>,
+    /// Hosts the code may reach over HTTP(S) (repeatable; adds to the config's
+    /// `sandpy.network.allow`): `host`, `host:port`, `*.domain`, an IP literal, or
+    /// `"GET https://host/path/*"` [default: no network].
+    #[arg(long = "allow-host", value_name = "ENTRY", value_parser = sandpy::network::AllowRule::parse)]
+    pub allow_host: Vec<sandpy::network::AllowRule>,
 }
 
 /// The `--tier` values.
@@ -195,6 +200,7 @@ impl ConfigArgs {
         if self.runtime.is_some() {
             settings.runtime = self.runtime.clone();
         }
+        settings.allow_hosts(&self.allow_host)?;
         match self.tier {
             Some(TierArg::Wasm) => settings.tier = sandpy::Tier::Wasm,
             Some(TierArg::Native) => settings.tier = sandpy::Tier::Native,

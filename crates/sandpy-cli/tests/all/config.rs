@@ -221,6 +221,15 @@ fn documented_config_keys_are_the_keys_read() {
             json!({"sandpy": {"tenants": {"a": {"zz": 1}}}}),
         ),
         ("sandpy.native", json!({"sandpy": {"native": {"zz": 1}}})),
+        ("sandpy.network", json!({"sandpy": {"network": {"zz": 1}}})),
+        (
+            "sandpy.network.limits",
+            json!({"sandpy": {"network": {"limits": {"zz": 1}}}}),
+        ),
+        (
+            "sandpy.network.secrets.<NAME>",
+            json!({"sandpy": {"network": {"secrets": {"A": {"zz": 1}}}}}),
+        ),
     ];
     for (section, config) in sections {
         let config = write_config(dir.path(), &config.to_string());

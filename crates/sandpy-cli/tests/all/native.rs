@@ -1023,3 +1023,84 @@ fn children(parent: i32) -> Vec<i32> {
 fn is_alive(pid: i32) -> bool {
     crate::warm::stat_field(pid, 0).is_some_and(|state| state != "Z")
 }
+
+/// The network by allowlist in the native tier: the run keeps its empty network
+/// namespace (a socket of its own reaches nothing), and `urllib.request` goes through the
+/// host with the WebAssembly tier's rules: allowed host, refused host, secret put in by
+/// the host and scrubbed from the echo (the WebAssembly tier's suite is
+/// `crates/sandpy/tests/all/network.rs`).
+#[test]
+fn network_boundary_native_runs_reach_allowed_hosts_through_the_host_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("requests.jsonl");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandpy/tests/fixtures/http_server.py");
+    let mut server = Command::new("python3")
+        .arg(script)
+        .arg(&log)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 starts the test server");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("port");
+    let port: u16 = line.trim().parse().expect("the server prints its port");
+    let network = json!({"network": {
+        "allow": [format!("127.0.0.1:{port}"), format!("127.0.0.2:{port}")],
+        "secrets": {"API_TOKEN": {"env": "SANDPY_TEST_SECRET", "hosts": ["127.0.0.1"]}},
+    }});
+    let config = native_config(dir.path(), &["json", "socket", "urllib.request"], network);
+    let code = format!(
+        r#"
+import json, os, socket, urllib.request
+seen = []
+token = os.environ["API_TOKEN"]
+request = urllib.request.Request("http://127.0.0.1:{port}/echo",
+                                 headers={{"Authorization": "Bearer " + token}})
+with urllib.request.urlopen(request) as r:
+    seen.append(json.load(r)["headers"]["Authorization"])
+for attempt in (lambda: urllib.request.urlopen("http://127.0.0.3:{port}/echo"),
+                lambda: socket.create_connection(("127.0.0.1", {port}), timeout=2)):
+    try:
+        attempt()
+        seen.append("allowed")
+    except OSError as e:
+        seen.append(type(e).__name__)
+seen
+"#
+    );
+    let out = sandpy()
+        .args(["run", "--json", "--config", &config, "-c", &code])
+        .env("SANDPY_TEST_SECRET", "native-s3cret-value")
+        .output()
+        .expect("sandpy");
+    let _ = server.kill();
+    let _ = server.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("native-s3cret-value"), "{stdout}");
+    let execution: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{e}: {stdout}{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(
+        execution["return_value"],
+        json!([
+            "Bearer sandpy-secret:API_TOKEN",
+            "PermissionError",
+            "PermissionError"
+        ]),
+        "{execution}"
+    );
+    let received = std::fs::read_to_string(&log).expect("the server's log");
+    assert!(
+        received.contains("Bearer native-s3cret-value"),
+        "{received}"
+    );
+    assert_eq!(received.lines().count(), 1, "{received}");
+    assert_eq!(
+        execution["requests"].as_array().map(Vec::len),
+        Some(2),
+        "{execution}"
+    );
+}

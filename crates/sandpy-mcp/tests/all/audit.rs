@@ -95,3 +95,42 @@ fn a_call_the_sandbox_stopped_waiting_for_is_recorded_as_abandoned() {
     let waited = records[0]["duration_ms"].as_f64().expect("duration");
     assert!((300.0..2_000.0).contains(&waited), "{waited}");
 }
+
+#[test]
+fn each_request_of_a_run_is_recorded_without_its_query_or_headers() {
+    use sandpy::network::{AllowRule, Network, NetworkRules};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("log.jsonl");
+    let audit = AuditLog::open(&path, false).expect("open");
+    let rules = NetworkRules {
+        allow: vec![AllowRule::parse("127.0.0.1:9").expect("entry")],
+        ..NetworkRules::default()
+    };
+    let options = RunOptions {
+        network: Some(Network::new(rules).expect("network")),
+        ..RunOptions::default()
+    };
+    let code = "import urllib.request\nfor url in ('http://127.0.0.1:9/a?key=hidden', 'http://10.0.0.1/b'):\n    try:\n        urllib.request.urlopen(urllib.request.Request(url, headers={'X-Key': 'hidden'}))\n    except OSError:\n        pass";
+    let execution = block_on(sandbox().run_with(code, &options));
+    audit.execution("x2", "local", code, &options.limits, &execution);
+    let text = std::fs::read_to_string(&path).expect("log");
+    assert!(!text.contains("hidden"), "{text}");
+    let record: serde_json::Value = serde_json::from_str(text.trim()).expect("one record");
+    let requests = record["requests"].as_array().expect("requests");
+    assert_eq!(requests.len(), 2, "{text}");
+    assert_eq!(requests[0]["url"], "http://127.0.0.1:9/a");
+    assert!(
+        requests[0]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("connect"),
+        "{text}"
+    );
+    assert!(
+        requests[1]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not allowed"),
+        "{text}"
+    );
+}

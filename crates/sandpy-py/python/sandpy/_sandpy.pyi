@@ -137,6 +137,10 @@ class Execution:
     def violations(self) -> list[Violation]:
         """Policy violations, when `status` is "policy_violation"."""
     @property
+    def requests(self) -> list[dict[str, JSON]]:
+        """HTTP requests the program made or tried: `method`, `url` (no query), `status`,
+        `bytes_out`, `bytes_in`, and `error` when it failed."""
+    @property
     def files(self) -> list[OutputFile]:
         """Files the program left under `/output`, whatever the status."""
     def to_dict(self) -> dict[str, JSON]:
@@ -152,7 +156,11 @@ class Sandbox:
     every run. `mounts` maps guest paths to host folders the code may read. `tier` is
     where runs execute: `"wasm"` (the default) or `"native"`, the machine's CPython with
     compiled packages (numpy, pandas) confined by the kernel, configured in the config's
-    `sandpy.native` section (Linux only; see docs/guide/native-tier.md).
+    `sandpy.native` section (Linux only; see docs/guide/native-tier.md). `allow_hosts`
+    adds entries to the config's `sandpy.network.allow` (`"api.github.com"`,
+    `"127.0.0.1:8080"`, `"GET https://pypi.org/simple/*"`): the code reaches them with
+    `urllib.request` or `http.client`, the requests made by the host (docs/guide/network.md);
+    without any, runs have no network.
 
     Creating the first Sandbox of a process loads the compiled runtime (compiling it once
     per machine and version, see `warmup`). A Sandbox is safe to share between threads;
@@ -166,6 +174,7 @@ class Sandbox:
         policy: PolicyArg | None = None,
         mounts: Mapping[str, str | os.PathLike[str]] | None = None,
         tier: Literal["wasm", "native"] | None = None,
+        allow_hosts: Sequence[str] | None = None,
     ) -> None: ...
     def run(
         self,

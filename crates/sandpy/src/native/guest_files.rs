@@ -31,12 +31,20 @@ const FILES: &[(&str, &str)] = &[
         include_str!("guest/wit_world/imports/tools.py"),
     ),
     (
+        "wit_world/imports/network.py",
+        include_str!("guest/wit_world/imports/network.py"),
+    ),
+    (
         "sandpy_guest/__init__.py",
         include_str!("../../../../guest/sandpy_guest/__init__.py"),
     ),
     (
         "sandpy_guest/event_loop.py",
         include_str!("../../../../guest/sandpy_guest/event_loop.py"),
+    ),
+    (
+        "sandpy_guest/network.py",
+        include_str!("../../../../guest/sandpy_guest/network.py"),
     ),
     (
         "sandpy_guest/packages.py",

@@ -11,6 +11,7 @@ use super::python::PythonInstall;
 use super::{guest_files, Layer, NativeConfig, NativeError};
 use crate::bindings::{GuestOptions, Task, ToolCall};
 use crate::execution::Execution;
+use crate::network::FetchError;
 use crate::options::{OutputSink, Stream};
 use crate::output::Capture;
 use crate::tool_access::ToolAccess;
@@ -238,6 +239,9 @@ impl NativeTier {
             started.elapsed(),
         );
         execution.files = files;
+        if let Some(network) = run.tools.network {
+            execution.requests = network.made;
+        }
         execution
     }
 
@@ -435,11 +439,14 @@ impl Run<'_> {
     fn max_message(&self) -> usize {
         let limits = self.limits;
         let files = (limits.output_files_bytes as usize).saturating_mul(2);
+        // A request's body and headers, base64 and JSON-escaped.
+        let network_out = self.tools.network.as_ref().map_or(0, |n| n.max_bytes_out());
         limits
             .tool_result_bytes
             .saturating_mul(4)
             .saturating_add(limits.output_bytes.saturating_mul(4))
             .saturating_add(files)
+            .saturating_add(network_out.saturating_mul(2))
             .saturating_add(1 << 20)
     }
 
@@ -487,6 +494,9 @@ impl Run<'_> {
 
         let deadline = started + self.limits.timeout;
         self.tools.deadline = Some(deadline.into());
+        if let Some(network) = &mut self.tools.network {
+            network.deadline = Some(deadline.into());
+        }
         let run_deadline = tokio::time::Instant::from_std(deadline);
         let hard_deadline = tokio::time::Instant::from_std(
             started + self.limits.timeout.saturating_add(REPORT_GRACE),
@@ -715,6 +725,10 @@ impl Run<'_> {
                     .await
                     .map_err(internal)?,
             ),
+            GuestMessage::Fetch(request) => serde_json::to_value(match &mut self.tools.network {
+                Some(network) => network.fetch(request).await,
+                None => Err(FetchError::Refused(crate::network::NO_NETWORK.into())),
+            }),
         };
         let mut bytes = answer
             .map_err(|e| NativeEnd::Internal(e.to_string()))?

@@ -126,6 +126,7 @@ pub(crate) enum GuestMessage {
     ToolNames,
     ToolSchema(String),
     SearchTools { query: String, limit: u32 },
+    Fetch(crate::network::Request),
     Outcome(GuestOutcome),
 }
 
@@ -237,6 +238,7 @@ pub(crate) fn task_line(
             "filename": options.filename,
             "policy": policy,
             "keep_globals": options.keep_globals,
+            "environment": options.environment,
         },
     });
     let mut bytes = line.to_string().into_bytes();

@@ -239,7 +239,11 @@ impl Guest {
         let instance = &mut self.instance;
         // One deadline for the call and for the tool calls it makes (see `ToolAccess`).
         let deadline = tokio::time::Instant::now().checked_add(timeout);
-        store.data_mut().tools.deadline = deadline;
+        let tools = &mut store.data_mut().tools;
+        tools.deadline = deadline;
+        if let Some(network) = &mut tools.network {
+            network.deadline = deadline;
+        }
         let call = async move {
             let instance = match instance {
                 Some(instance) => instance,
@@ -283,6 +287,9 @@ impl Guest {
         let state = self.store.data();
         let mut execution = decide(state, captured, result, limits, self.memory_cap, duration);
         execution.files = self.workspace.outputs();
+        if let Some(network) = &state.tools.network {
+            execution.requests = network.made.clone();
+        }
         (execution, fit)
     }
 }

@@ -2,7 +2,10 @@
 //! tool access; the guest's tool imports forward to [`ToolAccess`].
 
 use super::quota::DiskGuard;
-use crate::bindings::{ToolCall, ToolsHost, TypesHost};
+use crate::bindings::{
+    GuestFetchError, GuestRequest, GuestResponse, NetworkHost, ToolCall, ToolsHost, TypesHost,
+};
+use crate::network::{FetchError, Request};
 use crate::tool_access::ToolAccess;
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
@@ -82,6 +85,36 @@ impl ToolsHost for HostState {
 
     async fn search_tools(&mut self, query: String, limit: u32) -> wasmtime::Result<String> {
         self.tools.search_tools(query, limit).await
+    }
+}
+
+impl NetworkHost for HostState {
+    async fn fetch(
+        &mut self,
+        request: GuestRequest,
+    ) -> wasmtime::Result<Result<GuestResponse, GuestFetchError>> {
+        let Some(network) = &mut self.tools.network else {
+            return Ok(Err(GuestFetchError::Refused(
+                crate::network::NO_NETWORK.into(),
+            )));
+        };
+        let request = Request {
+            method: request.method,
+            url: request.url,
+            headers: request.headers,
+            body: request.body,
+        };
+        Ok(match network.fetch(request).await {
+            Ok(response) => Ok(GuestResponse {
+                status: response.status,
+                reason: response.reason,
+                headers: response.headers,
+                body: response.body,
+            }),
+            Err(FetchError::Refused(why)) => Err(GuestFetchError::Refused(why)),
+            Err(FetchError::Timeout(why)) => Err(GuestFetchError::Timeout(why)),
+            Err(FetchError::Failed(why)) => Err(GuestFetchError::Failed(why)),
+        })
     }
 }
 

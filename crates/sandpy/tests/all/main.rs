@@ -9,6 +9,7 @@ mod guest_python;
 mod language;
 mod limits;
 mod live;
+mod network;
 mod policy;
 mod results;
 mod search;

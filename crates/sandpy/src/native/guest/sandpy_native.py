@@ -89,6 +89,7 @@ def _options(value: dict):  # type: ignore[no-untyped-def, type-arg]
         filename=value["filename"],
         policy=types.Policy(**policy) if policy is not None else None,
         keep_globals=value["keep_globals"],
+        environment=[tuple(pair) for pair in value["environment"]],
     )
 
 

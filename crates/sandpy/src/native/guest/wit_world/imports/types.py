@@ -56,6 +56,7 @@ class RunOptions:
     filename: str
     policy: Optional[Policy]
     keep_globals: bool
+    environment: list[tuple[str, str]]
 
 
 @dataclass

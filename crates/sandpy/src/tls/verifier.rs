@@ -1,5 +1,5 @@
-//! The server-certificate verifier of https upstreams: webpki's, plus a server whose
-//! certificate is exactly one the operator trusts (see `tls.rs`).
+//! The server-certificate verifier of every TLS client sandpy makes: webpki's, plus a server whose
+//! certificate is exactly one the operator trusts (see `mod.rs`).
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;

@@ -1,0 +1,221 @@
+//! Network by allowlist: sandboxed code reaches the hosts the operator names over HTTP and
+//! HTTPS, and secrets never enter the sandbox.
+//!
+//! Off by default: without a [`Network`] a run has no network at all. With one, the
+//! guest's `http.client` (and so `urllib.request`) hands each request to the host, which
+//! checks it against [`NetworkRules::allow`] (and a policy's narrower list), resolves the
+//! name itself and refuses internal addresses ([`address`]), does TLS itself (the trust of
+//! [`crate::tls`]), never follows a redirect (the code's library asks again, and the next
+//! hop is checked like the first), puts each [`Secret`]'s value in place of its
+//! placeholder only in the headers of requests to that secret's hosts, and scrubs the value
+//! from everything that comes back. Every request counts against [`NetworkLimits`] and is
+//! recorded in [`crate::Execution::requests`].
+//!
+//! Both tiers use the same host side ([`access`]); the WebAssembly tier through the
+//! `network` import of `guest/wit/sandpy.wit`, the native tier over its channel.
+
+mod access;
+mod address;
+mod allow;
+mod config;
+
+pub use access::NetworkRequest;
+pub(crate) use access::{FetchError, NetworkAccess, Request};
+pub use allow::{AllowRule, AllowRuleError};
+pub(crate) use config::RawNetwork;
+
+use crate::tls::CaFile;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a request gets when the run has no network.
+pub(crate) const NO_NETWORK: &str = "the sandbox has no network: the operator allows hosts \
+    with `sandpy.network.allow` in the config (or `sandpy run --allow-host`)";
+
+/// What a placeholder looks like: `sandpy-secret:NAME`.
+pub const SECRET_PREFIX: &str = "sandpy-secret:";
+
+/// The operator's network rules (`sandpy.network` in a config file).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NetworkRules {
+    /// What code may reach; empty allows nothing.
+    pub allow: Vec<AllowRule>,
+    /// Values code may use in request headers without ever seeing them.
+    pub secrets: Vec<Secret>,
+    /// Caps of one run's requests.
+    pub limits: NetworkLimits,
+    /// Certificates trusted beyond the system roots, as for an upstream server.
+    pub ca_file: Option<CaFile>,
+}
+
+/// A value code uses by its placeholder: `os.environ[name]` is `sandpy-secret:NAME`, and
+/// the host puts the value in its place in the headers of requests to `hosts` only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret {
+    /// The environment variable the code sees (`GITHUB_TOKEN`).
+    pub name: String,
+    /// Hosts (host forms of [`AllowRule`]) whose requests get the value.
+    pub hosts: Vec<AllowRule>,
+    value: String,
+}
+
+impl Secret {
+    /// A secret `name` with `value`, sent to `hosts` only. Refused when `name` is not an
+    /// environment variable's name, `value` is empty or a host is not a host form.
+    pub fn new(name: &str, value: String, hosts: Vec<AllowRule>) -> Result<Secret, String> {
+        let mut chars = name.chars();
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("{name:?} is not an environment variable's name"));
+        }
+        if value.is_empty() {
+            return Err("its value is empty".into());
+        }
+        if hosts.is_empty() {
+            return Err("it names no `hosts` to send it to".into());
+        }
+        if let Some(host) = hosts.iter().find(|h| !h.is_host_only()) {
+            return Err(format!(
+                "`hosts` entries are hosts, not URL patterns: {host}"
+            ));
+        }
+        Ok(Secret {
+            name: name.to_string(),
+            hosts,
+            value,
+        })
+    }
+
+    /// What the code sees instead of the value.
+    pub fn placeholder(&self) -> String {
+        format!("{SECRET_PREFIX}{}", self.name)
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    /// The value is never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secret")
+            .field("name", &self.name)
+            .field("hosts", &self.hosts)
+            .field("value", &"<secret>")
+            .finish()
+    }
+}
+
+/// Caps of one run's requests. Requests are made one at a time (the code waits for each),
+/// so a run holds at most one connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkLimits {
+    /// Requests one run may make (default 100).
+    pub max_requests: usize,
+    /// Bytes one run may send: request lines, headers and bodies (default 16 MiB).
+    pub max_bytes_out: u64,
+    /// Bytes one run may receive: headers and bodies (default 64 MiB); a response that
+    /// would pass it is refused before it is held.
+    pub max_bytes_in: u64,
+    /// Time one request may take, connection and whole body included, unless the run's
+    /// own deadline comes first (default 30 s).
+    pub request_timeout: Duration,
+}
+
+impl Default for NetworkLimits {
+    fn default() -> Self {
+        NetworkLimits {
+            max_requests: 100,
+            max_bytes_out: 16 << 20,
+            max_bytes_in: 64 << 20,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why a [`Network`] cannot be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NetworkError {
+    /// The TLS settings could not be built.
+    #[error("TLS setup for the sandbox's network failed")]
+    Tls(#[source] rustls::Error),
+    /// The HTTP client could not be built.
+    #[error("cannot set up the sandbox's HTTP client")]
+    Client(#[source] reqwest::Error),
+}
+
+/// The operator's rules with the HTTP client that applies them, made once and shared by
+/// every run (a clone is a reference).
+#[derive(Clone)]
+pub struct Network {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    rules: NetworkRules,
+    client: reqwest::Client,
+}
+
+impl Network {
+    /// The client for `rules`: TLS trusting the system roots and `rules.ca_file`, names
+    /// resolved by the host with internal addresses refused (unless `allow` names them),
+    /// no redirects followed, no proxy from the host's environment, HTTP/1.1 with a
+    /// connection per request.
+    pub fn new(rules: NetworkRules) -> Result<Network, NetworkError> {
+        let tls =
+            crate::tls::client_config(true, rules.ca_file.as_ref()).map_err(NetworkError::Tls)?;
+        let reachable: Vec<_> = rules.allow.iter().filter_map(AllowRule::address).collect();
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .dns_resolver(access::CheckedResolver::new(reachable))
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .http1_only()
+            // As Python sends them (`Authorization`), for servers that care.
+            .http1_title_case_headers()
+            .pool_max_idle_per_host(0)
+            .build()
+            .map_err(NetworkError::Client)?;
+        Ok(Network {
+            inner: Arc::new(Inner { rules, client }),
+        })
+    }
+
+    /// The rules it applies.
+    pub fn rules(&self) -> &NetworkRules {
+        &self.inner.rules
+    }
+
+    /// The same rules with `extra` entries allowed too (an operator's per-run addition,
+    /// e.g. `sandpy run --allow-host`).
+    pub fn allowing(&self, extra: &[AllowRule]) -> Result<Network, NetworkError> {
+        let mut rules = self.inner.rules.clone();
+        rules.allow.extend(extra.iter().cloned());
+        Network::new(rules)
+    }
+
+    /// The environment the code sees: each secret's name with its placeholder.
+    pub(crate) fn placeholders(&self) -> Vec<(String, String)> {
+        let secrets = &self.inner.rules.secrets;
+        secrets
+            .iter()
+            .map(|s| (s.name.clone(), s.placeholder()))
+            .collect()
+    }
+
+    fn client(&self) -> &reqwest::Client {
+        &self.inner.client
+    }
+}
+
+impl std::fmt::Debug for Network {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.rules.fmt(f)
+    }
+}
+
+impl PartialEq for Network {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.rules == other.inner.rules
+    }
+}

@@ -1,0 +1,143 @@
+"""HTTP for sandboxed code, made by the host.
+
+`http.client` connections (and so `urllib.request`, and anything built on them) get a
+socket-like object instead of a socket: it keeps what `http.client` writes, and when the
+response is read it hands the request to the host import `network.fetch`. The host
+checks the run's allowlist, resolves the name, does TLS, fills in secrets and scrubs
+them from the answer; nothing here is trusted for security. Without ssl (the WebAssembly
+tier has none) this module also gives `http.client` its `HTTPSConnection`, TLS being the
+host's.
+
+Redirects are the library's to follow (`urllib.request` does): each hop is a new request
+that the host checks like the first.
+"""
+
+import http.client
+import io
+from typing import NoReturn
+
+from componentize_py_types import Err
+from wit_world.imports import network as host
+
+
+class _HostSocket:
+    """What an `http.client` connection takes for its socket: requests go out as one
+    host call when their response is read."""
+
+    def __init__(self, scheme: str, hostname: str, port: int) -> None:
+        self._origin = f"{scheme}://{_bracketed(hostname)}:{port}"
+        self._sent = bytearray()
+
+    def sendall(self, data: bytes) -> None:
+        self._sent += data
+
+    def send(self, data: bytes) -> int:
+        self._sent += data
+        return len(data)
+
+    def makefile(self, mode: str = "rb", buffering: int | None = None) -> io.BytesIO:
+        request, self._sent = bytes(self._sent), bytearray()
+        return io.BytesIO(self._exchange(request))
+
+    def _exchange(self, raw: bytes) -> bytes:
+        head, _, body = raw.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        method, target, _version = lines[0].split(" ", 2)
+        headers = [tuple(part.strip() for part in line.split(":", 1)) for line in lines[1:] if ":" in line]
+        if any(k.lower() == "transfer-encoding" and "chunked" in v.lower() for k, v in headers):
+            body = _unchunk(body)
+        # Origin form (`/path?query`) as `http.client` writes it; the absolute form only
+        # when the code wrote one.
+        url = self._origin + target if target.startswith("/") else target
+        try:
+            response = host.fetch(host.Request(method=method, url=url, headers=headers, body=body))
+        except Err as refused:
+            _raise(refused.value)
+        out = [f"HTTP/1.1 {response.status} {response.reason}".encode("latin-1")]
+        for name, value in response.headers:
+            if name.lower() not in ("content-length", "transfer-encoding", "connection"):
+                out.append(f"{name}: {value}".encode("latin-1", "replace"))
+        out.append(f"Content-Length: {len(response.body)}".encode())
+        out.append(b"Connection: close")
+        return b"\r\n".join(out) + b"\r\n\r\n" + bytes(response.body)
+
+    # What `http.client` and its users call on a socket; nothing to do here.
+    def settimeout(self, timeout: float | None) -> None:
+        pass
+
+    def setsockopt(self, *args: object) -> None:
+        pass
+
+    def shutdown(self, how: int) -> None:
+        pass
+
+    def close(self) -> None:
+        self._sent = bytearray()
+
+
+def _bracketed(hostname: str) -> str:
+    return f"[{hostname}]" if ":" in hostname else hostname
+
+
+def _unchunk(body: bytes) -> bytes:
+    out = bytearray()
+    while body:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out += body[:size]
+        body = body[size + 2 :]
+    return bytes(out)
+
+
+def _raise(error: object) -> "NoReturn":
+    message = f"sandpy network: {error.value}"  # type: ignore[attr-defined]
+    if isinstance(error, host.FetchError_Refused):
+        raise PermissionError(message)
+    if isinstance(error, host.FetchError_Timeout):
+        raise TimeoutError(message)
+    raise ConnectionError(message)
+
+
+def _connect(self: http.client.HTTPConnection, scheme: str) -> None:
+    if getattr(self, "_tunnel_host", None):
+        raise OSError("sandpy network: proxies (CONNECT tunnels) are not supported; the host makes the request")
+    self.sock = _HostSocket(scheme, self.host, self.port)  # type: ignore[assignment]
+
+
+def _connect_http(self: http.client.HTTPConnection) -> None:
+    _connect(self, "http")
+
+
+def _connect_https(self: http.client.HTTPConnection) -> None:
+    _connect(self, "https")
+
+
+class HTTPSConnection(http.client.HTTPConnection):
+    """`http.client.HTTPSConnection` where there is no ssl: TLS is done by the host (its
+    trust settings, not `context`'s)."""
+
+    default_port = http.client.HTTPS_PORT
+
+    def __init__(self, host: str, port: int | None = None, *, context: object = None, **kwargs: object) -> None:
+        super().__init__(host, port, **kwargs)  # type: ignore[arg-type]
+
+    connect = _connect_https
+
+
+def install() -> None:
+    """Route `http.client` through the host (before `urllib.request` is imported, so that
+    it registers its https handler)."""
+    http.client.HTTPConnection.connect = _connect_http  # type: ignore[method-assign]
+    if hasattr(http.client, "HTTPSConnection"):
+        http.client.HTTPSConnection.connect = _connect_https  # type: ignore[method-assign]
+    else:
+        http.client.HTTPSConnection = HTTPSConnection  # type: ignore[attr-defined]
+        http.client.__all__.append("HTTPSConnection")
+        # `urllib.request`'s https handler makes an ssl context it would hand to the
+        # connection, which does not use one.
+        http.client._create_https_context = lambda http_version: None  # type: ignore[attr-defined]
+
+
+install()
