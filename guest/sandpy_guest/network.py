@@ -14,7 +14,6 @@ that the host checks like the first.
 
 import http.client
 import io
-from typing import NoReturn
 
 from componentize_py_types import Err
 from wit_world.imports import network as host
@@ -52,7 +51,7 @@ class _HostSocket:
         try:
             response = host.fetch(host.Request(method=method, url=url, headers=headers, body=body))
         except Err as refused:
-            _raise(refused.value)
+            raise _error(refused.value) from None
         out = [f"HTTP/1.1 {response.status} {response.reason}".encode("latin-1")]
         for name, value in response.headers:
             if name.lower() not in ("content-length", "transfer-encoding", "connection"):
@@ -91,13 +90,13 @@ def _unchunk(body: bytes) -> bytes:
     return bytes(out)
 
 
-def _raise(error: object) -> "NoReturn":
+def _error(error: object) -> OSError:
     message = f"sandpy network: {error.value}"  # type: ignore[attr-defined]
     if isinstance(error, host.FetchError_Refused):
-        raise PermissionError(message)
+        return PermissionError(message)
     if isinstance(error, host.FetchError_Timeout):
-        raise TimeoutError(message)
-    raise ConnectionError(message)
+        return TimeoutError(message)
+    return ConnectionError(message)
 
 
 def _connect(self: http.client.HTTPConnection, scheme: str) -> None:
