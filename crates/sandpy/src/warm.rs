@@ -98,8 +98,12 @@ impl WarmKey {
             source,
         })?;
         hash.update(cwd.as_os_str().as_encoded_bytes());
-        // Resolved settings hold only ordered maps: their debug form is stable.
+        // Resolved settings hold only ordered maps: their debug form is stable. It never
+        // shows a secret's value, which the network's fingerprint covers.
         hash.update(format!("\0{resolved:?}\0").as_bytes());
+        if let Some(network) = &resolved.settings.network {
+            hash.update(network.fingerprint());
+        }
         let mut vars: Vec<_> = std::env::vars_os()
             .filter(|(name, _)| {
                 let name = name.to_string_lossy();

@@ -236,6 +236,9 @@ impl ConfigArgs {
             Some(TierArg::Native) => flags.extend(["--tier".into(), "native".into()]),
             None => {}
         }
+        for entry in &self.allow_host {
+            flags.extend(["--allow-host".into(), entry.to_string().into()]);
+        }
         flags
     }
 

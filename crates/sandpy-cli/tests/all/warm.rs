@@ -59,9 +59,16 @@ impl Warm {
 
     /// Run `sandpy COMMAND --warm ARGS` until a runner serves it.
     pub(crate) fn served(&self, command: &str, args: &[&str]) -> Output {
+        self.served_with(command, args, &[])
+    }
+
+    /// [`Warm::served`] with these environment variables set.
+    fn served_with(&self, command: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            let out = self.command(command, args).output().expect("sandpy --warm");
+            let mut sandpy = self.command(command, args);
+            sandpy.envs(env.iter().copied());
+            let out = sandpy.output().expect("sandpy --warm");
             if stderr(&out).contains(SERVED) {
                 return out;
             }
@@ -206,6 +213,44 @@ fn warm_runner_keeps_the_policy_and_a_new_setting_gets_its_own_runner() {
     assert!(
         now.iter().any(|socket| !first.contains(socket)),
         "the strict policy's run went to the first runner: {first:?} {now:?}"
+    );
+}
+
+/// The network of a warm run is the command's: `--allow-host` reaches the runner, and a
+/// secret whose value changed (its variable is no `SANDPY_` one) gets its own runner, so
+/// that a run never uses the value another command was started with.
+#[test]
+fn warm_runner_keeps_the_network_and_a_new_secret_value_gets_its_own_runner() {
+    let warm = Warm::new();
+    let config = warm.cwd.path().join("net.json");
+    let network = r#"{"sandpy": {"network": {"secrets": {"T": {"env": "WARM_TEST_SECRET", "hosts": ["127.0.0.1"]}}}}}"#;
+    std::fs::write(&config, network).expect("config");
+    let config = config.display().to_string();
+    let program = "import urllib.request
+try:
+    urllib.request.urlopen('http://127.0.0.1:9/')
+except OSError as e:
+    print(type(e).__name__, e)";
+    let args = [
+        "--config",
+        &config,
+        "--allow-host",
+        "127.0.0.1:9",
+        "-c",
+        program,
+    ];
+    let out = warm.served_with("run", &args, &[("WARM_TEST_SECRET", "one")]);
+    assert!(
+        stdout(&out).starts_with("ConnectionError sandpy network: cannot connect"),
+        "the runner got --allow-host: {}",
+        stdout(&out)
+    );
+    let first = warm.sockets();
+    warm.served_with("run", &args, &[("WARM_TEST_SECRET", "two")]);
+    let now = warm.sockets();
+    assert!(
+        now.iter().any(|socket| !first.contains(socket)),
+        "the run with another secret value went to the first runner: {first:?} {now:?}"
     );
 }
 

@@ -108,7 +108,7 @@ impl AllowRule {
         let (host, port) = split_port(authority).map_err(|reason| fail(&reason))?;
         let target = if host == "*" {
             Target::AnyName
-        } else if let Some(ip) = parse_ip(host) {
+        } else if let Ok(ip) = host.parse::<IpAddr>() {
             Target::Ip(ip)
         } else {
             let name = host.trim_end_matches('.').to_ascii_lowercase();
@@ -175,8 +175,8 @@ impl AllowRule {
         }
     }
 
-    /// Whether this entry can match a request to `host` at all (on some port, method or
-    /// path): a secret's `hosts` use entries of the host forms only.
+    /// Whether it names hosts only (no method, no URL pattern): the forms a secret's
+    /// `hosts` take.
     pub(crate) fn is_host_only(&self) -> bool {
         self.url.is_none() && self.method.is_none()
     }
@@ -230,10 +230,6 @@ fn split_port(authority: &str) -> Result<(&str, Option<u16>), String> {
         Ok(port) if port > 0 => Ok((host, Some(port))),
         _ => Err(format!("{port:?} is not a port")),
     }
-}
-
-fn parse_ip(host: &str) -> Option<IpAddr> {
-    host.parse().ok()
 }
 
 /// The same address, an IPv4-mapped IPv6 address counting as its IPv4 address.

@@ -58,7 +58,8 @@ impl RawNetwork {
                 let message = format!("the environment variable {} is not set", raw.env);
                 (key.clone(), message)
             })?;
-            secrets.push(Secret::new(&name, value, raw.hosts).map_err(|e| (key, e))?);
+            let secret = Secret::new(&name, value, raw.hosts).map_err(|e| (key, e.to_string()))?;
+            secrets.push(secret);
         }
         let defaults = NetworkLimits::default();
         let raw = self.limits;

@@ -59,27 +59,42 @@ pub struct Secret {
     value: String,
 }
 
+/// Why a [`Secret`] cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SecretError {
+    /// The name is not an environment variable's (letters, digits, `_`; not a digit first).
+    #[error("{0:?} is not an environment variable's name")]
+    Name(String),
+    /// The value is empty.
+    #[error("its value is empty")]
+    EmptyValue,
+    /// No host would get it.
+    #[error("it names no `hosts` to send it to")]
+    NoHosts,
+    /// A `hosts` entry is a method and URL pattern.
+    #[error("`hosts` entries are hosts, not URL patterns: {0}")]
+    NotAHost(String),
+}
+
 impl Secret {
-    /// A secret `name` with `value`, sent to `hosts` only. Refused when `name` is not an
-    /// environment variable's name, `value` is empty or a host is not a host form.
-    pub fn new(name: &str, value: String, hosts: Vec<AllowRule>) -> Result<Secret, String> {
+    /// A secret `name` with `value`, sent to `hosts` only.
+    pub fn new(name: &str, value: String, hosts: Vec<AllowRule>) -> Result<Secret, SecretError> {
         let mut chars = name.chars();
         let first_ok = chars
             .next()
             .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
         if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(format!("{name:?} is not an environment variable's name"));
+            return Err(SecretError::Name(name.to_string()));
         }
         if value.is_empty() {
-            return Err("its value is empty".into());
+            return Err(SecretError::EmptyValue);
         }
         if hosts.is_empty() {
-            return Err("it names no `hosts` to send it to".into());
+            return Err(SecretError::NoHosts);
         }
         if let Some(host) = hosts.iter().find(|h| !h.is_host_only()) {
-            return Err(format!(
-                "`hosts` entries are hosts, not URL patterns: {host}"
-            ));
+            return Err(SecretError::NotAHost(host.to_string()));
         }
         Ok(Secret {
             name: name.to_string(),
@@ -192,6 +207,22 @@ impl Network {
         let mut rules = self.inner.rules.clone();
         rules.allow.extend(extra.iter().cloned());
         Network::new(rules)
+    }
+
+    /// A digest of the rules, secret values included, that tells two networks apart
+    /// without showing a value (a warm runner serves only commands whose secrets are the
+    /// ones it was started with).
+    pub(crate) fn fingerprint(&self) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut hash = Sha256::new();
+        hash.update(format!("{:?}", self.inner.rules).as_bytes());
+        for secret in &self.inner.rules.secrets {
+            hash.update(secret.name.as_bytes());
+            hash.update([0]);
+            hash.update(secret.value.as_bytes());
+            hash.update([0]);
+        }
+        hash.finalize().into()
     }
 
     /// The environment the code sees: each secret's name with its placeholder.
