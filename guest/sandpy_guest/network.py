@@ -53,10 +53,14 @@ class _HostSocket:
         except Err as refused:
             raise _error(refused.value) from None
         out = [f"HTTP/1.1 {response.status} {response.reason}".encode("latin-1")]
+        # The body comes whole: its length replaces the server's framing, except for a
+        # HEAD request, whose Content-Length is the size of what a GET would get.
+        framing = ("transfer-encoding", "connection") if method == "HEAD" else ("content-length", "transfer-encoding", "connection")
         for name, value in response.headers:
-            if name.lower() not in ("content-length", "transfer-encoding", "connection"):
+            if name.lower() not in framing:
                 out.append(f"{name}: {value}".encode("latin-1", "replace"))
-        out.append(f"Content-Length: {len(response.body)}".encode())
+        if method != "HEAD":
+            out.append(f"Content-Length: {len(response.body)}".encode())
         out.append(b"Connection: close")
         return b"\r\n".join(out) + b"\r\n\r\n" + bytes(response.body)
 

@@ -1024,20 +1024,14 @@ fn is_alive(pid: i32) -> bool {
     crate::warm::stat_field(pid, 0).is_some_and(|state| state != "Z")
 }
 
-/// The network by allowlist in the native tier: the run keeps its empty network
-/// namespace (a socket of its own reaches nothing), and `urllib.request` goes through the
-/// host with the WebAssembly tier's rules: allowed host, refused host, secret put in by
-/// the host and scrubbed from the echo (the WebAssembly tier's suite is
-/// `crates/sandpy/tests/all/network.rs`).
-#[test]
-fn network_boundary_native_runs_reach_allowed_hosts_through_the_host_only() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = dir.path().join("requests.jsonl");
+/// The network tests' real HTTP server (`crates/sandpy/tests/fixtures/http_server.py`),
+/// logging each request to `log`, and its port.
+fn http_server(log: &Path) -> (std::process::Child, u16) {
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandpy/tests/fixtures/http_server.py");
     let mut server = Command::new("python3")
         .arg(script)
-        .arg(&log)
+        .arg(log)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("python3 starts the test server");
@@ -1047,7 +1041,20 @@ fn network_boundary_native_runs_reach_allowed_hosts_through_the_host_only() {
         &mut line,
     )
     .expect("port");
-    let port: u16 = line.trim().parse().expect("the server prints its port");
+    let port = line.trim().parse().expect("the server prints its port");
+    (server, port)
+}
+
+/// The network by allowlist in the native tier: the run keeps its empty network
+/// namespace (a socket of its own reaches nothing), and `urllib.request` goes through the
+/// host with the WebAssembly tier's rules: allowed host, refused host, secret put in by
+/// the host and scrubbed from the echo (the WebAssembly tier's suite is
+/// `crates/sandpy/tests/all/network.rs`).
+#[test]
+fn network_boundary_native_runs_reach_allowed_hosts_through_the_host_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("requests.jsonl");
+    let (mut server, port) = http_server(&log);
     let network = json!({"network": {
         "allow": [format!("127.0.0.1:{port}"), format!("127.0.0.2:{port}")],
         "secrets": {"API_TOKEN": {"env": "SANDPY_TEST_SECRET", "hosts": ["127.0.0.1"]}},
@@ -1102,5 +1109,79 @@ seen
         execution["requests"].as_array().map(Vec::len),
         Some(2),
         "{execution}"
+    );
+}
+
+/// The WebAssembly tier's network attacks (`crates/sandpy/tests/all/network.rs`), in the
+/// native tier, in one run: addresses by other spellings, the metadata address, a redirect
+/// to a host not on the list, a name that resolves to 127.0.0.1 (no entry names that
+/// address), a response over the run's bytes in, and one that trickles past the request
+/// timeout.
+#[test]
+fn network_boundary_native_runs_meet_the_same_rules_as_webassembly_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("requests.jsonl");
+    let (mut server, port) = http_server(&log);
+    let network = json!({"network": {
+        "allow": [format!("127.0.0.2:{port}"), format!("localhost:{port}")],
+        "limits": {"max_bytes_in": 1_048_576, "request_timeout_ms": 500},
+    }});
+    let config = native_config(dir.path(), &["urllib.request"], network);
+    let urls = [
+        format!("http://2130706433:{port}/echo"),
+        format!("http://[::1]:{port}/echo"),
+        format!("http://[::ffff:127.0.0.1]:{port}/echo"),
+        "http://169.254.169.254/latest/meta-data/".to_string(),
+        format!("http://127.0.0.2:{port}/redirect?to=http://127.0.0.1:{port}/echo"),
+        format!("http://localhost:{port}/echo"),
+        format!("http://127.0.0.2:{port}/big?n=5000000"),
+        format!("http://127.0.0.2:{port}/slow"),
+        format!("http://127.0.0.2:{port}/echo"),
+    ];
+    let code = format!(
+        "import urllib.request\nseen = []\nfor url in {urls:?}:\n    try:\n        \
+         urllib.request.urlopen(url).read()\n        seen.append('ok')\n    \
+         except OSError as e:\n        seen.append(type(e).__name__)\nseen"
+    );
+    let (exit, execution) = native_run(&config, &code, &[], "");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(exit, 0, "{execution}");
+    assert_eq!(
+        execution["return_value"],
+        json!([
+            "PermissionError",
+            "PermissionError",
+            "PermissionError",
+            "PermissionError",
+            "PermissionError",
+            "ConnectionError",
+            "PermissionError",
+            "TimeoutError",
+            "ok"
+        ]),
+        "{execution}"
+    );
+    let received = std::fs::read_to_string(&log).unwrap_or_default();
+    let paths: Vec<&str> = received
+        .lines()
+        .map(|l| {
+            l.split("\"path\": \"")
+                .nth(1)
+                .unwrap_or("")
+                .split('"')
+                .next()
+                .unwrap_or("")
+        })
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            format!("/redirect?to=http://127.0.0.1:{port}/echo").as_str(),
+            "/big?n=5000000",
+            "/slow",
+            "/echo"
+        ],
+        "nothing refused reached the server"
     );
 }

@@ -144,12 +144,14 @@ print(response.status, json.loads(response.read())["body"])
 connection.request("GET", "/missing")
 response = connection.getresponse()
 print(response.status, response.read())
+with urllib.request.urlopen(urllib.request.Request("http://127.0.0.1:{port}/big?n=12345", method="HEAD")) as r:
+    print(r.status, r.headers["Content-Length"], r.read())
 "#
     );
     let execution = run_ok_on(&code, rules(&[format!("127.0.0.1:{port}")]));
     assert_eq!(
         execution.stdout,
-        "200 GET /echo?q=1\nPOST {\"a\": 1} yes\n200 abc\n404 b'not found'\n"
+        "200 GET /echo?q=1\nPOST {\"a\": 1} yes\n200 abc\n404 b'not found'\n200 12345 b''\n"
     );
     let recorded: Vec<(String, String, Option<u16>)> = execution
         .requests
@@ -164,6 +166,7 @@ print(response.status, response.read())
             ("POST".into(), url("/echo"), Some(200)),
             ("PUT".into(), url("/echo"), Some(200)),
             ("GET".into(), url("/missing"), Some(404)),
+            ("HEAD".into(), url("/big"), Some(200)),
         ],
         "the audit record has no query"
     );
