@@ -5,7 +5,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
-use sandpy::{InputFile, LimitOverrides, OutputSink, Policy, Settings, Stream};
+use sandpy::{InputFile, LimitOverrides, OutputSink, Policy, RunOptions, Settings, Stream};
 use serde_json::Value;
 
 /// A JSON value as the Python object `json.loads` would give.
@@ -289,4 +289,40 @@ pub(crate) fn output_sink(on_output: Option<&Bound<'_, PyAny>>) -> PyResult<Opti
             }
         });
     })))
+}
+
+/// The `allow_hosts` entries, or a `ValueError` naming the bad one and the forms.
+pub(crate) fn allow_rules(
+    entries: Option<Vec<String>>,
+) -> PyResult<Vec<sandpy::network::AllowRule>> {
+    entries
+        .unwrap_or_default()
+        .iter()
+        .map(|entry| sandpy::network::AllowRule::parse(entry))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| PyValueError::new_err(format!("allow_hosts: {e}")))
+}
+
+/// A network that cannot be set up, as `SandboxError` with its cause.
+pub(crate) fn network_error(error: sandpy::network::NetworkError) -> PyErr {
+    let cause = std::error::Error::source(&error).map(|c| format!(": {c}"));
+    crate::sandbox_error(format!("{error}{}", cause.unwrap_or_default()))
+}
+
+/// A run's own `allow_hosts`, added to the sandbox's network for this run only.
+pub(crate) fn allow_hosts(options: &mut RunOptions, entries: Option<Vec<String>>) -> PyResult<()> {
+    use sandpy::network::{Network, NetworkRules};
+    let extra = allow_rules(entries)?;
+    if extra.is_empty() {
+        return Ok(());
+    }
+    let network = match &options.network {
+        Some(network) => network.allowing(&extra),
+        None => Network::new(NetworkRules {
+            allow: extra,
+            ..NetworkRules::default()
+        }),
+    };
+    options.network = Some(network.map_err(network_error)?);
+    Ok(())
 }

@@ -62,16 +62,10 @@ impl PySandbox {
                 )))
             }
         }
-        let extra = allow_hosts
-            .unwrap_or_default()
-            .iter()
-            .map(|entry| sandpy::network::AllowRule::parse(entry))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| PyValueError::new_err(format!("allow_hosts: {e}")))?;
-        settings.allow_hosts(&extra).map_err(|e| {
-            let cause = std::error::Error::source(&e).map(|c| format!(": {c}"));
-            sandbox_error(format!("{e}{}", cause.unwrap_or_default()))
-        })?;
+        let extra = crate::convert::allow_rules(allow_hosts)?;
+        settings
+            .allow_hosts(&extra)
+            .map_err(crate::convert::network_error)?;
         if settings.tier == sandpy::Tier::Native || settings.native.is_some() {
             let native = settings.native.get_or_insert_with(Default::default);
             native.launcher = native_launcher(py, &native.python_executable())?;
@@ -142,7 +136,7 @@ impl PySandbox {
     /// Run `code` as a program (`__main__`) in a fresh instance and return its
     /// `Execution`. Limits, stdin, input files (`/tmp/<path>`), the tool allowlist and
     /// the policy can be set for this run. Never raises for what the code does.
-    #[pyo3(signature = (code, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None))]
+    #[pyo3(signature = (code, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None, allow_hosts=None))]
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
@@ -158,6 +152,7 @@ impl PySandbox {
         on_output: Option<&Bound<'_, PyAny>>,
         approve: Option<&Bound<'_, PyAny>>,
         require_approval: Option<Vec<String>>,
+        allow_hosts: Option<Vec<String>>,
     ) -> PyResult<PyExecution> {
         let args = RunArgs::parse(
             &self.shared.resolved.settings,
@@ -171,6 +166,7 @@ impl PySandbox {
         let mut options = self.shared.options(args, tools, None)?;
         options.on_output = crate::convert::output_sink(on_output)?;
         crate::approve::apply(&mut options, approve, require_approval, None)?;
+        crate::convert::allow_hosts(&mut options, allow_hosts)?;
         let shared = self.shared.clone();
         let execution = block_on(
             py,
@@ -181,7 +177,7 @@ impl PySandbox {
 
     /// `run` as a coroutine on the running asyncio loop: the run executes on sandpy's own
     /// threads, and cancelling the awaiting task stops it.
-    #[pyo3(signature = (code, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None))]
+    #[pyo3(signature = (code, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None, allow_hosts=None))]
     #[allow(clippy::too_many_arguments)]
     fn run_async<'py>(
         &self,
@@ -197,6 +193,7 @@ impl PySandbox {
         on_output: Option<&Bound<'py, PyAny>>,
         approve: Option<&Bound<'py, PyAny>>,
         require_approval: Option<Vec<String>>,
+        allow_hosts: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let args = RunArgs::parse(
             &self.shared.resolved.settings,
@@ -210,6 +207,7 @@ impl PySandbox {
         let mut options = self.shared.coroutine_options(py, args, tools)?;
         options.on_output = crate::convert::output_sink(on_output)?;
         crate::approve::apply(&mut options, approve, require_approval, Some(py))?;
+        crate::convert::allow_hosts(&mut options, allow_hosts)?;
         let shared = self.shared.clone();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let execution = shared.sandbox.run_with(&code, &options).await;

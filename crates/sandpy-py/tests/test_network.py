@@ -60,3 +60,20 @@ def test_without_allow_hosts_there_is_no_network(sb, port):
 def test_a_bad_entry_is_refused_with_the_forms():
     with pytest.raises(ValueError, match=r"allow_hosts: .*ftp://x.*http or https"):
         sandpy.Sandbox(allow_hosts=["ftp://x/"])
+
+
+def test_a_run_of_its_own_may_allow_hosts_for_itself_only(sb, port):
+    r = sb.run(FETCH.format(port=port), allow_hosts=[f"127.0.0.1:{port}"])
+    assert r.return_value == "/hi?x=1", r
+    after = sb.run(FETCH.format(port=port))
+    assert after.return_value.startswith("PermissionError"), after.return_value
+
+
+async def _fetch_async(sb, port):
+    return await sb.run_async(FETCH.format(port=port), allow_hosts=[f"127.0.0.1:{port}"])
+
+
+def test_run_async_takes_allow_hosts_too(sb, port):
+    import asyncio
+
+    assert asyncio.run(_fetch_async(sb, port)).return_value == "/hi?x=1"

@@ -190,6 +190,7 @@ class Sandbox:
         on_output: Callable[[str, str], object] | None = None,
         approve: Callable[[str, dict[str, Any]], bool | Awaitable[bool]] | None = None,
         require_approval: Sequence[str] | None = None,
+        allow_hosts: Sequence[str] | None = None,
     ) -> Execution:
         """Run `code` as a program (`__main__`) in a fresh instance.
 
@@ -208,7 +209,9 @@ class Sandbox:
         config's `sandpy.approve`, the policy's `approve`, and `require_approval` here):
         the call waits for it within the run's time limit, and a falsy answer or an
         exception refuses the call (the code gets `ToolError`); without `approve` such
-        calls are refused. Never raises for what the code does.
+        calls are refused. `allow_hosts` adds entries to the sandbox's network for this
+        run only (as `Sandbox(allow_hosts=...)` does for every run). Never raises for
+        what the code does.
         """
     def run_async(
         self,
@@ -224,6 +227,7 @@ class Sandbox:
         on_output: Callable[[str, str], object] | None = None,
         approve: Callable[[str, dict[str, Any]], bool | Awaitable[bool]] | None = None,
         require_approval: Sequence[str] | None = None,
+        allow_hosts: Sequence[str] | None = None,
     ) -> Awaitable[Execution]:
         """`run` on the running asyncio loop: the run executes on sandpy's threads, and
         cancelling the awaiting task stops it. `async def` host tools run on this loop.
