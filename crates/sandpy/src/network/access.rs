@@ -196,7 +196,7 @@ impl NetworkAccess {
         self.bytes_out += size;
         record.bytes_out = size;
         let remaining = limits.max_bytes_in - self.bytes_in;
-        let client = self.network.client().clone();
+        let client = self.network.client(destination.scheme).clone();
         let sent = client
             .request(method, url)
             .headers(headers)

@@ -168,31 +168,44 @@ pub struct Network {
 
 struct Inner {
     rules: NetworkRules,
-    client: reqwest::Client,
+    /// For `http://`: a connection per request.
+    http: reqwest::Client,
+    /// For `https://`: connections kept for the next request to the same host.
+    https: reqwest::Client,
 }
 
 impl Network {
-    /// The client for `rules`: TLS trusting the system roots and `rules.ca_file`, names
+    /// The clients for `rules`: TLS trusting the system roots and `rules.ca_file`, names
     /// resolved by the host with internal addresses refused (unless `allow` names them),
-    /// no redirects followed, no proxy from the host's environment, HTTP/1.1 with a
-    /// connection per request.
+    /// no redirects followed, no proxy from the host's environment, HTTP/1.1.
+    ///
+    /// `https` connections are kept for the next request to the same host (90 s idle at
+    /// most): a TLS handshake per request would cost a round trip or two to a real API.
+    /// `http` ones are not, as for upstream servers (`sandpy-mcp`'s `tls.rs`): a reused
+    /// connection to a server that leaves Nagle's algorithm on waits ~40 ms per request
+    /// for the delayed ACK, a fresh one does not.
     pub fn new(rules: NetworkRules) -> Result<Network, NetworkError> {
         let tls =
             crate::tls::client_config(true, rules.ca_file.as_ref()).map_err(NetworkError::Tls)?;
         let reachable: Vec<_> = rules.allow.iter().filter_map(AllowRule::address).collect();
-        let client = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
-            .dns_resolver(access::CheckedResolver::new(reachable))
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .http1_only()
-            // As Python sends them (`Authorization`), for servers that care.
-            .http1_title_case_headers()
-            .pool_max_idle_per_host(0)
-            .build()
-            .map_err(NetworkError::Client)?;
+        let resolver = access::CheckedResolver::new(reachable);
+        let client = |pooled: usize| {
+            reqwest::Client::builder()
+                .tls_backend_preconfigured(tls.clone())
+                .dns_resolver(resolver.clone())
+                .redirect(reqwest::redirect::Policy::none())
+                .no_proxy()
+                .http1_only()
+                // As Python sends them (`Authorization`), for servers that care.
+                .http1_title_case_headers()
+                .pool_max_idle_per_host(pooled)
+                .pool_idle_timeout(std::time::Duration::from_secs(90))
+                .build()
+                .map_err(NetworkError::Client)
+        };
+        let (http, https) = (client(0)?, client(usize::MAX)?);
         Ok(Network {
-            inner: Arc::new(Inner { rules, client }),
+            inner: Arc::new(Inner { rules, http, https }),
         })
     }
 
@@ -234,8 +247,13 @@ impl Network {
             .collect()
     }
 
-    fn client(&self) -> &reqwest::Client {
-        &self.inner.client
+    /// The client for a URL of `scheme`.
+    fn client(&self, scheme: &str) -> &reqwest::Client {
+        if scheme == "https" {
+            &self.inner.https
+        } else {
+            &self.inner.http
+        }
     }
 }
 

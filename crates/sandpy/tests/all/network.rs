@@ -494,5 +494,19 @@ fn https_is_done_by_the_host_with_the_operator_trust() {
     );
     let mut trusted = rules(&allow);
     trusted.ca_file = Some(sandpy::tls::CaFile::read(&ca_file).unwrap());
-    assert_eq!(run_ok_on(&try_each(&urls), trusted).stdout, "ok 200\n");
+    let twice = [urls[0].clone(), urls[0].clone()];
+    assert_eq!(
+        run_ok_on(&try_each(&twice), trusted).stdout,
+        "ok 200\nok 200\n"
+    );
+    let ports: Vec<u64> = server
+        .received()
+        .iter()
+        .map(|r| r["client_port"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ports.len(), 2, "{ports:?}");
+    assert_eq!(
+        ports[0], ports[1],
+        "the second https request reuses the connection"
+    );
 }
