@@ -311,18 +311,6 @@ pub(crate) fn network_error(error: sandpy::network::NetworkError) -> PyErr {
 
 /// A run's own `allow_hosts`, added to the sandbox's network for this run only.
 pub(crate) fn allow_hosts(options: &mut RunOptions, entries: Option<Vec<String>>) -> PyResult<()> {
-    use sandpy::network::{Network, NetworkRules};
     let extra = allow_rules(entries)?;
-    if extra.is_empty() {
-        return Ok(());
-    }
-    let network = match &options.network {
-        Some(network) => network.allowing(&extra),
-        None => Network::new(NetworkRules {
-            allow: extra,
-            ..NetworkRules::default()
-        }),
-    };
-    options.network = Some(network.map_err(network_error)?);
-    Ok(())
+    sandpy::network::Network::allow_also(&mut options.network, &extra).map_err(network_error)
 }

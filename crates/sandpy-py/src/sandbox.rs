@@ -63,8 +63,7 @@ impl PySandbox {
             }
         }
         let extra = crate::convert::allow_rules(allow_hosts)?;
-        settings
-            .allow_hosts(&extra)
+        sandpy::network::Network::allow_also(&mut settings.network, &extra)
             .map_err(crate::convert::network_error)?;
         if settings.tier == sandpy::Tier::Native || settings.native.is_some() {
             let native = settings.native.get_or_insert_with(Default::default);

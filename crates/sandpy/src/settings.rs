@@ -456,27 +456,6 @@ impl Settings {
         Ok(settings)
     }
 
-    /// Let runs reach `extra` too, beside the config's `sandpy.network.allow` (an
-    /// operator's addition: `sandpy run --allow-host`, the Python package's `allow_hosts`).
-    pub fn allow_hosts(
-        &mut self,
-        extra: &[crate::network::AllowRule],
-    ) -> Result<(), crate::network::NetworkError> {
-        use crate::network::{Network, NetworkRules};
-        if extra.is_empty() {
-            return Ok(());
-        }
-        let network = match &self.network {
-            Some(network) => network.allowing(extra)?,
-            None => Network::new(NetworkRules {
-                allow: extra.to_vec(),
-                ..NetworkRules::default()
-            })?,
-        };
-        self.network = Some(network);
-        Ok(())
-    }
-
     /// The policy named `name`, else the config's default policy, else none.
     pub fn policy(&self, name: Option<&str>) -> Result<Option<Policy>, UnknownPolicy> {
         let Some(name) = name.or(self.default_policy.as_deref()) else {

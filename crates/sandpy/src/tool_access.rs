@@ -59,18 +59,9 @@ impl ToolAccess {
         self.waiting.iter().map(|(_, name)| name.clone()).collect()
     }
 
-    /// The time limit of a call starting now: the tool timeout when it ends before the
-    /// run's deadline; `None` when the deadline comes first (the run then ends `timeout`
-    /// naming the tool, rather than the call failing with no time left to handle it).
+    /// The time limit of a call starting now (see [`crate::limits::own_timeout`]).
     fn call_timeout(&self) -> Option<Duration> {
-        match self.deadline {
-            Some(deadline)
-                if deadline.saturating_duration_since(Instant::now()) <= self.tool_timeout =>
-            {
-                None
-            }
-            _ => Some(self.tool_timeout),
-        }
+        crate::limits::own_timeout(self.deadline, self.tool_timeout)
     }
 
     /// Let the host make `missing` tools (or, when empty, any tools it is still

@@ -200,7 +200,7 @@ impl ConfigArgs {
         if self.runtime.is_some() {
             settings.runtime = self.runtime.clone();
         }
-        settings.allow_hosts(&self.allow_host)?;
+        sandpy::network::Network::allow_also(&mut settings.network, &self.allow_host)?;
         match self.tier {
             Some(TierArg::Wasm) => settings.tier = sandpy::Tier::Wasm,
             Some(TierArg::Native) => settings.tier = sandpy::Tier::Native,

@@ -6,7 +6,6 @@ use super::allow::{AllowRule, Destination, Host};
 use super::{Network, Secret};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
 use tokio::time::Instant;
 
 /// One request as the code asked for it.
@@ -30,7 +29,7 @@ pub(crate) struct Response {
 }
 
 /// Why a request got no answer; the guest raises `PermissionError`, `TimeoutError` or
-/// `OSError` with the message.
+/// `ConnectionError` with the message.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum FetchError {
@@ -117,11 +116,9 @@ impl NetworkAccess {
                 "the run made its {limit} requests (sandpy.network.limits.max_requests)"
             )));
         }
-        let method = request.method.clone();
-        let shown = shown_url(&request.url);
         let mut record = NetworkRequest {
-            method: method.clone(),
-            url: shown,
+            method: request.method.clone(),
+            url: shown_url(&request.url),
             status: None,
             bytes_out: 0,
             bytes_in: 0,
@@ -192,7 +189,7 @@ impl NetworkAccess {
                 limits.max_bytes_out
             )));
         }
-        let timeout = self.own_timeout(limits.request_timeout);
+        let timeout = crate::limits::own_timeout(self.deadline, limits.request_timeout);
         self.bytes_out += size;
         record.bytes_out = size;
         let remaining = limits.max_bytes_in - self.bytes_in;
@@ -263,21 +260,6 @@ impl NetworkAccess {
                 .collect(),
             body: scrub(body, secrets),
         })
-    }
-
-    /// The time limit of a request starting now: the request timeout when it ends before
-    /// the run's deadline; `None` when the deadline comes first (the run then ends
-    /// `timeout`, as it does waiting for a tool, rather than the request failing with no
-    /// time left to handle it).
-    fn own_timeout(&self, request_timeout: Duration) -> Option<Duration> {
-        match self.deadline {
-            Some(deadline)
-                if deadline.saturating_duration_since(Instant::now()) <= request_timeout =>
-            {
-                None
-            }
-            _ => Some(request_timeout),
-        }
     }
 }
 

@@ -214,12 +214,23 @@ impl Network {
         &self.inner.rules
     }
 
-    /// The same rules with `extra` entries allowed too (an operator's per-run addition,
-    /// e.g. `sandpy run --allow-host`).
-    pub fn allowing(&self, extra: &[AllowRule]) -> Result<Network, NetworkError> {
-        let mut rules = self.inner.rules.clone();
+    /// `network` with `extra` entries allowed too, made when there was none: an
+    /// operator's addition (`sandpy run --allow-host`, the Python package's `allow_hosts`
+    /// for a sandbox or for one run). Nothing changes when `extra` is empty.
+    pub fn allow_also(
+        network: &mut Option<Network>,
+        extra: &[AllowRule],
+    ) -> Result<(), NetworkError> {
+        if extra.is_empty() {
+            return Ok(());
+        }
+        let mut rules = network
+            .as_ref()
+            .map(|n| n.rules().clone())
+            .unwrap_or_default();
         rules.allow.extend(extra.iter().cloned());
-        Network::new(rules)
+        *network = Some(Network::new(rules)?);
+        Ok(())
     }
 
     /// A digest of the rules, secret values included, that tells two networks apart
