@@ -51,6 +51,35 @@ def test_tier_native_runs_numpy_and_answers_like_the_wasm_tier(native_config):
     assert called.return_value == 42
 
 
+def test_native_sessions_keep_state_call_tools_and_restore_by_replay(native_config):
+    native = sandpy.Sandbox(config=native_config, tier="native")
+    calls = []
+
+    def double(x):
+        calls.append(x)
+        return x * 2
+
+    s = native.session()
+    first = s.run(
+        "import numpy as np, sys\nx = np.arange(4)\ny = call_mcp_tool('mcp__host__double', {'x': 21})\nsys.version_info[1]",
+        tools={"double": double},
+    )
+    assert first.status == "ok", first.error
+    assert first.return_value < 14  # the venv's Python: the session runs on the native tier
+    assert s.run("[int(x.sum()), y]").return_value == [6, 42]
+    # A replay answers the tool call from the journal: the tool is not called again.
+    restored = sandpy.Session.restore(native, s.save())
+    assert restored.run("[int(x.sum()), y]").return_value == [6, 42]
+    assert calls == [21]
+    # A snapshot of a native session is refused by a WebAssembly sandbox.
+    with pytest.raises(sandpy.SessionError, match="runtime native-"):
+        sandpy.Session.restore(sandpy.Sandbox(), s.save())
+    assert s.run("while True: pass", timeout_ms=500).status == "timeout"
+    assert s.run("1").status == "session_poisoned"
+    for one in (s, restored):
+        one.close()
+
+
 def test_host_tools_answer_native_runs(native_config):
     native = sandpy.Sandbox(config=native_config, tier="native")
     execution = native.run(

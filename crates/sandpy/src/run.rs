@@ -2,8 +2,9 @@
 //! prepare (code size, limits, tool access), admit (a run slot), instantiate or reuse the
 //! guest, call it under the limits, collect the verdict and the output files.
 //!
-//! A session is a run that keeps its [`Guest`]: made on its first run (on the runtime
-//! without the instance pool), kept while runs return normally.
+//! A session is a run that keeps its interpreter ([`Kept`]): a [`Guest`] made on its
+//! first run (on the runtime without the instance pool), or a native tier process; kept
+//! while runs return normally.
 
 use crate::admission::Admission;
 use crate::approval::Approval;
@@ -12,7 +13,7 @@ use crate::execution::{Execution, Status};
 use crate::tool_access::{RecordedCall, ToolAccess};
 use crate::tools::Allowlist;
 use crate::verdict::Refused;
-use crate::wasm::{Guest, Kept, RunFolders, Runtime};
+use crate::wasm::{Guest, RunFolders, Runtime};
 use crate::{Config, Error, Limits, Policy, RunOptions};
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
@@ -38,6 +39,43 @@ pub(crate) struct Runner {
     native: tokio::sync::Mutex<Option<Arc<crate::native::NativeTier>>>,
     /// Fresh runs' instances left to the process's exit (`Config::leave_instances_to_exit`).
     left: std::sync::Mutex<Vec<Guest>>,
+}
+
+/// What a session keeps between its runs: the interpreter of the tier its first run
+/// took, once made.
+pub(crate) struct Kept {
+    /// The tier of the session's first run; every later run must ask for the same.
+    tier: Option<crate::Tier>,
+    wasm: crate::wasm::Kept,
+    #[cfg(target_os = "linux")]
+    native: Option<crate::native::NativeSession>,
+}
+
+impl Kept {
+    /// Nothing yet; the interpreter will get `memory_cap` bytes at most.
+    pub(crate) fn new(memory_cap: usize) -> Kept {
+        Kept {
+            tier: None,
+            wasm: crate::wasm::Kept::new(memory_cap),
+            #[cfg(target_os = "linux")]
+            native: None,
+        }
+    }
+
+    /// The tier its runs take, once one ran.
+    pub(crate) fn tier(&self) -> Option<crate::Tier> {
+        self.tier
+    }
+
+    /// The largest size its interpreter reached (the instance's linear memory, the
+    /// process's resident size).
+    pub(crate) fn memory_peak(&self) -> u64 {
+        #[cfg(target_os = "linux")]
+        if let Some(session) = &self.native {
+            return session.memory_peak();
+        }
+        self.wasm.memory_peak()
+    }
 }
 
 /// How far a session's run got, for the session to keep its books.
@@ -99,11 +137,6 @@ impl Runner {
             native: tokio::sync::Mutex::new(None),
             left: std::sync::Mutex::new(Vec::new()),
         })
-    }
-
-    /// The identity of the runtime runs use.
-    pub(crate) fn runtime_id(&self) -> &str {
-        &self.runtime_id
     }
 
     /// The runtime fresh runs use, loaded now (on this thread) if it was left to its
@@ -296,6 +329,20 @@ impl Runner {
             execution: refused.into(),
             reached,
         };
+        if let Some(tier) = kept.tier.filter(|&tier| tier != options.tier) {
+            let message = format!(
+                "this session runs on the {} tier; a run of it cannot take the {} tier",
+                tier_name(tier),
+                tier_name(options.tier)
+            );
+            return refused(
+                Refused::new(Status::InvalidInput, message),
+                Reached::Refused,
+            );
+        }
+        if options.tier == crate::Tier::Native {
+            return self.native_cell(task, options, kept, replay).await;
+        }
         let mut run = match self.admit(&task, options).await {
             Ok(run) => run,
             Err(execution) => return refused(execution, Reached::Refused),
@@ -307,6 +354,8 @@ impl Runner {
             Ok(runtime) => runtime,
             Err(execution) => return refused(execution, Reached::Admitted),
         };
+        kept.tier = Some(crate::Tier::Wasm);
+        let kept = &mut kept.wasm;
         let mut guest = match kept.take() {
             Some(mut guest) => {
                 guest.reuse(run.tools, limits, options.on_output.clone());
@@ -357,6 +406,87 @@ impl Runner {
         Ran { execution, reached }
     }
 
+    /// Run a session's cell in its native tier process (started now for its first).
+    #[cfg(target_os = "linux")]
+    async fn native_cell(
+        &self,
+        task: Task,
+        options: &RunOptions,
+        kept: &mut Kept,
+        replay: Option<VecDeque<RecordedCall>>,
+    ) -> Ran {
+        let refused = |status, message: String, reached| Ran {
+            execution: Execution::refused(status, message),
+            reached,
+        };
+        let tier = match self.native_tier().await {
+            Ok(tier) => tier,
+            Err(message) => return refused(Status::InternalError, message, Reached::Refused),
+        };
+        let mut run = match self.admit(&task, options).await {
+            Ok(run) => run,
+            Err(refusal) => {
+                return Ran {
+                    execution: refusal.into(),
+                    reached: Reached::Refused,
+                }
+            }
+        };
+        let inputs = match crate::native::Inputs::check(options, &run.limits) {
+            Ok(inputs) => inputs,
+            Err(why) => return refused(Status::InvalidInput, why, Reached::Admitted),
+        };
+        run.tools.recorded = Some(Vec::new());
+        run.tools.replay = replay;
+        kept.tier = Some(crate::Tier::Native);
+        let (execution, calls) = tier
+            .cell(
+                &mut kept.native,
+                kept.wasm.memory_cap() as u64,
+                &task,
+                &guest_options(options, true),
+                &run.limits,
+                run.tools,
+                inputs,
+                run.started,
+            )
+            .await;
+        let reached = match calls {
+            Some(calls) => Reached::Fit(calls),
+            None => Reached::Unfit,
+        };
+        Ran { execution, reached }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    async fn native_cell(
+        &self,
+        _: Task,
+        _: &RunOptions,
+        _: &mut Kept,
+        _: Option<VecDeque<RecordedCall>>,
+    ) -> Ran {
+        Ran {
+            execution: Execution::refused(
+                Status::InvalidInput,
+                "the native tier needs Linux".into(),
+            ),
+            reached: Reached::Refused,
+        }
+    }
+
+    /// The identity of what `tier`'s runs get, as a session's snapshot names it (the
+    /// native tier's is known once it started: it is started now if need be).
+    pub(crate) async fn runtime_id_of(&self, tier: crate::Tier) -> Result<String, String> {
+        match tier {
+            crate::Tier::Wasm => Ok(self.runtime_id.clone()),
+            #[cfg(target_os = "linux")]
+            crate::Tier::Native => Ok(self.native_tier().await?.runtime_id().to_string()),
+            #[cfg(not(target_os = "linux"))]
+            crate::Tier::Native => Err("the native tier needs Linux".into()),
+        }
+    }
+
     /// Remove this process's run folders (see [`crate::Sandbox::release_at_exit`]).
     pub(crate) fn remove_own_folders(&self) {
         crate::wasm::remove_own_folders(&self.config.resolved_scratch_dir());
@@ -385,11 +515,16 @@ impl Runner {
 /// The span of one run (its admission, instantiation, execution and tool calls are its
 /// children); `status` is recorded when it ends.
 fn run_span(options: &RunOptions, session: bool) -> tracing::Span {
-    let tier = match options.tier {
+    let tier = tier_name(options.tier);
+    tracing::info_span!("sandbox_run", tier, session, status = tracing::field::Empty)
+}
+
+/// The tier as configs and requests name it.
+fn tier_name(tier: crate::Tier) -> &'static str {
+    match tier {
         crate::Tier::Wasm => "wasm",
         crate::Tier::Native => "native",
-    };
-    tracing::info_span!("sandbox_run", tier, session, status = tracing::field::Empty)
+    }
 }
 
 /// The `invalid_input` execution for code over the size cap.

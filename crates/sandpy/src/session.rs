@@ -25,9 +25,8 @@
 use crate::bindings::Task;
 use crate::execution::{ErrorInfo, Execution, Status};
 use crate::files::InputFile;
-use crate::run::Reached;
+use crate::run::{Kept, Reached};
 use crate::tool_access::RecordedCall;
-use crate::wasm::Kept;
 use crate::{RunOptions, Sandbox, SessionInfo, SessionLimits};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -143,7 +142,7 @@ pub enum SessionError {
         cap: u64,
     },
     /// The snapshot was made under another Python runtime (other packages, another
-    /// CPython): replaying it need not reach the same state.
+    /// CPython, the other tier): replaying it need not reach the same state.
     #[error("the snapshot was made with runtime {found}, this server runs {expected}; it cannot be restored here")]
     Runtime {
         /// The snapshot's runtime id.
@@ -151,6 +150,9 @@ pub enum SessionError {
         /// This sandbox's runtime id.
         expected: String,
     },
+    /// The tier the session runs on could not start (the native tier's Python).
+    #[error("{0}")]
+    Tier(String),
     /// A session with this id exists.
     #[error("session {0:?} already exists; close it first")]
     Exists(String),
@@ -237,9 +239,16 @@ impl Session {
                 run,
             });
         }
+        let tier = state.kept.tier().unwrap_or_default();
+        let runtime = self
+            .sandbox
+            .runner()
+            .runtime_id_of(tier)
+            .await
+            .map_err(SessionError::Tier)?;
         Ok(SessionSnapshot {
             format: SNAPSHOT_FORMAT.into(),
-            runtime: self.sandbox.runner().runtime_id().to_string(),
+            runtime,
             cells: state.journal.cells.clone(),
         })
     }
@@ -259,11 +268,16 @@ impl Session {
                 found: snapshot.format.clone(),
             });
         }
-        let expected = sandbox.runner().runtime_id();
-        if snapshot.runtime != expected {
+        let expected = sandbox
+            .runner()
+            .runtime_id_of(options.tier)
+            .await
+            .map_err(SessionError::Tier)?;
+        // A snapshot without cells holds no state to replay, on any runtime.
+        if snapshot.runtime != expected && !snapshot.cells.is_empty() {
             return Err(SessionError::Runtime {
                 found: snapshot.runtime.clone(),
-                expected: expected.to_string(),
+                expected,
             });
         }
         let bytes = snapshot
@@ -303,13 +317,19 @@ impl Session {
         Ok(session)
     }
 
-    /// A second session with this one's state (by replay), going its own way from here.
+    /// A second session with this one's state (by replay, on this one's tier), going
+    /// its own way from here.
     pub async fn fork(&self, options: &RunOptions) -> Result<Session, SessionError> {
+        let tier = self.state.lock().await.kept.tier().unwrap_or(options.tier);
+        let options = RunOptions {
+            tier,
+            ..options.clone()
+        };
         Session::restore(
             &self.sandbox,
             &self.snapshot().await?,
             &self.limits,
-            options,
+            &options,
         )
         .await
     }

@@ -514,6 +514,7 @@ impl Bench {
             pandas.len(),
             p50 / fresh,
         );
+        native_sessions(rt, &sandbox, &options)?;
         let total = 600;
         let started = Instant::now();
         rt.block_on(async {
@@ -777,6 +778,56 @@ impl Bench {
 }
 
 /// Milliseconds of one run, which must end `ok`.
+/// Sessions of ten small cells on the native tier and on the WebAssembly tier, alternated:
+/// the first cell (which starts the session's process or instance) and the later ones.
+fn native_sessions(
+    rt: &tokio::runtime::Runtime,
+    sandbox: &sandpy::Sandbox,
+    native: &sandpy::RunOptions,
+) -> anyhow::Result<()> {
+    let cells: Vec<String> = (0..10)
+        .map(|i| {
+            format!(
+                "v{i} = {i} * 2\ntotal = sum(v for k, v in globals().items() if k.startswith('v'))"
+            )
+        })
+        .collect();
+    let wasm = sandpy::RunOptions::default();
+    let sessions = sandpy::Sessions::new(sandbox, sandpy::SessionLimits::default());
+    // Per tier: the first cells' times, then the later cells'.
+    let mut times = [(Vec::new(), Vec::new()), (Vec::new(), Vec::new())];
+    rt.block_on(async {
+        for round in 0..20 {
+            for (tier, options) in [native, &wasm].into_iter().enumerate() {
+                let id = format!("bench-{tier}-{round}");
+                for (i, cell) in cells.iter().enumerate() {
+                    let t = Instant::now();
+                    let execution = sessions.run(&id, cell, options).await;
+                    let ms = t.elapsed().as_secs_f64() * 1e3;
+                    if execution.status != Status::Ok {
+                        bail!("a session cell failed: {execution:?}");
+                    }
+                    let (first, later) = &mut times[tier];
+                    if i == 0 { first } else { later }.push(ms);
+                }
+                sessions.close(&id);
+            }
+        }
+        Ok(())
+    })?;
+    let [(mut native_first, mut native_later), (mut wasm_first, mut wasm_later)] = times;
+    let (native_cell, wasm_cell) = (median(&mut native_later), median(&mut wasm_later));
+    println!(
+        "  session cell p50 {native_cell:.2} ms against the WebAssembly tier's {wasm_cell:.2} ms \
+         ({:.2}x); a session's first cell (its process or instance made) {:.2} ms against {:.2} ms \
+         (20 sessions of 10 cells each, alternating)",
+        native_cell / wasm_cell,
+        median(&mut native_first),
+        median(&mut wasm_first),
+    );
+    Ok(())
+}
+
 fn timed_run(
     rt: &tokio::runtime::Runtime,
     sandbox: &sandpy::Sandbox,

@@ -6,6 +6,7 @@ mod hostile_clients;
 mod live;
 mod load;
 mod native;
+mod native_sessions;
 mod packages;
 mod run;
 mod serve;

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 const PACKAGES: [&str; 2] = ["numpy==2.4.6", "pandas==3.1.1"];
 
 /// A venv with numpy and pandas, made once under `target/` by `sandpy build --native`.
-fn native_venv() -> &'static PathBuf {
+pub(super) fn native_venv() -> &'static PathBuf {
     static VENV: OnceLock<PathBuf> = OnceLock::new();
     VENV.get_or_init(|| {
         let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/native-test-venv");
@@ -915,48 +915,51 @@ fn run_python_chooses_its_tier_only_where_the_operator_allows_it() {
     }
 }
 
+/// Programs of the language tests (`crates/sandpy/tests/all/language.rs`), run in both
+/// tiers here and as session cells in `native_sessions.rs`.
+pub(super) const COMPAT_PROGRAMS: [&str; 6] = [
+    "from dataclasses import dataclass\n\
+     @dataclass\n\
+     class Point:\n\
+     \x20   x: int\n\
+     \x20   y: int\n\
+     def squares(n):\n\
+     \x20   for i in range(n):\n\
+     \x20       yield i * i\n\
+     def describe(v):\n\
+     \x20   match v:\n\
+     \x20       case Point(x=0, y=0): return 'origin'\n\
+     \x20       case [a, b]: return f'pair {a} {b}'\n\
+     \x20       case _: return 'other'\n\
+     print(list(squares(4)), describe(Point(0, 0)), describe([1, 2]))\n\
+     {'p': repr(Point(1, 2)), 's': sum(squares(10))}",
+    "import json, re, datetime, decimal, fractions, statistics, itertools, collections, hashlib, base64\n\
+     from decimal import Decimal\n\
+     [json.loads(json.dumps({'a': [1, 2.5, None]})), re.findall(r'(\\d+)-(\\w+)', '1-a 22-bb'),\n\
+     str(datetime.date(2024, 2, 28) + datetime.timedelta(days=1)), str(Decimal('0.1') + Decimal('0.2')),\n\
+     str(fractions.Fraction(1, 3) * 3), statistics.median([5, 1, 3]), list(itertools.accumulate([1, 2, 3])),\n\
+     collections.Counter('abca').most_common(1), hashlib.sha256(b'x').hexdigest()[:8], base64.b64encode(b'hi').decode()]",
+    "import asyncio\n\
+     async def twice(x):\n\
+     \x20   await asyncio.sleep(0.01)\n\
+     \x20   return 2 * x\n\
+     async def main():\n\
+     \x20   return await asyncio.gather(twice(1), twice(2), twice(3))\n\
+     print(asyncio.run(main()))",
+    "import asyncio\n\
+     x = await asyncio.gather(*(asyncio.sleep(0.01, result=i) for i in range(3)))\n\
+     x",
+    "import json\njson.loads('{')",
+    "import sys\nprint('to stderr', file=sys.stderr)\ntry:\n    raise KeyError('k')\nexcept KeyError as e:\n    caught = repr(e)\ncaught",
+];
+
 /// Programs of the language tests (`crates/sandpy/tests/all/language.rs`) print and return
 /// the same in both tiers.
 #[test]
 fn compat_programs_answer_alike_in_both_tiers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = native_config(dir.path(), &[], json!({}));
-    let programs = [
-        "from dataclasses import dataclass\n\
-         @dataclass\n\
-         class Point:\n\
-         \x20   x: int\n\
-         \x20   y: int\n\
-         def squares(n):\n\
-         \x20   for i in range(n):\n\
-         \x20       yield i * i\n\
-         def describe(v):\n\
-         \x20   match v:\n\
-         \x20       case Point(x=0, y=0): return 'origin'\n\
-         \x20       case [a, b]: return f'pair {a} {b}'\n\
-         \x20       case _: return 'other'\n\
-         print(list(squares(4)), describe(Point(0, 0)), describe([1, 2]))\n\
-         {'p': repr(Point(1, 2)), 's': sum(squares(10))}",
-        "import json, re, datetime, decimal, fractions, statistics, itertools, collections, hashlib, base64\n\
-         from decimal import Decimal\n\
-         [json.loads(json.dumps({'a': [1, 2.5, None]})), re.findall(r'(\\d+)-(\\w+)', '1-a 22-bb'),\n\
-         str(datetime.date(2024, 2, 28) + datetime.timedelta(days=1)), str(Decimal('0.1') + Decimal('0.2')),\n\
-         str(fractions.Fraction(1, 3) * 3), statistics.median([5, 1, 3]), list(itertools.accumulate([1, 2, 3])),\n\
-         collections.Counter('abca').most_common(1), hashlib.sha256(b'x').hexdigest()[:8], base64.b64encode(b'hi').decode()]",
-        "import asyncio\n\
-         async def twice(x):\n\
-         \x20   await asyncio.sleep(0.01)\n\
-         \x20   return 2 * x\n\
-         async def main():\n\
-         \x20   return await asyncio.gather(twice(1), twice(2), twice(3))\n\
-         print(asyncio.run(main()))",
-        "import asyncio\n\
-         x = await asyncio.gather(*(asyncio.sleep(0.01, result=i) for i in range(3)))\n\
-         x",
-        "import json\njson.loads('{')",
-        "import sys\nprint('to stderr', file=sys.stderr)\ntry:\n    raise KeyError('k')\nexcept KeyError as e:\n    caught = repr(e)\ncaught",
-    ];
-    for code in programs {
+    for code in COMPAT_PROGRAMS {
         let (_, native) = native_run(&config, code, &[], "");
         let out = sandpy()
             .args(["run", "--json", "--tier", "wasm", "-c", code])

@@ -65,11 +65,7 @@ enum TierArg {
 
 impl ServerState {
     /// The tier a request asked for, or why it may not choose.
-    fn requested_tier(
-        &self,
-        tier: Option<TierArg>,
-        session: bool,
-    ) -> Result<Option<sandpy::Tier>, ErrorData> {
+    fn requested_tier(&self, tier: Option<TierArg>) -> Result<Option<sandpy::Tier>, ErrorData> {
         let Some(tier) = tier else {
             return Ok(None);
         };
@@ -82,9 +78,6 @@ impl ServerState {
             TierArg::Wasm => sandpy::Tier::Wasm,
             TierArg::Native => sandpy::Tier::Native,
         };
-        if session && tier == sandpy::Tier::Native {
-            return Err(invalid("sessions run on the wasm tier only"));
-        }
         Ok(Some(tier))
     }
 }
@@ -215,7 +208,7 @@ impl ServerState {
             timeout_ms: args.timeout_ms,
             allowed_tools: args.allowed_tools,
             files: input_files(args.files)?,
-            tier: self.requested_tier(args.tier, args.session_id.is_some())?,
+            tier: self.requested_tier(args.tier)?,
         };
         let mut options = self.options(id.clone(), request);
         let stream = live(self, &context, &mut options);
@@ -255,7 +248,7 @@ impl ServerState {
         let request = RunRequest {
             timeout_ms: args.timeout_ms,
             files: input_files(args.files)?,
-            tier: self.requested_tier(args.tier, false)?,
+            tier: self.requested_tier(args.tier)?,
             ..RunRequest::default()
         };
         let mut options = self.options(id.clone(), request);

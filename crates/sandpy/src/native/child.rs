@@ -1,5 +1,6 @@
 //! One run's process, cloned by the zygote into the run's namespaces: it builds its own
-//! root, confines itself and runs the code as pid 1 of its pid namespace. The zygote
+//! root, confines itself and runs the code (a session: one cell after another) as pid 1
+//! of its pid namespace. The zygote
 //! supervises it (`zygote::Supervised`): the time limit, the host's hang-up, the report.
 
 use super::confine::{self, ChildFds, Source};
@@ -29,9 +30,11 @@ pub(crate) fn run(zygote: &Zygote, request: &RunRequest, fds: ChildFds) -> ! {
         unsafe { libc::_exit(CONFINEMENT_FAILED) }
     }
     zygote.api.after_fork_child();
-    let ran = zygote
-        .api
-        .run("import sandpy_native\nsandpy_native.run()\n");
+    let ran = zygote.api.run(if request.session {
+        "import sandpy_native\nsandpy_native.serve()\n"
+    } else {
+        "import sandpy_native\nsandpy_native.run()\n"
+    });
     // SAFETY: leaves without Python's finalisation (the outcome is sent and flushed).
     unsafe { libc::_exit(if ran { 0 } else { 1 }) }
 }

@@ -384,13 +384,22 @@ pub(crate) fn confine_child(
 
 fn set_limits(request: &RunRequest, zygote_vm_bytes: u64) -> Result<(), ConfineError> {
     use nix::sys::resource::{setrlimit, Resource};
-    let seconds = request.timeout_ms.div_ceil(1000) + 1;
+    let seconds = super::zygote::cpu_limit_seconds(request.timeout_ms);
+    // A session's CPU time grows with each cell (the zygote moves the soft limit as a
+    // cell starts), so its hard limit stays where it was.
+    let cpu_hard = if request.session {
+        nix::sys::resource::getrlimit(Resource::RLIMIT_CPU)
+            .map_err(failed("getrlimit RLIMIT_CPU"))?
+            .1
+    } else {
+        seconds + 1
+    };
     let address_space = zygote_vm_bytes.saturating_add(request.memory_bytes);
     let limits = [
         (Resource::RLIMIT_AS, address_space, address_space),
         (Resource::RLIMIT_NOFILE, 256, 256),
         (Resource::RLIMIT_CORE, 0, 0),
-        (Resource::RLIMIT_CPU, seconds, seconds + 1),
+        (Resource::RLIMIT_CPU, seconds, cpu_hard),
         (Resource::RLIMIT_MSGQUEUE, 0, 0),
         (Resource::RLIMIT_MEMLOCK, 0, 0),
     ];

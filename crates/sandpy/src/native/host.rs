@@ -4,17 +4,17 @@
 
 use super::confine;
 use super::protocol::{
-    task_line, Ended, GuestMessage, GuestOutcome, Report, ReportFile, RunFds, RunRequest,
-    ZygoteSetup, ZygoteStatus,
+    cell_limit, task_line, Ended, GuestMessage, GuestOutcome, Report, ReportFile, RunFds,
+    RunRequest, ZygoteSetup, ZygoteStatus, BETWEEN_CELLS, CELL_STARTED,
 };
 use super::python::PythonInstall;
 use super::{guest_files, Layer, NativeConfig, NativeError};
 use crate::bindings::{GuestOptions, Task, ToolCall};
-use crate::execution::Execution;
+use crate::execution::{Execution, Status};
 use crate::network::FetchError;
 use crate::options::{OutputSink, Stream};
 use crate::output::Capture;
-use crate::tool_access::ToolAccess;
+use crate::tool_access::{RecordedCall, ToolAccess};
 use crate::verdict::{self, NativeEnd};
 use crate::{Limits, OutputFile};
 use nix::sys::socket::{
@@ -25,6 +25,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -43,6 +44,9 @@ const SYSTEM_PATHS: [&str; 7] = [
 /// How long the zygote may take to import its packages.
 const START_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// How long the zygote may take to put a session's cell limits in force.
+const CELL_START_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long after its time limit a run's report may take before the host gives up.
 const REPORT_GRACE: Duration = Duration::from_secs(2);
 
@@ -52,6 +56,8 @@ pub struct NativeTier {
     zygote: std::sync::Mutex<std::process::Child>,
     install: PythonInstall,
     layers_off: Vec<Layer>,
+    /// What a session's snapshot names as its runtime ([`NativeTier::runtime_id`]).
+    runtime_id: String,
 }
 
 impl std::fmt::Debug for NativeTier {
@@ -144,6 +150,7 @@ impl NativeTier {
         let tier = NativeTier {
             control,
             zygote: std::sync::Mutex::new(child),
+            runtime_id: runtime_id(&install, &config.preimport),
             install,
             layers_off: config.layers_off.clone(),
         };
@@ -205,6 +212,13 @@ impl NativeTier {
         &self.install.version
     }
 
+    /// The identity of what runs get (the Python, its packages, the zygote's imports),
+    /// which a session's snapshot records: replaying it under another need not reach the
+    /// same state.
+    pub fn runtime_id(&self) -> &str {
+        &self.runtime_id
+    }
+
     /// Run `task` in a new confined fork of the zygote.
     pub(crate) async fn run(
         &self,
@@ -215,38 +229,96 @@ impl NativeTier {
         inputs: Inputs,
         started: Instant,
     ) -> Execution {
-        let capture = Capture::new(limits.output_bytes, inputs.on_output.clone());
-        let mut run = Run {
-            tools,
-            capture: capture.clone(),
-            limits,
+        let mut run = Run::new(tools, limits, &inputs);
+        let launched = self
+            .launch(limits, limits.memory_bytes as u64, &inputs.mounts, false)
+            .and_then(Streams::open)
+            .map_err(NativeEnd::Internal);
+        let ended = match launched {
+            // The streams go when the run is served: the zygote then ends what is left
+            // of the process.
+            Ok((mut streams, stdin)) => {
+                let stdin = Some((stdin, inputs.stdin.clone()));
+                run.serve(&mut streams, stdin, task, options, &inputs, started)
+                    .await
+            }
+            Err(end) => RunEnd::without(end),
         };
-        let ended = match self.launch(limits, &inputs.mounts) {
-            Ok(launched) => run.serve(launched, task, options, &inputs, started).await,
-            Err(why) => RunEnd::without(NativeEnd::Internal(why)),
+        run.execution(ended, started)
+    }
+
+    /// Run one cell of a session in its process: `kept`'s, or a new one (with the
+    /// session's `memory_cap`, the mounts and quotas of this first cell). The process is
+    /// kept for the next cell when this one returned normally: then its tool calls are
+    /// returned, in order.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn cell(
+        self: &Arc<Self>,
+        kept: &mut Option<NativeSession>,
+        memory_cap: u64,
+        task: &Task,
+        options: &GuestOptions,
+        limits: &Limits,
+        tools: ToolAccess,
+        inputs: Inputs,
+        started: Instant,
+    ) -> (Execution, Option<Vec<RecordedCall>>) {
+        let limits = &Limits {
+            memory_bytes: memory_cap as usize,
+            ..limits.clone()
         };
-        let files = ended
-            .files
-            .into_iter()
-            .map(|f| OutputFile::new(f.name, f.content))
-            .collect();
-        let mut execution = verdict::native(
-            ended.end,
-            capture.finish(),
-            limits,
-            run.tools.calls as u64,
-            ended.max_rss_bytes,
-            started.elapsed(),
-        );
-        execution.files = files;
-        if let Some(network) = run.tools.network {
-            execution.requests = network.made;
+        let mut run = Run::new(tools, limits, &inputs);
+        let session = match kept.take() {
+            Some(mut session) => match session.start_cell(limits).await {
+                Ok(()) => Ok(session),
+                Err(end) => Err(end),
+            },
+            None => self
+                .launch(limits, memory_cap, &inputs.mounts, true)
+                .and_then(Streams::open)
+                .map_err(NativeEnd::Internal)
+                // A session's stdin is empty.
+                .map(|(streams, _stdin)| NativeSession {
+                    _tier: self.clone(),
+                    streams,
+                    memory_peak: 0,
+                }),
+        };
+        let (ended, session) = match session {
+            Ok(mut session) => {
+                let ended = run
+                    .serve(&mut session.streams, None, task, options, &inputs, started)
+                    .await;
+                (ended, Some(session))
+            }
+            Err(end) => (RunEnd::without(end), None),
+        };
+        let answered = matches!(ended.end, NativeEnd::Outcome(_));
+        let memory_peak = ended.max_rss_bytes;
+        let execution = run.execution(ended, started);
+        if let Some(mut session) = session {
+            let fit = answered
+                && execution.status != Status::MemoryLimit
+                && !execution.output_truncated
+                && session.end_cell().await;
+            if fit {
+                session.memory_peak = session.memory_peak.max(memory_peak);
+                *kept = Some(session);
+                let calls = run.tools.recorded.take().unwrap_or_default();
+                return (execution, Some(calls));
+            }
         }
-        execution
+        (execution, None)
     }
 
     /// Hand the zygote a run request with the run's descriptors; the host's ends.
-    fn launch(&self, limits: &Limits, mounts: &[(PathBuf, String)]) -> Result<Launched, String> {
+    fn launch(
+        &self,
+        limits: &Limits,
+        memory_bytes: u64,
+        mounts: &[(PathBuf, String)],
+        session: bool,
+    ) -> Result<Launched, String> {
         let pair = || {
             socketpair(
                 AddressFamily::Unix,
@@ -282,11 +354,12 @@ impl NativeTier {
             made.map_err(|e| format!("cannot make the run's descriptors: {e}"))?;
         let request = RunRequest {
             timeout_ms: limits.timeout.as_millis().min(u64::MAX as u128) as u64,
-            memory_bytes: limits.memory_bytes as u64,
+            memory_bytes,
             disk_bytes: limits.disk_bytes,
             output_files_bytes: limits.output_files_bytes,
             mounts: mounts.to_vec(),
             without: self.layers_off.clone(),
+            session,
         };
         let json = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
         let raw = [
@@ -330,6 +403,39 @@ impl Drop for NativeTier {
     }
 }
 
+/// `native-` and a hash of the Python's version and prefix, the names of what its
+/// package folders hold (a package's `.dist-info` folder names its version) and the
+/// modules the zygote imports.
+fn runtime_id(install: &PythonInstall, preimport: &[String]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    let mut add = |part: &[u8]| {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part);
+    };
+    add(install.version.as_bytes());
+    add(install.prefix.as_os_str().as_encoded_bytes());
+    for folder in &install.site_dirs {
+        add(folder.as_os_str().as_encoded_bytes());
+        let mut names: Vec<_> = std::fs::read_dir(folder)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.file_name())
+            .collect();
+        names.sort();
+        for name in names {
+            add(name.as_encoded_bytes());
+        }
+    }
+    for module in preimport {
+        add(module.as_bytes());
+    }
+    let digest = hash.finalize();
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("native-{hex}")
+}
+
 fn send(control: &OwnedFd, bytes: &[u8], fds: &[i32]) -> nix::Result<()> {
     let iov = [IoSlice::new(bytes)];
     let rights = [ControlMessage::ScmRights(fds)];
@@ -355,6 +461,87 @@ struct Launched {
     stdin: OwnedFd,
     stdout: OwnedFd,
     stderr: OwnedFd,
+}
+
+/// The host's ends of a run's channel, report socket and output pipes, as tokio reads
+/// them (stdin is written on its own: a session's is closed at once).
+struct Streams {
+    channel_read: tokio::net::unix::OwnedReadHalf,
+    channel_write: tokio::net::unix::OwnedWriteHalf,
+    report: tokio::net::UnixStream,
+    stdout: tokio::net::unix::pipe::Receiver,
+    stderr: tokio::net::unix::pipe::Receiver,
+}
+
+impl Streams {
+    /// A launched run's descriptors, opened, and its stdin; why not.
+    fn open(launched: Launched) -> Result<(Streams, tokio::net::unix::pipe::Sender), String> {
+        let stream = |fd: OwnedFd| {
+            let std = std::os::unix::net::UnixStream::from(fd);
+            std.set_nonblocking(true)?;
+            tokio::net::UnixStream::from_std(std)
+        };
+        let opened = (|| -> std::io::Result<_> {
+            let (channel_read, channel_write) = stream(launched.channel)?.into_split();
+            let streams = Streams {
+                channel_read,
+                channel_write,
+                report: stream(launched.report)?,
+                stdout: tokio::net::unix::pipe::Receiver::from_owned_fd(launched.stdout)?,
+                stderr: tokio::net::unix::pipe::Receiver::from_owned_fd(launched.stderr)?,
+            };
+            let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(launched.stdin)?;
+            Ok((streams, stdin))
+        })();
+        opened.map_err(|e| format!("run descriptors: {e}"))
+    }
+}
+
+/// A session's process: a confined fork of the zygote that keeps its interpreter (and
+/// its scratch folder) from one cell to the next. Dropped, it hangs up its report
+/// socket and the zygote ends it.
+pub(crate) struct NativeSession {
+    /// The zygote the process was forked from, kept running while the session lives.
+    _tier: Arc<NativeTier>,
+    streams: Streams,
+    memory_peak: u64,
+}
+
+impl NativeSession {
+    /// The process's peak resident size so far (the zygote's pages it shares included).
+    pub(crate) fn memory_peak(&self) -> u64 {
+        self.memory_peak
+    }
+
+    /// Tell the zygote that a cell starts with `limits.timeout`, and wait until its limits
+    /// are in force; fails when the process ended since its last cell.
+    async fn start_cell(&mut self, limits: &Limits) -> Result<(), NativeEnd> {
+        let ms = limits.timeout.as_millis().min(u64::MAX as u128 - 1) as u64;
+        let report = &mut self.streams.report;
+        let started = async {
+            report.write_all(&cell_limit(ms)).await?;
+            let mut answer = [0u8; 1];
+            report.read_exact(&mut answer).await?;
+            Ok::<_, std::io::Error>(answer[0] == CELL_STARTED)
+        };
+        match tokio::time::timeout(CELL_START_TIMEOUT, started).await {
+            Ok(Ok(true)) => Ok(()),
+            Ok(_) => Err(NativeEnd::Internal(
+                "the session's process ended between its runs; reset the session".into(),
+            )),
+            Err(_) => Err(NativeEnd::Internal(format!(
+                "the native tier's zygote did not start the cell within {} s",
+                CELL_START_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    /// Tell the zygote that the cell answered, so that the process waits for the next
+    /// one without a deadline; false when it cannot be told.
+    async fn end_cell(&mut self) -> bool {
+        let idle = cell_limit(BETWEEN_CELLS);
+        self.streams.report.write_all(&idle).await.is_ok()
+    }
 }
 
 /// What a run is given besides its code: stdin, input files (checked: paths under
@@ -432,7 +619,36 @@ struct Run<'a> {
 /// Bytes read at a time from each stream (four buffers per run, faulted in per run).
 const CHUNK: usize = 16 << 10;
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    fn new(tools: ToolAccess, limits: &'a Limits, inputs: &Inputs) -> Run<'a> {
+        Run {
+            tools,
+            capture: Capture::new(limits.output_bytes, inputs.on_output.clone()),
+            limits,
+        }
+    }
+
+    /// The execution of a run that ended so.
+    fn execution(&mut self, ended: RunEnd, started: Instant) -> Execution {
+        let mut execution = verdict::native(
+            ended.end,
+            self.capture.finish(),
+            self.limits,
+            self.tools.calls as u64,
+            ended.max_rss_bytes,
+            started.elapsed(),
+        );
+        execution.files = ended
+            .files
+            .into_iter()
+            .map(|f| OutputFile::new(f.name, f.content))
+            .collect();
+        if let Some(network) = self.tools.network.take() {
+            execution.requests = network.made;
+        }
+        execution
+    }
+
     /// The longest channel message the host holds: a batch of calls with arguments at
     /// their cap, or an outcome with texts at the output cap and `/output`'s files,
     /// base64, each with room for JSON escapes.
@@ -450,35 +666,25 @@ impl Run<'_> {
             .saturating_add(1 << 20)
     }
 
+    /// Send the task (and stdin), then serve the run until its outcome, its end or a
+    /// limit; its descriptors are left open (dropping them ends the process).
     async fn serve(
         &mut self,
-        launched: Launched,
+        streams: &mut Streams,
+        stdin: Option<(tokio::net::unix::pipe::Sender, Vec<u8>)>,
         task: &Task,
         options: &GuestOptions,
         inputs: &Inputs,
         started: Instant,
     ) -> RunEnd {
-        let stream = |fd: OwnedFd| {
-            let std = std::os::unix::net::UnixStream::from(fd);
-            std.set_nonblocking(true)?;
-            tokio::net::UnixStream::from_std(std)
-        };
-        let opened = (|| -> std::io::Result<_> {
-            Ok((
-                stream(launched.channel)?,
-                stream(launched.report)?,
-                tokio::net::unix::pipe::Sender::from_owned_fd(launched.stdin)?,
-                tokio::net::unix::pipe::Receiver::from_owned_fd(launched.stdout)?,
-                tokio::net::unix::pipe::Receiver::from_owned_fd(launched.stderr)?,
-            ))
-        })();
-        let (channel, mut report, mut stdin_pipe, mut stdout, mut stderr) = match opened {
-            Ok(opened) => opened,
-            Err(e) => return RunEnd::without(NativeEnd::Internal(format!("run descriptors: {e}"))),
-        };
-        let (mut channel_read, mut channel_write) = channel.into_split();
+        let Streams {
+            channel_read,
+            channel_write,
+            report,
+            stdout,
+            stderr,
+        } = streams;
         let first = task_line(task, options, &inputs.files);
-        let stdin_bytes = inputs.stdin.clone();
         // The task and stdin are written beside the rest, so that a program that does not
         // read them cannot stall the host.
         let writes = async move {
@@ -486,7 +692,9 @@ impl Run<'_> {
             (channel_write, task_sent)
         };
         let stdin_task = async move {
-            let _ = stdin_pipe.write_all(&stdin_bytes).await;
+            if let Some((mut pipe, bytes)) = stdin {
+                let _ = pipe.write_all(&bytes).await;
+            }
         };
         tokio::pin!(writes, stdin_task);
         let mut channel_write = None;
@@ -642,7 +850,6 @@ impl Run<'_> {
                     }
                 }
             }
-            drop(report);
             let files = std::mem::take(&mut outcome.files);
             let max_rss_bytes = outcome.max_rss_bytes;
             let end = stopped.unwrap_or_else(|| NativeEnd::Outcome(outcome.into()));
@@ -653,8 +860,7 @@ impl Run<'_> {
             };
         }
         if let Some(end) = stopped {
-            // Hanging up the report socket makes the zygote kill the run.
-            drop(report);
+            // The caller hangs up the report socket, which makes the zygote kill the run.
             return RunEnd::without(end);
         }
         let Ok(report) = serde_json::from_slice::<Report>(&report_bytes) else {

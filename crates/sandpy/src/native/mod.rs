@@ -9,7 +9,9 @@
 //! straight into new namespaces (`child`), which builds the run's filesystem, confines
 //! itself (`confine`, `seccomp`) and runs the code, while the zygote supervises it (time
 //! limit, the host's hang-up; the files of a run it ends at its deadline: `left_output`).
-//! The run's only way out is its channel to the host (`protocol`, served by `host`).
+//! The run's only way out is its channel to the host (`protocol`, served by `host`). A
+//! session's run serves one cell after another (`host::NativeSession`); the zygote moves
+//! its deadline and CPU limit as each cell starts.
 //!
 //! What it shares with the host is the kernel: see the security model in docs/guide/security.md.
 
@@ -42,9 +44,9 @@ pub(crate) struct Zygote {
 }
 
 #[cfg(target_os = "linux")]
-pub(crate) use host::Inputs;
-#[cfg(target_os = "linux")]
 pub use host::NativeTier;
+#[cfg(target_os = "linux")]
+pub(crate) use host::{Inputs, NativeSession};
 #[cfg(target_os = "linux")]
 pub use zygote::{main_if_requested, serve_as_zygote, ZYGOTE_ARG};
 

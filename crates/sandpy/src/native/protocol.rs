@@ -4,10 +4,14 @@
 //!   [`RunRequest`] per run with the run's descriptors attached ([`RunFds`]);
 //!   zygote -> host: one [`ZygoteStatus`].
 //! - zygote -> host (the run's report socket): one [`Report`] when the run ended without
-//!   the host hanging up first, then EOF.
+//!   the host hanging up first, then EOF. host -> zygote on the same socket, for a session
+//!   (a run that serves one task after another): each cell's time limit as it starts,
+//!   which the zygote acknowledges with [`CELL_STARTED`] once the limit is in force, and
+//!   [`BETWEEN_CELLS`] once the cell answered ([`cell_limit`], eight bytes each); the
+//!   host's hang-up ends the run.
 //! - run <-> host (the run's channel, one JSON line each): the task
 //!   ([`task_line`]), then [`GuestMessage`]s from the run, each but the outcome
-//!   answered with one line.
+//!   answered with one line; a session's run then reads its next task.
 
 use super::Layer;
 use crate::bindings::{GuestOptions, Task};
@@ -54,6 +58,22 @@ pub(crate) struct RunRequest {
     /// Layers switched off (test builds only).
     #[serde(default)]
     pub without: Vec<Layer>,
+    /// A session: the run serves tasks until the host hangs up, each under its own time
+    /// limit (`timeout_ms` is the first one's).
+    #[serde(default)]
+    pub session: bool,
+}
+
+/// The zygote's answer to a cell's limit: the limit is in force (a report, which
+/// starts otherwise, or EOF instead: the process has ended).
+pub(crate) const CELL_STARTED: u8 = 0x06;
+
+/// What a session's report socket carries between cells instead of a time limit.
+pub(crate) const BETWEEN_CELLS: u64 = u64::MAX;
+
+/// The message that starts a session's cell with a limit of `ms` (or [`BETWEEN_CELLS`]).
+pub(crate) fn cell_limit(ms: u64) -> [u8; 8] {
+    ms.to_le_bytes()
 }
 
 /// The descriptors a run request carries, in this order.

@@ -1,8 +1,9 @@
 //! The seccomp allow-list of a confined run: the system calls CPython, numpy, pandas and
 //! scikit-learn make while computing, reading and writing files and running threads.
 //! Anything else fails with `EPERM`: no `socket()`, no exec, no new processes (threads
-//! only), no namespaces, ptrace, mounts, bpf, io_uring, keys, perf or userfaultfd. A
-//! system call of another architecture (`int 0x80`) kills the process.
+//! only), no namespaces, ptrace, mounts, bpf, io_uring, keys, perf or userfaultfd, no
+//! change to the CPU time limit. A system call of another architecture (`int 0x80`) kills
+//! the process.
 //!
 //! Compiled once, in the zygote; each child only loads it.
 
@@ -148,7 +149,6 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_getpgid,
     libc::SYS_getsid,
     libc::SYS_getrlimit,
-    libc::SYS_prlimit64,
     libc::SYS_getrusage,
     libc::SYS_times,
     libc::SYS_sysinfo,
@@ -260,6 +260,24 @@ impl Filters {
                 SeccompCmpOp::Eq,
                 libc::AF_UNIX as u64,
             )?])?],
+        );
+        // Limits may be read and set, but not the CPU time's: a session's is moved by the
+        // zygote as each cell starts, under a hard limit the run could raise it to.
+        rules.insert(
+            libc::SYS_prlimit64,
+            vec![
+                SeccompRule::new(vec![SeccompCondition::new(
+                    2,
+                    SeccompCmpArgLen::Qword,
+                    SeccompCmpOp::Eq,
+                    0,
+                )?])?,
+                SeccompRule::new(vec![condition(
+                    1,
+                    SeccompCmpOp::Ne,
+                    libc::RLIMIT_CPU as u64,
+                )?])?,
+            ],
         );
         // Naming threads, reading the name, and what loading another seccomp filter takes
         // (filters only ever narrow: the second one below is loaded under the first).

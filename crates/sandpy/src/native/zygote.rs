@@ -3,7 +3,10 @@
 //! clones one run per request into its namespaces and supervises it. It never runs user
 //! code.
 
-use super::protocol::{Ended, Report, ReportFile, RunFds, RunRequest, ZygoteSetup, ZygoteStatus};
+use super::protocol::{
+    Ended, Report, ReportFile, RunFds, RunRequest, ZygoteSetup, ZygoteStatus, BETWEEN_CELLS,
+    CELL_STARTED,
+};
 use super::python::CApi;
 use super::seccomp::Filters;
 use super::Zygote;
@@ -193,7 +196,8 @@ fn serve(control: &OwnedFd, zygote: &Zygote, buffer: &mut [u8]) -> i32 {
         let wait_ms = live
             .iter()
             .filter(|run| !run.timed_out && !run.abandoned)
-            .map(|run| run.deadline.saturating_duration_since(now).as_millis())
+            .filter_map(|run| run.deadline)
+            .map(|deadline| deadline.saturating_duration_since(now).as_millis())
             .min()
             .map_or(-1, |ms| ms.clamp(1, i32::MAX as u128) as i32);
         let mut polled = vec![libc::pollfd {
@@ -223,16 +227,16 @@ fn serve(control: &OwnedFd, zygote: &Zygote, buffer: &mut [u8]) -> i32 {
         if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             return 1;
         }
-        let now = Instant::now();
         let mut ended = Vec::new();
         for (i, run) in live.iter_mut().enumerate() {
             let (exited, hung_up) = (polled[1 + 2 * i].revents, polled[2 + 2 * i].revents);
-            if hung_up != 0 && !run.abandoned {
+            if hung_up != 0 && !run.abandoned && !run.read_from_host() {
                 // The host has its answer, or gave up: nothing is reported.
                 run.abandoned = true;
                 run.kill();
             }
-            if !run.timed_out && !run.abandoned && now >= run.deadline {
+            let now = Instant::now();
+            if !run.timed_out && !run.abandoned && run.deadline.is_some_and(|d| now >= d) {
                 run.timed_out = true;
                 // Stopped, then its /output read (the run cannot send it any more), then
                 // killed.
@@ -279,7 +283,13 @@ struct Supervised {
     pid: i32,
     pidfd: OwnedFd,
     report: OwnedFd,
-    deadline: Instant,
+    /// When the run (a session: its current cell) is ended; none between a session's
+    /// cells.
+    deadline: Option<Instant>,
+    /// A session, whose cells the host starts and ends on the report socket.
+    session: bool,
+    /// Bytes of a cell limit not yet whole.
+    from_host: Vec<u8>,
     timed_out: bool,
     abandoned: bool,
     /// The size of the run's `/output`, which bounds what is read of it at the deadline.
@@ -289,6 +299,66 @@ struct Supervised {
 }
 
 impl Supervised {
+    /// Read what the host wrote on the report socket: a session's cell limits. False
+    /// when the host hung up.
+    fn read_from_host(&mut self) -> bool {
+        let mut bytes = [0u8; 64];
+        // SAFETY: a non-blocking read into a valid buffer.
+        let n = unsafe {
+            libc::recv(
+                self.report.as_raw_fd(),
+                bytes.as_mut_ptr().cast(),
+                bytes.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let error = std::io::Error::last_os_error().kind();
+            return matches!(
+                error,
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+            );
+        }
+        if n == 0 || !self.session {
+            return false;
+        }
+        self.from_host.extend_from_slice(&bytes[..n as usize]);
+        while let Some((limit, _)) = self.from_host.split_first_chunk::<8>() {
+            let ms = u64::from_le_bytes(*limit);
+            self.from_host.drain(..8);
+            self.start_cell(ms);
+        }
+        true
+    }
+
+    /// Start a session's cell with a limit of `ms` (its deadline, and its CPU time on
+    /// top of what the run used so far), or end one ([`BETWEEN_CELLS`]).
+    fn start_cell(&mut self, ms: u64) {
+        if ms == BETWEEN_CELLS {
+            self.deadline = None;
+            return;
+        }
+        self.deadline = Some(deadline_in(ms));
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: prlimit of our own child with valid pointers: its hard limit is read
+        // and kept, only the soft one moves (the run itself may not change it: seccomp).
+        unsafe {
+            if libc::prlimit(self.pid, libc::RLIMIT_CPU, std::ptr::null(), &mut limit) == 0 {
+                limit.rlim_cur = cpu_seconds(self.pid)
+                    .saturating_add(cpu_limit_seconds(ms))
+                    .min(limit.rlim_max);
+                libc::prlimit(self.pid, libc::RLIMIT_CPU, &limit, std::ptr::null_mut());
+            }
+        }
+        // The host sends the cell's task once the limits are in force: a cell must not
+        // run under the last one's CPU limit.
+        // SAFETY: a one-byte write from a valid buffer to an owned descriptor.
+        unsafe { libc::write(self.report.as_raw_fd(), [CELL_STARTED].as_ptr().cast(), 1) };
+    }
+
     fn kill(&self) {
         // SAFETY: SIGKILL to our own (unreaped) child: pid 1 of its namespace, so all of
         // the run goes.
@@ -335,7 +405,7 @@ fn spawn_run(
     let (sync_read, sync_write) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| e.to_string())?;
     let flags = super::confine::namespaces(&request).bits() as libc::c_ulong;
-    let deadline = Instant::now() + Duration::from_millis(request.timeout_ms);
+    let deadline = deadline_in(request.timeout_ms);
     zygote.api.before_fork();
     // SAFETY: clone without a new stack behaves as fork (the zygote is single-threaded);
     // the child only runs the run and leaves with _exit.
@@ -414,12 +484,45 @@ fn spawn_run(
         pid,
         pidfd,
         report,
-        deadline,
+        deadline: Some(deadline),
+        session: request.session,
+        from_host: Vec::new(),
         timed_out: false,
         abandoned: false,
         output_files_bytes: request.output_files_bytes,
         files: Vec::new(),
     })
+}
+
+/// The instant `ms` from now (a year for a limit past any run's life).
+fn deadline_in(ms: u64) -> Instant {
+    let now = Instant::now();
+    now.checked_add(Duration::from_millis(ms))
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 86_400))
+}
+
+/// The CPU time a run with a time limit of `ms` may use, in whole seconds: the limit
+/// rounded up, and one more (the wall-clock deadline is the limit; this is its backstop
+/// for a zygote that could not act on it).
+pub(crate) fn cpu_limit_seconds(ms: u64) -> u64 {
+    ms.div_ceil(1000) + 1
+}
+
+/// The CPU time process `pid` used so far, in whole seconds rounded up.
+fn cpu_seconds(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command's closing parenthesis; utime and stime are the 14th
+    // and 15th of the line, in clock ticks.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: u64 = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|field| field.parse::<u64>().ok())
+        .sum();
+    // SAFETY: sysconf with a valid name.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    ticks.div_ceil(per_second)
 }
 
 /// One datagram, read into `buffer` (kept from one request to the next: a fresh one

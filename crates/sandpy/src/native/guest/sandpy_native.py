@@ -1,5 +1,5 @@
 """The Python side of the native tier: the zygote's start (`boot`) and one run in a
-confined child (`run`).
+confined child (`run`, or `serve` for a session's cells).
 
 The zygote imports `sandpy_guest` (the same runner, tool API and policy code as the
 WebAssembly guest) and the configured packages once; each run is a fork of it. The child
@@ -9,12 +9,14 @@ outcome.
 """
 
 import base64
+import contextlib
 import gc
 import importlib
 import json
 import os
 import random
 import resource
+import shutil
 import site
 import stat
 import sys
@@ -120,20 +122,41 @@ def _reseed() -> None:
 
 def run() -> None:
     """Run the task the host sends, in this (confined) child, and send its outcome."""
-    from sandpy_guest import packages, runner
+    _start()
+    _answer(read())
 
-    request = read()
-    assert isinstance(request, dict)
+
+def serve() -> None:
+    """A session: run each task the host sends, one after another in the same
+    interpreter, until the host hangs up (then `read` ends the process). Each cell gets
+    the files it left under /output, which is then emptied."""
+    _start()
+    while True:
+        _answer(read())
+
+
+def _start() -> None:
+    """What a run does once before its first task."""
+    from sandpy_guest import packages
+
     os.chdir("/tmp")  # the run's scratch folder (the zygote prepared the rest)
     packages.use_mounted()
     tempfile._name_sequence = None  # type: ignore[attr-defined]
-    _write_inputs(request.get("files", []))
     _reseed()
+
+
+def _answer(request: object) -> None:
+    """Run one task and send its outcome."""
+    from sandpy_guest import runner
+
+    assert isinstance(request, dict)
+    _write_inputs(request.get("files", []))
     outcome = runner.execute(_task(request["task"]), _options(request["options"]))
     message = _encode(outcome)
     # With the outcome, what the host would otherwise wait for the process's end to learn:
-    # the files under /output (its size cap bounds them) and the peak resident size.
-    message["files"] = _output_files()
+    # the files under /output (its size cap bounds them; taken, so that the next cell
+    # of a session starts with it empty) and the peak resident size.
+    message["files"] = _take_output_files()
     message["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     write({"outcome": message})
 
@@ -147,7 +170,8 @@ def _write_inputs(files: list[dict[str, str]]) -> None:
             out.write(base64.b64decode(file["content_base64"]))
 
 
-def _output_files() -> list[dict[str, str]]:
+def _take_output_files() -> list[dict[str, str]]:
+    """The regular files under /output, read; then everything under it is removed."""
     files = []
     for folder, _, names in os.walk(OUTPUT_DIR):
         for name in names:
@@ -161,4 +185,11 @@ def _output_files() -> list[dict[str, str]]:
                 continue
             relative = os.path.relpath(path, OUTPUT_DIR)
             files.append({"name": relative, "content_base64": base64.b64encode(content).decode()})
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(OUTPUT_DIR):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
     return files
