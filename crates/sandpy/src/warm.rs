@@ -15,10 +15,13 @@
 //! The exchange, one run per connection: the client sends its [`WarmRequest`] (a frame:
 //! 8-byte little-endian length, then JSON); the runner answers one byte if it takes it;
 //! the client answers one byte to start it, so that a client that gave up waiting never
-//! leaves a run behind that it then runs again itself; the runner sends the
-//! [`Execution`] as a frame.
+//! leaves a run behind that it then runs again itself; the runner sends the run's output
+//! as it is written (one frame per write, when the request asks for it) and then the
+//! [`Execution`], each a frame.
 
-use crate::{Execution, InputFile, LimitOverrides, Mount, Resolved, RunOptions, Sandbox};
+use crate::{
+    Execution, InputFile, LimitOverrides, Mount, OutputSink, Resolved, RunOptions, Sandbox, Stream,
+};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -77,7 +80,12 @@ pub enum WarmError {
 }
 
 /// Variables of sandpy's that do not change how a run is served.
-const NOT_SETTINGS: [&str; 3] = ["SANDPY_LOG", "SANDPY_WARM", "SANDPY_WARM_IDLE_SECS"];
+const NOT_SETTINGS: [&str; 4] = [
+    "SANDPY_LOG",
+    "SANDPY_WARM",
+    "SANDPY_COLD",
+    "SANDPY_WARM_IDLE_SECS",
+];
 
 /// Which runner may serve a run: equal keys mean equal binaries, working folders,
 /// settings and environments.
@@ -138,7 +146,11 @@ impl WarmKey {
     }
 
     fn socket(&self) -> Result<PathBuf, WarmError> {
-        let path = socket_folder()?.join(format!("{}.sock", self.0));
+        self.socket_in(socket_folder()?)
+    }
+
+    fn socket_in(&self, folder: PathBuf) -> Result<PathBuf, WarmError> {
+        let path = folder.join(format!("{}.sock", self.0));
         // A socket's path holds at most 107 bytes (`sun_path`): refused here, not by
         // every runner started for it after loading its sandbox.
         if path.as_os_str().len() > 107 {
@@ -173,19 +185,31 @@ fn identity(path: &Path) -> String {
 /// `/tmp/sandpy-<uid>`; created `0700`, and refused unless it is a real folder of this
 /// user that no one else can enter (another user could otherwise answer for a runner).
 pub fn socket_folder() -> Result<PathBuf, WarmError> {
-    let uid = nix::unistd::getuid().as_raw();
-    let path = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+    let path = socket_folder_path();
+    match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(WarmError::Io { path, source: e })
+        }
+        _ => {}
+    }
+    checked_folder(path)
+}
+
+/// Where [`socket_folder`] is, whether or not it exists.
+fn socket_folder_path() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
         Some(base) if base.is_absolute() => base.join("sandpy"),
-        _ => PathBuf::from(format!("/tmp/sandpy-{uid}")),
-    };
+        _ => PathBuf::from(format!("/tmp/sandpy-{}", nix::unistd::getuid().as_raw())),
+    }
+}
+
+/// `path`, if it is a real folder of this user's that no one else can enter.
+fn checked_folder(path: PathBuf) -> Result<PathBuf, WarmError> {
+    let uid = nix::unistd::getuid().as_raw();
     let io = |source| WarmError::Io {
         path: path.clone(),
         source,
     };
-    match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io(e)),
-        _ => {}
-    }
     let meta = std::fs::symlink_metadata(&path).map_err(io)?;
     if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
         return Err(WarmError::UnsafeFolder { path });
@@ -216,6 +240,25 @@ pub struct WarmRequest {
     pub files: Vec<InputFile>,
     /// [`RunOptions::mounts`].
     pub mounts: Vec<Mount>,
+    /// Whether the runner sends the run's output as it is written (for a command that
+    /// prints it so), besides the execution that holds it.
+    #[serde(default)]
+    pub stream_output: bool,
+}
+
+/// One frame of a runner's answer.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Answer {
+    /// A write of the program's, as it happened (requests with `stream_output`).
+    Output {
+        /// Written to stderr (else stdout).
+        stderr: bool,
+        #[serde(with = "crate::files::base64_bytes")]
+        bytes: Vec<u8>,
+    },
+    /// The run's end.
+    Done(Box<Execution>),
 }
 
 impl WarmRequest {
@@ -236,6 +279,7 @@ impl WarmRequest {
             allowed_tools: options.allowed_tools.clone(),
             files: options.files.clone(),
             mounts: options.mounts.clone(),
+            stream_output: options.on_output.is_some(),
         }
     }
 }
@@ -249,16 +293,28 @@ pub struct WarmCall {
     pub arguments: serde_json::Value,
 }
 
-/// Hand `request` to its key's runner and wait for the run's [`Execution`].
+/// Hand `request` to its key's runner and wait for the run's [`Execution`], giving its
+/// output to `on_output` as it comes when the request streams it.
 /// [`WarmError::NotTaken`] (and every error but [`WarmError::Lost`]) means the run did not
-/// happen there: run it here.
-pub fn run_warm(request: &WarmRequest) -> Result<Execution, WarmError> {
+/// happen there: run it here. Nothing is created when no runner is up.
+pub fn run_warm(
+    request: &WarmRequest,
+    on_output: Option<&OutputSink>,
+) -> Result<Execution, WarmError> {
     let body = serde_json::to_vec(request).map_err(|e| WarmError::NotTaken(e.into()))?;
     let bytes = body.len() as u64;
     if bytes > MAX_MESSAGE_BYTES {
         return Err(WarmError::TooLarge { bytes });
     }
-    let mut stream = UnixStream::connect(request.key.socket()?).map_err(WarmError::NotTaken)?;
+    let folder = socket_folder_path();
+    // A path no socket can have is refused before looking for a runner at it.
+    let socket = request.key.socket_in(folder.clone())?;
+    if !folder.exists() {
+        let none = std::io::Error::new(std::io::ErrorKind::NotFound, "no runner folder");
+        return Err(WarmError::NotTaken(none));
+    }
+    checked_folder(folder)?;
+    let mut stream = UnixStream::connect(socket).map_err(WarmError::NotTaken)?;
     let mut offer = || -> std::io::Result<()> {
         stream.set_read_timeout(Some(TAKE_WAIT))?;
         stream.write_all(&bytes.to_le_bytes())?;
@@ -273,15 +329,31 @@ pub fn run_warm(request: &WarmRequest) -> Result<Execution, WarmError> {
     offer().map_err(WarmError::NotTaken)?;
     let mut answer = || -> std::io::Result<Execution> {
         stream.set_read_timeout(None)?;
-        let mut length = [0u8; 8];
-        stream.read_exact(&mut length)?;
-        let length = u64::from_le_bytes(length);
-        if length > MAX_MESSAGE_BYTES {
-            return Err(std::io::ErrorKind::InvalidData.into());
+        loop {
+            let mut length = [0u8; 8];
+            stream.read_exact(&mut length)?;
+            let length = u64::from_le_bytes(length);
+            if length > MAX_MESSAGE_BYTES {
+                return Err(std::io::ErrorKind::InvalidData.into());
+            }
+            let mut body = Vec::new();
+            (&mut stream).take(length).read_to_end(&mut body)?;
+            match serde_json::from_slice(&body)? {
+                Answer::Done(execution) => return Ok(*execution),
+                Answer::Output { stderr, bytes } => {
+                    if let Some(sink) = on_output {
+                        sink(
+                            if stderr {
+                                Stream::Stderr
+                            } else {
+                                Stream::Stdout
+                            },
+                            &bytes,
+                        );
+                    }
+                }
+            }
         }
-        let mut body = Vec::new();
-        (&mut stream).take(length).read_to_end(&mut body)?;
-        Ok(serde_json::from_slice(&body)?)
     };
     answer().map_err(WarmError::Lost)
 }
@@ -428,7 +500,15 @@ async fn serve_one(
     })
     .await
     .map_err(|_| invalid("request too slow"))??;
+    // The run's writes, as they happen, for the client (bounded by the run's output cap).
+    let (writes, mut written) = tokio::sync::mpsc::unbounded_channel::<(Stream, Vec<u8>)>();
+    let on_output: Option<OutputSink> = request.stream_output.then(|| {
+        std::sync::Arc::new(move |stream, bytes: &[u8]| {
+            let _ = writes.send((stream, bytes.to_vec()));
+        }) as OutputSink
+    });
     let options = RunOptions {
+        on_output,
         limit_overrides: request.limit_overrides,
         stdin: (!request.stdin.is_empty()).then_some(request.stdin),
         filename: request.filename,
@@ -449,20 +529,41 @@ async fn serve_one(
     };
     // A command that ended (Ctrl-C, killed) closes its end: its run stops there, as it
     // would have with the command's process, instead of running on to its time limit.
+    let (mut reader, mut writer) = stream.split();
     let mut extra = [0u8; 1];
-    let execution = tokio::select! {
-        execution = run => execution,
-        _ = stream.read(&mut extra) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::ConnectionAborted,
-                "the command left during its run",
-            ));
+    tokio::pin!(run);
+    let execution = loop {
+        tokio::select! {
+            execution = &mut run => break execution,
+            Some((which, bytes)) = written.recv() => {
+                let stderr = which == Stream::Stderr;
+                write_frame(&mut writer, &Answer::Output { stderr, bytes }).await?;
+            }
+            _ = reader.read(&mut extra) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "the command left during its run",
+                ));
+            }
         }
     };
-    let body = serde_json::to_vec(&execution)?;
-    stream.write_all(&(body.len() as u64).to_le_bytes()).await?;
-    stream.write_all(&body).await?;
-    stream.flush().await
+    // What the run wrote last, then its end.
+    while let Ok((which, bytes)) = written.try_recv() {
+        let stderr = which == Stream::Stderr;
+        write_frame(&mut writer, &Answer::Output { stderr, bytes }).await?;
+    }
+    write_frame(&mut writer, &Answer::Done(Box::new(execution))).await?;
+    writer.flush().await
+}
+
+/// One frame: its length, then its JSON.
+async fn write_frame(
+    writer: &mut (impl tokio::io::AsyncWrite + Unpin),
+    answer: &Answer,
+) -> std::io::Result<()> {
+    let body = serde_json::to_vec(answer)?;
+    writer.write_all(&(body.len() as u64).to_le_bytes()).await?;
+    writer.write_all(&body).await
 }
 
 /// Close every file descriptor above stderr: a runner started by a command must not keep

@@ -353,12 +353,13 @@ impl Bench {
     }
 
     /// Whole-process latency, warm cache, against native python3 start-up: `sandpy run`
-    /// loading the runtime itself, and handing the run to a warm runner (`--warm`).
+    /// loading the runtime itself (`--cold`), and the same command handing the run to the
+    /// warm runner that is up for its settings.
     fn process(&self) -> anyhow::Result<()> {
         let (args, exe) = (&self.args, &self.exe);
         let exe = exe.to_string_lossy();
-        let sandpy = [exe.as_ref(), "run", "-c", "print('hello')"];
-        let warm = [exe.as_ref(), "run", "--warm", "-c", "print('hello')"];
+        let sandpy = [exe.as_ref(), "run", "--cold", "-c", "print('hello')"];
+        let warm = [exe.as_ref(), "run", "-c", "print('hello')"];
         // Native Python's fastest start: isolated (-I), no site module (-S).
         let python = [args.python.as_str(), "-I", "-S", "-c", "print('hello')"];
         #[cfg(target_os = "linux")]
@@ -376,7 +377,7 @@ impl Bench {
             peak_rss(&args.python, &python)?,
         );
         println!(
-            "whole process `sandpy run -c \"print('hello')\"`: {s:.1} ms, peak RSS {sandpy_peak}  \
+            "whole process `sandpy run --cold -c \"print('hello')\"`: {s:.1} ms, peak RSS {sandpy_peak}  \
              (native `{} -I -S -c`, run alternately: {p:.1} ms, peak RSS {python_peak}; ratio {:.2}x)",
             args.python,
             s / p
@@ -384,7 +385,7 @@ impl Bench {
         if !warm_ms.is_empty() {
             let w = median(&mut warm_ms);
             println!(
-                "  the same with --warm (handed to a warm runner): {w:.1} ms, peak RSS {}; \
+                "  without --cold, a warm runner up (`sandpy warmup --keep`): {w:.1} ms, peak RSS {}; \
                  ratio to native {:.2}x",
                 peak_rss(&args.python, &warm)?,
                 w / p
@@ -425,7 +426,7 @@ impl Bench {
                 }
                 inside.push(e.stdout.trim().parse::<f64>()?);
                 let out = Command::new(&self.exe)
-                    .args(["run", "--timeout-ms", "120000", "-c", &code])
+                    .args(["run", "--cold", "--timeout-ms", "120000", "-c", &code])
                     .output()?;
                 one_shot.push(seconds(out, &format!("{name} in `sandpy run`"))?);
                 let out = Command::new(&args.python).args(["-c", &code]).output()?;

@@ -48,10 +48,8 @@ pub(super) struct Args {
     /// Print the whole execution as JSON (single call).
     #[arg(long)]
     json: bool,
-    /// Hand a single call to a background runner that keeps the runtime loaded (as
-    /// `sandpy run --warm`).
-    #[arg(long, env = "SANDPY_WARM", value_parser = clap::builder::FalseyValueParser::new())]
-    warm: bool,
+    #[command(flatten)]
+    warm: super::warm::WarmArgs,
     #[command(flatten)]
     limits: super::run::LimitArgs,
     #[command(flatten)]
@@ -97,13 +95,20 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
                     ..options
                 };
                 #[cfg(target_os = "linux")]
-                if args.warm {
+                {
                     let call = sandpy::warm::WarmCall {
                         function: args.function.clone(),
                         arguments: arguments.clone(),
                     };
-                    let served =
-                        super::warm::served(&resolved, &args.settings, &code, Some(call), &options);
+                    let usage = args.warm.usage(true);
+                    let served = super::warm::served(
+                        usage,
+                        &resolved,
+                        &args.settings,
+                        &code,
+                        Some(call),
+                        &options,
+                    );
                     if let Some(execution) = served {
                         break 'call execution;
                     }

@@ -10,7 +10,6 @@ mod demo;
 mod files;
 mod run;
 mod serve;
-#[cfg(target_os = "linux")]
 mod warm;
 mod warmup;
 mod workers;
@@ -39,7 +38,8 @@ enum Command {
     Call(call::Args),
     /// Run a built-in example: Python that calls MCP tools of the reference `everything` server.
     Demo(demo::Args),
-    /// Compile the Python runtime to native code now, so the first run is fast.
+    /// Compile the Python runtime to native code now, so the first run is fast; with
+    /// `--keep`, keep it loaded in a warm runner that later runs use.
     Warmup(warmup::Args),
     /// Measure latency, throughput and CPU-bound speed against native python3.
     Bench(bench::Args),

@@ -23,12 +23,8 @@ pub(super) struct Args {
     /// Print which stdlib modules are available and which are absent, and why.
     #[arg(long, conflicts_with_all = ["file", "code"])]
     list_modules: bool,
-    /// Hand the run to a background runner that keeps the runtime loaded, started by the
-    /// first such run and gone after $SANDPY_WARM_IDLE_SECS (default 60) without runs: a
-    /// run starts in milliseconds instead of loading the runtime (configs without MCP
-    /// servers).
-    #[arg(long, env = "SANDPY_WARM", value_parser = clap::builder::FalseyValueParser::new())]
-    warm: bool,
+    #[command(flatten)]
+    warm: super::warm::WarmArgs,
     /// Ask on the terminal before each tool call that needs approval (the config's
     /// `sandpy.approve`, `--require-approval`). Without it, or when stdin is not a
     /// terminal, such calls are refused (the program gets a `ToolError`).
@@ -171,12 +167,8 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
             return Ok(Outcome::Run(refused.status));
         }
     };
-    #[cfg(target_os = "linux")]
-    if args.warm && !config.servers.is_empty() {
-        tracing::debug!("not using a warm runner: the config names MCP servers");
-    }
     // Without --json, what the program writes reaches this process's stdout and stderr
-    // as it is written (not through a warm runner, which answers at the end).
+    // as it is written (from a warm runner too).
     let streamed = !args.json && !args.list_modules;
     for pattern in &args.require_approval {
         sandpy::validate_tool_pattern(pattern).context("--require-approval")?;
@@ -194,15 +186,22 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
         mounts,
         ..base
     };
+    // A runner has no MCP servers of its own and no terminal to ask for approval.
     #[cfg(target_os = "linux")]
-    if args.warm && !args.list_modules && config.servers.is_empty() {
-        if let Some(execution) =
-            super::warm::served(&resolved, &args.settings, &code, None, &options)
-        {
+    let usage = args
+        .warm
+        .usage(!args.list_modules && config.servers.is_empty() && !args.approve);
+    #[cfg(target_os = "linux")]
+    if let Some(execution) =
+        super::warm::served(usage, &resolved, &args.settings, &code, None, &options)
+    {
+        if streamed {
+            print_after_stream(&execution)?;
+        } else {
             print_execution(&execution, args.json)?;
-            args.files.save_outputs(&execution)?;
-            return Ok(Outcome::Run(execution.status));
         }
+        args.files.save_outputs(&execution)?;
+        return Ok(Outcome::Run(execution.status));
     }
     let overrun = (!args.list_modules).then(|| super::print_and_exit(args.json, streamed));
     let sandbox = super::one_shot_sandbox(&resolved, overrun)?;

@@ -35,14 +35,20 @@ impl Warm {
 
     /// `sandpy COMMAND --warm ARGS` with this test's folders.
     fn command(&self, command: &str, args: &[&str]) -> Command {
+        let mut sandpy = self.plain(command);
+        sandpy.arg("--warm").args(args);
+        sandpy
+    }
+
+    /// `sandpy COMMAND` with this test's folders, without `--warm`.
+    fn plain(&self, command: &str) -> Command {
         let mut sandpy = crate::sandpy();
         sandpy
             .env("XDG_RUNTIME_DIR", self.xdg.path())
             .env("SANDPY_WARM_IDLE_SECS", IDLE_SECS)
             .env("SANDPY_LOG", "sandpy=debug")
             .current_dir(self.cwd.path())
-            .args([command, "--warm"])
-            .args(args);
+            .arg(command);
         sandpy
     }
 
@@ -405,10 +411,8 @@ fn warm_runner_leaves_when_idle_and_a_killed_one_is_reported_not_rerun() {
         "{}",
         stderr(&out)
     );
-    assert!(
-        !stdout(&out).contains("started"),
-        "ran again in the command"
-    );
+    // Its output came as it was written, once: not again from a run in the command.
+    assert_eq!(stdout(&out), "started\n", "ran again in the command");
 }
 
 /// Kill the runners whose environment names this socket folder.
@@ -498,4 +502,90 @@ fn warm_runner_stops_the_run_of_a_command_that_ended() {
         after < busy / 4.0,
         "the runner ran on: {busy} s of CPU, then {after} s after the command ended"
     );
+}
+
+/// Without `--warm` a command uses the runner of its settings when one is up and never
+/// starts one; `sandpy warmup --keep` starts it; `--cold` runs in the command's process.
+#[test]
+fn a_runner_that_is_up_serves_commands_without_the_flag_and_none_is_started_for_them() {
+    let warm = Warm::new();
+    let program = ["run", "-c", "print('hi')"];
+    let cold = warm
+        .plain(program[0])
+        .args(&program[1..])
+        .output()
+        .expect("run");
+    assert_eq!(stdout(&cold), "hi\n", "{}", stderr(&cold));
+    assert!(!stderr(&cold).contains(SERVED), "{}", stderr(&cold));
+    // Nothing was started or made for it: not even the socket folder.
+    assert!(!warm.folder().exists(), "{:?}", warm.sockets());
+    let kept = warm
+        .plain("warmup")
+        .args(["--keep", "--idle-secs", IDLE_SECS])
+        .output()
+        .expect("warmup");
+    assert!(kept.status.success(), "{}", stderr(&kept));
+    assert_eq!(warm.sockets().len(), 1, "{}", stderr(&kept));
+    let served = warm
+        .plain(program[0])
+        .args(&program[1..])
+        .output()
+        .expect("run");
+    assert_eq!(stdout(&served), "hi\n", "{}", stderr(&served));
+    assert!(stderr(&served).contains(SERVED), "{}", stderr(&served));
+    let call = warm
+        .plain("call")
+        .args(["-", "f", "--args", "[20]"])
+        .stdin(
+            std::fs::File::open(write(&warm, "f.py", "def f(x):\n    return x + 1\n"))
+                .expect("open"),
+        )
+        .output()
+        .expect("call");
+    assert_eq!(stdout(&call), "21\n", "{}", stderr(&call));
+    assert!(stderr(&call).contains(SERVED), "{}", stderr(&call));
+    let own = warm
+        .plain("run")
+        .args(["--cold", "-c", "print('hi')"])
+        .output()
+        .expect("run --cold");
+    assert_eq!(stdout(&own), "hi\n", "{}", stderr(&own));
+    assert!(!stderr(&own).contains(SERVED), "{}", stderr(&own));
+}
+
+/// A served run's output reaches the command's stdout as the program writes it, as a run
+/// in the command's own process does, not at the end.
+#[test]
+fn a_served_run_streams_its_output_as_it_is_written() {
+    use std::io::BufRead;
+    let warm = Warm::new();
+    warm.run_served(&["-c", "1"]);
+    let program = "import time\nprint('first', flush=True)\ntime.sleep(2)\nprint('second')";
+    let started = Instant::now();
+    let mut child = warm
+        .plain("run")
+        .args(["-c", program])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = lines.next().expect("a line").expect("text");
+    let first_at = started.elapsed();
+    let second = lines.next().expect("a line").expect("text");
+    let out = child.wait_with_output().expect("wait");
+    let ended_at = started.elapsed();
+    assert_eq!((first.as_str(), second.as_str()), ("first", "second"));
+    assert!(stderr(&out).contains(SERVED), "{}", stderr(&out));
+    assert!(
+        first_at + Duration::from_secs(1) < ended_at,
+        "the first line came at {first_at:?}, the end at {ended_at:?}"
+    );
+}
+
+/// Write `text` to `name` in the test's working folder.
+fn write(warm: &Warm, name: &str, text: &str) -> PathBuf {
+    let path = warm.cwd.path().join(name);
+    std::fs::write(&path, text).expect("write");
+    path
 }
