@@ -20,34 +20,27 @@
 #![deny(missing_docs)]
 
 mod audit;
-mod bounded;
+mod client;
 mod config;
-mod connections;
 mod expand;
 mod http;
-mod hub;
-mod mcp_sessions;
 mod metrics;
-mod names;
-mod saves;
-mod schema;
 mod server;
 mod summary;
 mod telemetry;
 #[cfg(feature = "test-server")]
 pub mod test_server;
-mod tls;
 
 pub use audit::AuditLog;
+pub use client::schema::ArgumentSchema;
+pub use client::{Hub, ServerStatus};
 pub use config::{Config, ServerSpec};
-pub use connections::HttpLimits;
 pub use expand::Expansions;
+pub use http::connections::HttpLimits;
 pub use http::{HttpError, HttpListener};
-pub use hub::{Hub, ServerStatus};
 pub use metrics::Metrics;
 pub use sandpy::tls::{CaFile, CaFileError};
 pub use sandpy::{ConfigError, UnknownPolicy};
-pub use schema::ArgumentSchema;
 pub use server::SandpyServer;
 pub use summary::summarize;
 pub use telemetry::{Telemetry, TelemetryError};

@@ -9,7 +9,7 @@
 use super::{
     invalid, parses_as, structured, tool_error, Caller, Check, RunRequest, Saves, ServerState,
 };
-use crate::saves::SaveDir;
+use crate::server::saves::SaveDir;
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
@@ -207,7 +207,7 @@ impl ServerState {
 fn saves(
     caller: &Caller,
     name: &str,
-) -> Result<Result<SaveDir, crate::saves::SaveError>, ErrorData> {
+) -> Result<Result<SaveDir, crate::server::saves::SaveError>, ErrorData> {
     let (root, tenant) = match &caller.saves {
         Saves::Off(why) => return Err(invalid(*why)),
         Saves::In { root, tenant } => (root, tenant.as_deref()),

@@ -6,12 +6,13 @@
 //! (the request carries the tenant's name to the server, see [`crate::SandpyServer`]).
 //! Each MCP session gets its own handler ([`SandpyServer::connection`]).
 //! A client's `DELETE` of its session is answered 204 No Content (see
-//! [`deleted_is_no_content`]). Connections are timed and capped ([`crate::connections`]),
-//! MCP sessions counted per client and in all ([`crate::mcp_sessions`]), both within
+//! [`deleted_is_no_content`]). Connections are timed and capped ([`crate::http::connections`]),
+//! MCP sessions counted per client and in all ([`crate::http::sessions`]), both within
 //! [`HttpLimits`].
 
-use crate::connections::{self, HttpLimits};
-use crate::mcp_sessions::{self, CappedSessions, CheckedBearer};
+pub(crate) mod connections;
+pub(crate) mod sessions;
+
 use crate::server::{SandpyServer, TokenTenantName};
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -20,9 +21,11 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use connections::HttpLimits;
 use futures::StreamExt;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::ServerHandler;
+use sessions::{CappedSessions, CheckedBearer};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -204,10 +207,7 @@ where
     let mut app = Router::new()
         .nest_service("/mcp", service)
         .layer(middleware::from_fn(deleted_is_no_content))
-        .layer(middleware::from_fn_with_state(
-            sessions,
-            mcp_sessions::admit,
-        ))
+        .layer(middleware::from_fn_with_state(sessions, sessions::admit))
         .layer(middleware::from_fn_with_state(
             extras.draining.clone(),
             no_new_sessions_while_draining,
@@ -396,7 +396,7 @@ impl HttpListener {
     }
 
     /// Let runs in flight go on for `grace` after the shutdown signal (default
-    /// [`DEFAULT_DRAIN_GRACE`]).
+    /// `DEFAULT_DRAIN_GRACE`).
     pub fn drain_grace(mut self, grace: std::time::Duration) -> HttpListener {
         self.grace = grace;
         self

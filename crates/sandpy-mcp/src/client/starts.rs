@@ -68,8 +68,8 @@ impl Hub {
 
 #[cfg(test)]
 mod tests {
-    use crate::hub::testing::{fake, quick, status};
-    use crate::hub::Hub;
+    use crate::client::testing::{fake, quick, status};
+    use crate::client::Hub;
     use sandpy::ToolHost;
     use serde_json::Value;
     use std::time::Duration;

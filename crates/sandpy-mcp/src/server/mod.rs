@@ -22,10 +22,11 @@ mod approval;
 mod discovery;
 mod progress;
 mod run;
+pub(crate) mod saves;
 mod sessions;
 
 use crate::audit::AuditLog;
-use crate::hub::Hub;
+use crate::client::Hub;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
@@ -150,7 +151,7 @@ impl Drop for Client {
     }
 }
 
-/// One MCP session's handler (they all share one [`ServerState`]).
+/// One MCP session's handler (they all share one `ServerState`).
 #[derive(Clone)]
 pub struct SandpyServer {
     state: Arc<ServerState>,
@@ -313,7 +314,7 @@ impl SandpyServer {
                     let snapshot = state.sessions.of(tenant).snapshot(&id).await;
                     let snapshot = snapshot.map_err(|e| e.to_string())?;
                     let text = serde_json::to_string(&snapshot).map_err(|e| e.to_string())?;
-                    let dir = crate::saves::SaveDir::open(root, Some(name));
+                    let dir = crate::server::saves::SaveDir::open(root, Some(name));
                     let dir = dir.map_err(|e| e.to_string())?;
                     dir.write(&id, text.as_bytes()).map_err(|e| e.to_string())
                 };

@@ -15,7 +15,7 @@
 //! place before rmcp makes the session and hands the reservation on in a task-local:
 //! rmcp calls [`SessionManager::create_session`] within the request's own task.
 
-use crate::connections::HttpLimits;
+use super::connections::HttpLimits;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;

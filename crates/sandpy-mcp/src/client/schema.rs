@@ -60,7 +60,7 @@ fn depth(value: &Value) -> usize {
 /// Whether `value` holds a subtree the stdio reader cut for its depth.
 pub(crate) fn holds_depth_marker(value: &Value) -> bool {
     match value {
-        Value::String(s) => s == crate::bounded::DEPTH_MARKER,
+        Value::String(s) => s == super::bounded::DEPTH_MARKER,
         Value::Array(items) => items.iter().any(holds_depth_marker),
         Value::Object(map) => map.values().any(holds_depth_marker),
         _ => false,

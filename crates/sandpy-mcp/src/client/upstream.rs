@@ -2,9 +2,9 @@
 //! an HTTP or HTTPS server through rmcp's client), its live connection, its status, when a
 //! failed start may be tried again, and how it is stopped.
 
-use crate::bounded::BoundedChild;
+use super::bounded::BoundedChild;
+use super::tls;
 use crate::config::ServerSpec;
-use crate::tls;
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::RunningService;
@@ -272,9 +272,9 @@ impl Upstream {
 #[cfg(test)]
 mod tests {
     use super::Timing;
+    use crate::client::testing::{fake, quick, status};
+    use crate::client::Hub;
     use crate::config::Config;
-    use crate::hub::testing::{fake, quick, status};
-    use crate::hub::Hub;
     use rmcp::model::JsonObject;
     use sandpy::ToolHost;
     use serde_json::Value;

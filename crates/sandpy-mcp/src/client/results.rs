@@ -2,10 +2,10 @@
 //! error result, a refused answer or a failed connection as an error text, and the size
 //! limit (`max_tool_result_bytes`) on both.
 
+use super::bounded::Refusal;
+use super::schema;
 use super::upstream::Upstream;
 use super::Hub;
-use crate::bounded::Refusal;
-use crate::schema;
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::ServiceError;
 use serde_json::Value;
@@ -52,7 +52,7 @@ fn result_value(tool: &str, result: CallToolResult, limit: usize) -> Result<Valu
     if schema::holds_depth_marker(&value) {
         return Err(format!(
             "the result of {tool} is nested more than {} levels deep",
-            crate::bounded::MAX_DEPTH
+            super::bounded::MAX_DEPTH
         ));
     }
     let bytes = schema::json_len(&value);

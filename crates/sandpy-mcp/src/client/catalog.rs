@@ -2,10 +2,10 @@
 //! tool vetted as it comes (name, schema, description size), and the tools kept by full
 //! name beside the ones skipped and why.
 
+use super::names;
+use super::schema::{self, ArgumentSchema};
 use super::upstream::Upstream;
 use super::Hub;
-use crate::names;
-use crate::schema::{self, ArgumentSchema};
 use rmcp::model::{JsonObject, PaginatedRequestParams, Tool};
 use rmcp::service::ClientCacheConfig;
 use rmcp::{Peer, RoleClient, ServiceError};

@@ -36,30 +36,34 @@
 //! by name, so a call or a schema lookup costs the same with 10 tools or 10,000, and a
 //! tool's validator is made on its first call.
 //!
-//! [`BoundedChild`]: crate::bounded::BoundedChild
+//! [`BoundedChild`]: bounded::BoundedChild
 //! [`ServerSpec::hide`]: crate::config::ServerSpec::hide
 //! [`MAX_PAGES`]: catalog::MAX_PAGES
 //! [`MAX_TOOLS`]: catalog::MAX_TOOLS
 //! [`MAX_LISTED_BYTES`]: catalog::MAX_LISTED_BYTES
-//! [`names`]: crate::names
-//! [`schema::vet`]: crate::schema::vet
+//! [`names`]: names
+//! [`schema::vet`]: schema::vet
 
 mod audited;
+pub(crate) mod bounded;
 mod catalog;
+pub(crate) mod names;
 mod results;
+pub(crate) mod schema;
 mod starts;
 #[cfg(test)]
 mod testing;
+pub(crate) mod tls;
 mod upstream;
 
 use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::schema::ArgumentSchema;
 use audited::AuditedTools;
 use catalog::Catalog;
 use rmcp::model::CallToolRequestParams;
 use sandpy::{Allowlist, PrepareFuture, ToolError, ToolFuture, ToolHost, ToolInfo};
+use schema::ArgumentSchema;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
