@@ -4,6 +4,7 @@
 mod commands;
 mod exit;
 mod log;
+mod warm_runner;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -72,7 +72,6 @@ mod tool_access;
 mod tools;
 mod verdict;
 #[cfg(target_os = "linux")]
-pub mod warm;
 mod wasm;
 
 pub use approval::{ApprovalFuture, ApprovalRequest, Approver, Decision};

@@ -3,9 +3,9 @@
 //! `--with`, the config's `sandpy.packages` list is built into its `sandpy.runtime` file.
 
 use crate::exit::Outcome;
-use anyhow::bail;
+use anyhow::{bail, Context};
 use sandpy::packages;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub(super) struct Args {
@@ -123,7 +123,7 @@ fn native(args: &Args, settings: sandpy::Settings) -> anyhow::Result<Outcome> {
         .python
         .clone()
         .unwrap_or_else(|| PathBuf::from("python3"));
-    sandpy::native::build_venv(&python, &venv, &packages)?;
+    build_venv(&python, &venv, &packages)?;
     eprintln!(
         "sandpy: made {} with {}",
         venv.display(),
@@ -138,4 +138,37 @@ fn native(args: &Args, settings: sandpy::Settings) -> anyhow::Result<Outcome> {
         venv.display()
     );
     Ok(Outcome::Success)
+}
+
+/// Make the native tier's virtual environment: `python -m venv`, then `packages` (pip
+/// requirements) installed from PyPI as wheels only (nothing is compiled on this
+/// machine). pip's own output goes to this process's stderr.
+fn build_venv(python: &Path, venv: &Path, packages: &[String]) -> anyhow::Result<()> {
+    let step = |program: &Path, args: &[&std::ffi::OsStr], what: &str| {
+        let status = std::process::Command::new(program)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::inherit())
+            .status()
+            .with_context(|| format!("cannot run `{}` to {what}", program.display()))?;
+        if !status.success() {
+            bail!("`{}` failed to {what} ({status})", program.display());
+        }
+        Ok(())
+    };
+    step(
+        python,
+        &["-m".as_ref(), "venv".as_ref(), venv.as_os_str()],
+        "make the virtual environment",
+    )?;
+    if packages.is_empty() {
+        return Ok(());
+    }
+    let venv_python = venv.join("bin").join("python");
+    let mut args: Vec<&std::ffi::OsStr> = ["-m", "pip", "install", "--only-binary=:all:"]
+        .iter()
+        .map(|a| a.as_ref())
+        .collect();
+    args.extend(packages.iter().map(|p| std::ffi::OsStr::new(p.as_str())));
+    step(&venv_python, &args, "install the packages")
 }

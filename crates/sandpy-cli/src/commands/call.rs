@@ -96,7 +96,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
                 };
                 #[cfg(target_os = "linux")]
                 {
-                    let call = sandpy::warm::WarmCall {
+                    let call = crate::warm_runner::WarmCall {
                         function: args.function.clone(),
                         arguments: arguments.clone(),
                     };

@@ -4,7 +4,7 @@
 //! hidden).
 
 use super::ConfigArgs;
-use sandpy::warm::{WarmCall, WarmError, WarmKey, WarmRequest, WarmRunner};
+use crate::warm_runner::{WarmCall, WarmError, WarmKey, WarmRequest, WarmRunner};
 use sandpy::{Execution, Status};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -91,7 +91,7 @@ pub(super) fn served(
         }
     };
     let request = WarmRequest::new(key, code, call, options);
-    match sandpy::warm::run_warm(&request, options.on_output.as_ref()) {
+    match crate::warm_runner::run_warm(&request, options.on_output.as_ref()) {
         Ok(execution) => {
             tracing::debug!("{SERVED}");
             Some(execution)
@@ -140,7 +140,7 @@ pub(super) fn start_runner(
 
 /// `sandpy warm-runner`: load the sandbox for these settings and serve runs until idle.
 pub(super) fn run(args: Args) -> anyhow::Result<crate::exit::Outcome> {
-    sandpy::warm::close_inherited_files();
+    crate::warm_runner::close_inherited_files();
     let (config, resolved) = args.settings.resolve_with_servers()?;
     let key = WarmKey::of(&resolved)?;
     if key.as_str() != args.key || !config.servers.is_empty() {

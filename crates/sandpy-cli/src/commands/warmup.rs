@@ -50,14 +50,14 @@ fn keep(args: &Args) -> anyhow::Result<()> {
     if !config.servers.is_empty() {
         bail!("a warm runner serves configs without MCP servers; this one names some");
     }
-    let key = sandpy::warm::WarmKey::of(&resolved)?;
+    let key = crate::warm_runner::WarmKey::of(&resolved)?;
     let idle = Duration::from_secs(args.idle_secs);
     super::warm::start_runner(&key, &args.settings, Some(idle))
         .context("cannot start the warm runner")?;
-    let probe = sandpy::warm::WarmRequest::new(key, "pass", None, &resolved.run_options());
+    let probe = crate::warm_runner::WarmRequest::new(key, "pass", None, &resolved.run_options());
     let deadline = Instant::now() + KEEP_WAIT;
     loop {
-        match sandpy::warm::run_warm(&probe, None) {
+        match crate::warm_runner::run_warm(&probe, None) {
             Ok(_) => break,
             Err(e) if Instant::now() >= deadline => {
                 return Err(e).context(format!(

@@ -236,7 +236,7 @@ impl Network {
     /// A digest of the rules, secret values included, that tells two networks apart
     /// without showing a value (a warm runner serves only commands whose secrets are the
     /// ones it was started with).
-    pub(crate) fn fingerprint(&self) -> [u8; 32] {
+    pub fn fingerprint(&self) -> [u8; 32] {
         use sha2::{Digest, Sha256};
         let mut hash = Sha256::new();
         hash.update(format!("{:?}", self.inner.rules).as_bytes());

@@ -19,10 +19,11 @@
 //! as it is written (one frame per write, when the request asks for it) and then the
 //! [`Execution`], each a frame.
 
-use crate::{
+use base64::Engine;
+use nix::fcntl::{Flock, FlockArg};
+use sandpy::{
     Execution, InputFile, LimitOverrides, Mount, OutputSink, Resolved, RunOptions, Sandbox, Stream,
 };
-use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
@@ -36,7 +37,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// Largest request or answer either side reads, and the most that the requests a runner
 /// holds at once add up to (a request waits for room before it is read): the run's own
 /// limits (output, files, code size) keep real ones far under it.
-pub const MAX_MESSAGE_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_MESSAGE_BYTES: u64 = 1 << 30;
 /// How long a client waits for a runner to take its run before running it itself.
 const TAKE_WAIT: Duration = Duration::from_secs(2);
 /// How long a runner waits for a client's request and its go-ahead.
@@ -47,7 +48,7 @@ const GO: u8 = b'!';
 /// Why a run could not be handed to a warm runner, or its answer not read.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum WarmError {
+pub(crate) enum WarmError {
     /// No runner answered for this key (none running, or it did not take the run): the
     /// caller runs the program itself.
     #[error("no warm runner took the run")]
@@ -90,11 +91,11 @@ const NOT_SETTINGS: [&str; 4] = [
 /// Which runner may serve a run: equal keys mean equal binaries, working folders,
 /// settings and environments.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WarmKey(String);
+pub(crate) struct WarmKey(String);
 
 impl WarmKey {
     /// The key of a command run in this process with `resolved`.
-    pub fn of(resolved: &Resolved) -> Result<WarmKey, WarmError> {
+    pub(crate) fn of(resolved: &Resolved) -> Result<WarmKey, WarmError> {
         let mut hash = Sha256::new();
         let exe = std::env::current_exe().map_err(|source| WarmError::Io {
             path: "/proc/self/exe".into(),
@@ -141,7 +142,7 @@ impl WarmKey {
     }
 
     /// The key's text, as `sandpy` passes it to the runner it starts.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
@@ -184,7 +185,7 @@ fn identity(path: &Path) -> String {
 /// The user's folder for runner sockets: `$XDG_RUNTIME_DIR/sandpy`, else
 /// `/tmp/sandpy-<uid>`; created `0700`, and refused unless it is a real folder of this
 /// user that no one else can enter (another user could otherwise answer for a runner).
-pub fn socket_folder() -> Result<PathBuf, WarmError> {
+pub(crate) fn socket_folder() -> Result<PathBuf, WarmError> {
     let path = socket_folder_path();
     match std::fs::DirBuilder::new().mode(0o700).create(&path) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
@@ -220,30 +221,29 @@ fn checked_folder(path: PathBuf) -> Result<PathBuf, WarmError> {
 /// One run as a command hands it over: the parts of [`RunOptions`] that are per run (the
 /// rest comes from the runner's settings, equal to the command's by the key).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WarmRequest {
+pub(crate) struct WarmRequest {
     /// The runner this request is for.
-    pub key: WarmKey,
+    pub(crate) key: WarmKey,
     /// The program.
-    pub code: String,
+    pub(crate) code: String,
     /// A function of the program to call (`sandpy call`), instead of running it.
-    pub call: Option<WarmCall>,
+    pub(crate) call: Option<WarmCall>,
     /// [`RunOptions::filename`].
-    pub filename: Option<String>,
-    /// [`RunOptions::stdin`] (empty: none).
-    #[serde(with = "crate::files::base64_bytes")]
-    pub stdin: Vec<u8>,
+    pub(crate) filename: Option<String>,
+    /// [`RunOptions::stdin`], base64 (empty: none).
+    pub(crate) stdin_base64: String,
     /// [`RunOptions::limit_overrides`].
-    pub limit_overrides: LimitOverrides,
+    pub(crate) limit_overrides: LimitOverrides,
     /// [`RunOptions::allowed_tools`].
-    pub allowed_tools: Option<Vec<String>>,
+    pub(crate) allowed_tools: Option<Vec<String>>,
     /// [`RunOptions::files`].
-    pub files: Vec<InputFile>,
+    pub(crate) files: Vec<InputFile>,
     /// [`RunOptions::mounts`].
-    pub mounts: Vec<Mount>,
+    pub(crate) mounts: Vec<Mount>,
     /// Whether the runner sends the run's output as it is written (for a command that
     /// prints it so), besides the execution that holds it.
     #[serde(default)]
-    pub stream_output: bool,
+    pub(crate) stream_output: bool,
 }
 
 /// One frame of a runner's answer.
@@ -254,16 +254,28 @@ enum Answer {
     Output {
         /// Written to stderr (else stdout).
         stderr: bool,
-        #[serde(with = "crate::files::base64_bytes")]
-        bytes: Vec<u8>,
+        /// What was written, base64.
+        base64: String,
     },
     /// The run's end.
     Done(Box<Execution>),
 }
 
+impl Answer {
+    fn output(stream: Stream, bytes: &[u8]) -> Answer {
+        Answer::Output {
+            stderr: stream == Stream::Stderr,
+            base64: BASE64.encode(bytes),
+        }
+    }
+}
+
+/// How the wire carries bytes.
+const BASE64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
 impl WarmRequest {
     /// The request for `code` (or `call` of it) with the per-run part of `options`.
-    pub fn new(
+    pub(crate) fn new(
         key: WarmKey,
         code: &str,
         call: Option<WarmCall>,
@@ -274,7 +286,11 @@ impl WarmRequest {
             code: code.to_string(),
             call,
             filename: options.filename.clone(),
-            stdin: options.stdin.clone().unwrap_or_default(),
+            stdin_base64: options
+                .stdin
+                .as_deref()
+                .map(|stdin| BASE64.encode(stdin))
+                .unwrap_or_default(),
             limit_overrides: options.limit_overrides.clone(),
             allowed_tools: options.allowed_tools.clone(),
             files: options.files.clone(),
@@ -286,18 +302,18 @@ impl WarmRequest {
 
 /// A function call a request asks for, as [`Sandbox::call_function`] takes it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WarmCall {
+pub(crate) struct WarmCall {
     /// The function's name.
-    pub function: String,
+    pub(crate) function: String,
     /// Its JSON arguments: a list (positional) or an object (keywords).
-    pub arguments: serde_json::Value,
+    pub(crate) arguments: serde_json::Value,
 }
 
 /// Hand `request` to its key's runner and wait for the run's [`Execution`], giving its
 /// output to `on_output` as it comes when the request streams it.
 /// [`WarmError::NotTaken`] (and every error but [`WarmError::Lost`]) means the run did not
 /// happen there: run it here. Nothing is created when no runner is up.
-pub fn run_warm(
+pub(crate) fn run_warm(
     request: &WarmRequest,
     on_output: Option<&OutputSink>,
 ) -> Result<Execution, WarmError> {
@@ -340,16 +356,15 @@ pub fn run_warm(
             (&mut stream).take(length).read_to_end(&mut body)?;
             match serde_json::from_slice(&body)? {
                 Answer::Done(execution) => return Ok(*execution),
-                Answer::Output { stderr, bytes } => {
+                Answer::Output { stderr, base64 } => {
+                    let bytes = BASE64.decode(base64).map_err(std::io::Error::other)?;
+                    let stream = if stderr {
+                        Stream::Stderr
+                    } else {
+                        Stream::Stdout
+                    };
                     if let Some(sink) = on_output {
-                        sink(
-                            if stderr {
-                                Stream::Stderr
-                            } else {
-                                Stream::Stdout
-                            },
-                            &bytes,
-                        );
+                        sink(stream, &bytes);
                     }
                 }
             }
@@ -359,7 +374,7 @@ pub fn run_warm(
 }
 
 /// A runner that holds its key: the lock that makes it the only one, and its socket.
-pub struct WarmRunner {
+pub(crate) struct WarmRunner {
     key: WarmKey,
     socket: PathBuf,
     lock_path: PathBuf,
@@ -369,7 +384,7 @@ pub struct WarmRunner {
 impl WarmRunner {
     /// Take `key`'s lock: `None` when another runner holds it. Call before loading the
     /// sandbox, so that runners started at once by several commands load it only once.
-    pub fn claim(key: WarmKey) -> Result<Option<WarmRunner>, WarmError> {
+    pub(crate) fn claim(key: WarmKey) -> Result<Option<WarmRunner>, WarmError> {
         let socket = key.socket()?;
         let lock_path = socket.with_extension("lock");
         let io = |source| WarmError::Io {
@@ -409,7 +424,7 @@ impl WarmRunner {
 
     /// Serve runs with `sandbox` and the command's `resolved` settings until no run has
     /// come or been going for `idle`; then remove the socket and the lock file.
-    pub async fn serve(
+    pub(crate) async fn serve(
         self,
         sandbox: Sandbox,
         resolved: Resolved,
@@ -507,10 +522,13 @@ async fn serve_one(
             let _ = writes.send((stream, bytes.to_vec()));
         }) as OutputSink
     });
+    let stdin = BASE64
+        .decode(&request.stdin_base64)
+        .map_err(|_| invalid("stdin is not base64"))?;
     let options = RunOptions {
         on_output,
         limit_overrides: request.limit_overrides,
-        stdin: (!request.stdin.is_empty()).then_some(request.stdin),
+        stdin: Some(stdin).filter(|stdin| !stdin.is_empty()),
         filename: request.filename,
         allowed_tools: request.allowed_tools,
         files: request.files,
@@ -536,8 +554,7 @@ async fn serve_one(
         tokio::select! {
             execution = &mut run => break execution,
             Some((which, bytes)) = written.recv() => {
-                let stderr = which == Stream::Stderr;
-                write_frame(&mut writer, &Answer::Output { stderr, bytes }).await?;
+                write_frame(&mut writer, &Answer::output(which, &bytes)).await?;
             }
             _ = reader.read(&mut extra) => {
                 return Err(std::io::Error::new(
@@ -549,8 +566,7 @@ async fn serve_one(
     };
     // What the run wrote last, then its end.
     while let Ok((which, bytes)) = written.try_recv() {
-        let stderr = which == Stream::Stderr;
-        write_frame(&mut writer, &Answer::Output { stderr, bytes }).await?;
+        write_frame(&mut writer, &Answer::output(which, &bytes)).await?;
     }
     write_frame(&mut writer, &Answer::Done(Box::new(execution))).await?;
     writer.flush().await
@@ -568,7 +584,7 @@ async fn write_frame(
 
 /// Close every file descriptor above stderr: a runner started by a command must not keep
 /// its parent's pipes open (a caller waiting for their end would wait for the runner).
-pub fn close_inherited_files() {
+pub(crate) fn close_inherited_files() {
     let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
         return;
     };
@@ -577,10 +593,8 @@ pub fn close_inherited_files() {
         .filter(|&fd| fd > 2)
         .collect();
     for fd in fds {
-        // SAFETY: called at the start of the runner, before it opens anything it owns;
-        // the descriptors are inherited ones (and the listing's own, already closed).
-        unsafe {
-            libc::close(fd);
-        }
+        // Called at the start of the runner, before it opens anything it owns: the
+        // descriptors are inherited ones (and the listing's own, already closed).
+        let _ = nix::unistd::close(fd);
     }
 }
