@@ -2,6 +2,7 @@
 //! client (the official Python SDK) driving `sandpy serve` over stdio and HTTP.
 
 mod config;
+mod help;
 mod hostile_clients;
 mod live;
 mod load;
