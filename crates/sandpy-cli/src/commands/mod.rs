@@ -7,6 +7,8 @@ mod build;
 mod call;
 mod check;
 mod demo;
+#[cfg(test)]
+mod documented;
 mod files;
 mod run;
 mod serve;
