@@ -48,14 +48,83 @@ pub(crate) fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
             for cause in error.chain().skip(1) {
                 eprintln!("  Caused by: {cause}");
             }
+            if let Some(hint) = hint(&error) {
+                eprintln!("hint: {hint}");
+            }
             ExitCode::from(USAGE)
         }
     }
 }
 
+/// What to do about an error, where sandpy can tell more than the error says.
+fn hint(error: &anyhow::Error) -> Option<String> {
+    match error
+        .chain()
+        .find_map(|e| e.downcast_ref::<sandpy::ConfigError>())?
+    {
+        sandpy::ConfigError::Read { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Some(
+                "a relative path is read from the working folder; without --config, sandpy \
+                 reads $SANDPY_CONFIG, else ./.mcp.json, else runs on its defaults"
+                    .into(),
+            )
+        }
+        sandpy::ConfigError::Invalid { message, .. } => {
+            closest_field(message).map(|field| format!("did you mean `{field}`?"))
+        }
+        _ => None,
+    }
+}
+
+/// For serde's "unknown field `x`, expected one of `a`, `b`": the expected field closest
+/// to `x`, when one is close (at most a third of its letters differ).
+fn closest_field(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (unknown, rest) = rest.split_once('`')?;
+    let expected = rest.split_once("expected one of ")?.1;
+    expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|field| (distance(unknown, field), field))
+        .filter(|&(d, field)| d * 3 <= field.len().max(unknown.len()))
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, field)| field)
+}
+
+/// Edit distance (insertions, deletions, substitutions) between two names.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut last = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (row[j] + 1)
+                .min(row[j + 1] + 1)
+                .min(last + usize::from(ca != cb));
+            last = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_close_unknown_field_gets_a_hint_and_a_far_one_none() {
+        let message = "unknown field `timeout`, expected one of `timeout_ms`, `memory_mb`";
+        assert_eq!(closest_field(message), Some("timeout_ms"));
+        let far = "unknown field `colour`, expected one of `timeout_ms`, `memory_mb`";
+        assert_eq!(closest_field(far), None);
+        assert_eq!(closest_field("missing field `x`"), None);
+        assert_eq!(distance("kitten", "sitting"), 3);
+    }
 
     /// The statuses table of docs/guide/cli.md lists every status (as serde names them
     /// when refusing an unknown one), each with the exit code `status_code` gives it.

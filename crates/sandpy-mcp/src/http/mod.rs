@@ -7,11 +7,11 @@
 //! Each MCP session gets its own handler ([`SandpyServer::connection`]).
 //! A client's `DELETE` of its session is answered 204 No Content (see
 //! [`deleted_is_no_content`]). Connections are timed and capped ([`crate::http::connections`]),
-//! MCP sessions counted per client and in all ([`crate::http::sessions`]), both within
+//! MCP sessions counted per client and in all ([`crate::http::mcp_sessions`]), both within
 //! [`HttpLimits`].
 
 pub(crate) mod connections;
-pub(crate) mod sessions;
+pub(crate) mod mcp_sessions;
 
 use crate::server::{SandpyServer, TokenTenantName};
 use axum::body::Body;
@@ -23,9 +23,9 @@ use axum::routing::get;
 use axum::Router;
 use connections::HttpLimits;
 use futures::StreamExt;
+use mcp_sessions::{CappedSessions, CheckedBearer};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::ServerHandler;
-use sessions::{CappedSessions, CheckedBearer};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -207,7 +207,10 @@ where
     let mut app = Router::new()
         .nest_service("/mcp", service)
         .layer(middleware::from_fn(deleted_is_no_content))
-        .layer(middleware::from_fn_with_state(sessions, sessions::admit))
+        .layer(middleware::from_fn_with_state(
+            sessions,
+            mcp_sessions::admit,
+        ))
         .layer(middleware::from_fn_with_state(
             extras.draining.clone(),
             no_new_sessions_while_draining,
