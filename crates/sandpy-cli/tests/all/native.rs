@@ -966,24 +966,28 @@ fn compat_programs_answer_alike_in_both_tiers() {
             .output()
             .expect("sandpy");
         let wasm: Value = serde_json::from_slice(&out.stdout).expect("json");
-        // Tracebacks through the stdlib name its files, which differ between the two
-        // Pythons; everything else must not.
-        for field in [
-            "/status",
-            "/stdout",
-            "/return_value",
-            "/error/type",
-            "/error/message",
-        ] {
-            assert_eq!(
-                native.pointer(field),
-                wasm.pointer(field),
-                "{field} differs for:\n{code}\n{native}\n{wasm}"
-            );
-        }
-        if native["status"] == "ok" {
-            assert_eq!(native["stderr"], wasm["stderr"], "{code}");
-        }
+        assert_alike(code, &native, &wasm);
+    }
+}
+
+/// The two tiers' executions of `code` say the same: tracebacks through the stdlib name
+/// its files, which differ between the two Pythons; everything else must not.
+pub(super) fn assert_alike(code: &str, native: &Value, wasm: &Value) {
+    for field in [
+        "/status",
+        "/stdout",
+        "/return_value",
+        "/error/type",
+        "/error/message",
+    ] {
+        assert_eq!(
+            native.pointer(field),
+            wasm.pointer(field),
+            "{field} differs for:\n{code}\n{native}\n{wasm}"
+        );
+    }
+    if native["status"] == "ok" {
+        assert_eq!(native["stderr"], wasm["stderr"], "{code}");
     }
 }
 

@@ -77,7 +77,8 @@ pub(crate) struct Access {
 }
 
 impl Access {
-    /// Only `token`, if any.
+    /// Only `token`, if any (the test server's access).
+    #[cfg(feature = "test-server")]
     pub(crate) fn token(token: Option<String>) -> Access {
         Access {
             token,

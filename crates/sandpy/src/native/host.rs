@@ -269,10 +269,7 @@ impl NativeTier {
         };
         let mut run = Run::new(tools, limits, &inputs);
         let session = match kept.take() {
-            Some(mut session) => match session.start_cell(limits).await {
-                Ok(()) => Ok(session),
-                Err(end) => Err(end),
-            },
+            Some(mut session) => session.start_cell(limits).await.map(|()| session),
             None => self
                 .launch(limits, memory_cap, &inputs.mounts, true)
                 .and_then(Streams::open)
