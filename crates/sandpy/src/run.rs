@@ -244,18 +244,9 @@ impl Runner {
     /// its first run).
     #[cfg(target_os = "linux")]
     async fn native_fresh(&self, task: &Task, options: &RunOptions) -> Execution {
-        // Started before the run is admitted: the zygote's imports are not the run's time.
-        let tier = match self.native_tier().await {
-            Ok(tier) => tier,
-            Err(message) => return Execution::refused(Status::InternalError, message),
-        };
-        let run = match self.admit(task, options).await {
-            Ok(run) => run,
-            Err(refused) => return refused.into(),
-        };
-        let inputs = match crate::native::Inputs::check(options, &run.limits) {
-            Ok(inputs) => inputs,
-            Err(why) => return Execution::refused(Status::InvalidInput, why),
+        let (tier, run, inputs) = match self.native_admit(task, options).await {
+            Ok(admitted) => admitted,
+            Err((execution, _)) => return execution,
         };
         let guest_options = guest_options(options, false);
         tier.run(
@@ -267,6 +258,41 @@ impl Runner {
             run.started,
         )
         .await
+    }
+
+    /// What a native run needs before it starts: the tier (started now if need be, before
+    /// admission: the zygote's imports are not the run's time), a run slot, and its
+    /// checked inputs; or the refusal, and whether it came after the slot was taken.
+    #[cfg(target_os = "linux")]
+    async fn native_admit(
+        &self,
+        task: &Task,
+        options: &RunOptions,
+    ) -> Result<
+        (
+            Arc<crate::native::NativeTier>,
+            Admitted,
+            crate::native::Inputs,
+        ),
+        (Execution, Reached),
+    > {
+        let tier = self.native_tier().await.map_err(|message| {
+            (
+                Execution::refused(Status::InternalError, message),
+                Reached::Refused,
+            )
+        })?;
+        let run = self
+            .admit(task, options)
+            .await
+            .map_err(|refused| (refused.into(), Reached::Refused))?;
+        let inputs = crate::native::Inputs::check(options, &run.limits).map_err(|why| {
+            (
+                Execution::refused(Status::InvalidInput, why),
+                Reached::Admitted,
+            )
+        })?;
+        Ok((tier, run, inputs))
     }
 
     #[cfg(not(target_os = "linux"))]
@@ -415,26 +441,9 @@ impl Runner {
         kept: &mut Kept,
         replay: Option<VecDeque<RecordedCall>>,
     ) -> Ran {
-        let refused = |status, message: String, reached| Ran {
-            execution: Execution::refused(status, message),
-            reached,
-        };
-        let tier = match self.native_tier().await {
-            Ok(tier) => tier,
-            Err(message) => return refused(Status::InternalError, message, Reached::Refused),
-        };
-        let mut run = match self.admit(&task, options).await {
-            Ok(run) => run,
-            Err(refusal) => {
-                return Ran {
-                    execution: refusal.into(),
-                    reached: Reached::Refused,
-                }
-            }
-        };
-        let inputs = match crate::native::Inputs::check(options, &run.limits) {
-            Ok(inputs) => inputs,
-            Err(why) => return refused(Status::InvalidInput, why, Reached::Admitted),
+        let (tier, mut run, inputs) = match self.native_admit(&task, options).await {
+            Ok(admitted) => admitted,
+            Err((execution, reached)) => return Ran { execution, reached },
         };
         run.tools.recorded = Some(Vec::new());
         run.tools.replay = replay;

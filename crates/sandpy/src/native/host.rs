@@ -231,7 +231,7 @@ impl NativeTier {
     ) -> Execution {
         let mut run = Run::new(tools, limits, &inputs);
         let launched = self
-            .launch(limits, limits.memory_bytes as u64, &inputs.mounts, false)
+            .launch(limits, &inputs.mounts, false)
             .and_then(Streams::open)
             .map_err(NativeEnd::Internal);
         let ended = match launched {
@@ -271,7 +271,7 @@ impl NativeTier {
         let session = match kept.take() {
             Some(mut session) => session.start_cell(limits).await.map(|()| session),
             None => self
-                .launch(limits, memory_cap, &inputs.mounts, true)
+                .launch(limits, &inputs.mounts, true)
                 .and_then(Streams::open)
                 .map_err(NativeEnd::Internal)
                 // A session's stdin is empty.
@@ -312,7 +312,6 @@ impl NativeTier {
     fn launch(
         &self,
         limits: &Limits,
-        memory_bytes: u64,
         mounts: &[(PathBuf, String)],
         session: bool,
     ) -> Result<Launched, String> {
@@ -351,7 +350,7 @@ impl NativeTier {
             made.map_err(|e| format!("cannot make the run's descriptors: {e}"))?;
         let request = RunRequest {
             timeout_ms: limits.timeout.as_millis().min(u64::MAX as u128) as u64,
-            memory_bytes,
+            memory_bytes: limits.memory_bytes as u64,
             disk_bytes: limits.disk_bytes,
             output_files_bytes: limits.output_files_bytes,
             mounts: mounts.to_vec(),
