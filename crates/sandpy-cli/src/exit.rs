@@ -58,6 +58,15 @@ pub(crate) fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
 
 /// What to do about an error, where sandpy can tell more than the error says.
 fn hint(error: &anyhow::Error) -> Option<String> {
+    if error
+        .downcast_ref::<crate::commands::NoBenchProgram>()
+        .is_some()
+    {
+        return Some(
+            "build it beside this binary: `cargo build --release -p sandpy-cli -p sandpy-bench`"
+                .into(),
+        );
+    }
     match error
         .chain()
         .find_map(|e| e.downcast_ref::<sandpy::ConfigError>())?

@@ -1,6 +1,8 @@
 //! A test that the `sandpy` commands the README and the guides show are commands this
 //! binary takes: every flag they name exists on its subcommand, and every whole command
-//! line in a code block parses.
+//! line in a code block parses. `sandpy bench` hands its arguments to the `sandpy-bench`
+//! program, so its uses (and those of `sandpy-bench` itself) are checked against that
+//! program's command line.
 
 use clap::{CommandFactory, Parser};
 use std::path::{Path, PathBuf};
@@ -77,7 +79,10 @@ fn uses(path: &Path, text: &str, subcommands: &[String]) -> Vec<Use> {
             pieces.extend(line.split('`').skip(1).step_by(2).map(|span| (span, false)));
         }
         for (piece, whole) in pieces {
-            let words = words(piece);
+            let mut words = words(piece);
+            if words.first().is_some_and(|w| w == "sandpy-bench") {
+                words.splice(0..1, ["sandpy".to_string(), "bench".to_string()]);
+            }
             let is_use = words.first().is_some_and(|w| w == "sandpy")
                 && words.get(1).is_some_and(|w| subcommands.contains(w));
             if is_use {
@@ -105,7 +110,14 @@ fn documented_commands_are_commands_this_binary_takes() {
         let text = std::fs::read_to_string(&path).expect("read");
         for found in uses(&path, &text, &subcommands) {
             checked += 1;
-            let sub = cli.find_subcommand(&found.words[0]).expect("a subcommand");
+            let bench = found.words[0] == "bench";
+            let sub = if bench {
+                sandpy_bench::Args::command()
+            } else {
+                cli.find_subcommand(&found.words[0])
+                    .expect("a subcommand")
+                    .clone()
+            };
             for word in &found.words[1..] {
                 let flag = word.split('=').next().unwrap_or(word);
                 let known = match flag.strip_prefix("--") {
@@ -137,8 +149,16 @@ fn documented_commands_are_commands_this_binary_takes() {
                     || (w.chars().any(|c| c.is_ascii_uppercase()) && !w.contains('.'))
             });
             if found.whole && !placeholder {
-                let line = std::iter::once("sandpy".to_string()).chain(found.words.iter().cloned());
-                if let Err(e) = super::Cli::try_parse_from(line) {
+                let parsed = if bench {
+                    let line = std::iter::once("sandpy-bench")
+                        .chain(found.words[1..].iter().map(String::as_str));
+                    sandpy_bench::Args::try_parse_from(line).map(drop)
+                } else {
+                    let line =
+                        std::iter::once("sandpy").chain(found.words.iter().map(String::as_str));
+                    super::Cli::try_parse_from(line).map(drop)
+                };
+                if let Err(e) = parsed {
                     problems.push(format!(
                         "{}: `sandpy {}` does not parse: {}",
                         found.place,

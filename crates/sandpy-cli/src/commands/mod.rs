@@ -17,6 +17,7 @@ mod warmup;
 mod workers;
 
 use crate::exit::Outcome;
+pub(crate) use bench::NoBenchProgram;
 use clap::{Parser, Subcommand};
 
 /// Run untrusted Python (real CPython 3.14) in a WebAssembly sandbox.
@@ -43,7 +44,8 @@ enum Command {
     /// Compile the Python runtime to native code now, so the first run is fast; with
     /// `--keep`, keep it loaded in a warm runner that later runs use.
     Warmup(warmup::Args),
-    /// Measure latency, throughput and CPU-bound speed against native python3.
+    /// Measure latency, throughput and CPU-bound speed against native python3 (runs the
+    /// `sandpy-bench` program beside this binary).
     Bench(bench::Args),
     /// Build a runtime with extra pure-Python packages from PyPI (or a folder to mount).
     Build(build::Args),

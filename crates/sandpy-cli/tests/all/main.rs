@@ -1,6 +1,7 @@
 //! End-to-end tests of the `sandpy` binary: real processes, real files, and a real MCP
 //! client (the official Python SDK) driving `sandpy serve` over stdio and HTTP.
 
+mod bench;
 mod config;
 mod help;
 mod hostile_clients;

@@ -1,0 +1,229 @@
+//! Fresh-instance runs inside this process: latency and throughput, files, streamed
+//! output, sessions, and memory per live instance.
+
+use crate::measure::{median, percentile, private_bytes, timed_run};
+use crate::Bench;
+use sandpy::Limits;
+use std::time::{Duration, Instant};
+
+impl Bench {
+    /// In-process fresh-instance latency and throughput, with wasmtime's pooling
+    /// allocator (the default) and with on-demand allocation.
+    pub(crate) fn hello(&self) -> anyhow::Result<()> {
+        let (rt, args, cores) = (&self.rt, &self.args, self.cores);
+        let on_demand = sandpy::Sandbox::new(sandpy::Config {
+            pooled_instances: None,
+            ..sandpy::Config::default()
+        })?;
+        let configurations = [
+            ("pooling allocator", &self.sandbox),
+            ("on-demand allocator", &on_demand),
+        ];
+        // Latencies interleaved (one run of each in turn), so that drift in the machine's
+        // load falls on both alike.
+        let mut latencies = [(); 2].map(|_| Vec::new());
+        for _ in 0..args.runs.max(1) {
+            for (i, (_, sandbox)) in configurations.iter().enumerate() {
+                latencies[i].push(timed_run(
+                    rt,
+                    sandbox,
+                    "print('hello')",
+                    &sandpy::RunOptions::default(),
+                )?);
+            }
+        }
+        for ((name, sandbox), mut latencies) in configurations.into_iter().zip(latencies) {
+            latencies.sort_by(f64::total_cmp);
+            let per_sec = hello_throughput(rt, sandbox, cores, 2000);
+            println!(
+                "{name:<20} in-process print('hello'), fresh instance: p50 {:.3} ms  p99 {:.3} ms (n={});  \
+                 {per_sec:.0} runs/s with {cores} cores busy (n=2000)",
+                percentile(&latencies, 0.5),
+                percentile(&latencies, 0.99),
+                latencies.len()
+            );
+        }
+        Ok(())
+    }
+
+    /// The same run with an input file in and an output file out.
+    pub(crate) fn files(&self) -> anyhow::Result<()> {
+        let (rt, args, sandbox) = (&self.rt, &self.args, &self.sandbox);
+        let with_files = sandpy::RunOptions {
+            files: vec![sandpy::InputFile {
+                path: "in.txt".into(),
+                content: vec![b'x'; 1024],
+            }],
+            ..sandpy::RunOptions::default()
+        };
+        let (mut plain, mut filed) = (Vec::new(), Vec::new());
+        for _ in 0..args.runs.max(1) {
+            plain.push(timed_run(
+                rt,
+                sandbox,
+                "print('hello')",
+                &sandpy::RunOptions::default(),
+            )?);
+            filed.push(timed_run(
+                rt,
+                sandbox,
+                "open('/output/out.txt', 'w').write(open('in.txt').read())",
+                &with_files,
+            )?);
+        }
+        let (p, f) = (median(&mut plain), median(&mut filed));
+        println!("files: one 1 KiB input copied to /output and returned: p50 {f:.3} ms (print('hello') {p:.3} ms, ratio {:.2}x)", f / p);
+        Ok(())
+    }
+
+    /// A program that prints 10,000 lines, with its output streamed to a sink as it is
+    /// written (what `sandpy run`, MCP progress and `on_output` do) against captured only.
+    pub(crate) fn stream(&self) -> anyhow::Result<()> {
+        let (rt, args, sandbox) = (&self.rt, &self.args, &self.sandbox);
+        let code = "for i in range(10_000):\n    print('line', i)";
+        let bytes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let streamed = sandpy::RunOptions {
+            on_output: Some({
+                let bytes = bytes.clone();
+                std::sync::Arc::new(move |_, chunk: &[u8]| {
+                    bytes.fetch_add(chunk.len(), std::sync::atomic::Ordering::Relaxed);
+                })
+            }),
+            ..sandpy::RunOptions::default()
+        };
+        let (mut plain, mut sunk) = (Vec::new(), Vec::new());
+        for _ in 0..(args.runs / 10).max(5) {
+            plain.push(timed_run(
+                rt,
+                sandbox,
+                code,
+                &sandpy::RunOptions::default(),
+            )?);
+            sunk.push(timed_run(rt, sandbox, code, &streamed)?);
+        }
+        let (p, s) = (median(&mut plain), median(&mut sunk));
+        let runs = plain.len();
+        println!("stream: 10,000 printed lines, streamed to a sink: p50 {s:.3} ms (captured only {p:.3} ms, ratio {:.2}x; n={runs})", s / p);
+        Ok(())
+    }
+
+    /// Ten small cells in one session, end to end, against ten fresh runs; and saving
+    /// and restoring a session.
+    pub(crate) fn session(&self) -> anyhow::Result<()> {
+        let (rt, sandbox) = (&self.rt, &self.sandbox);
+        let (session_ms, fresh_ms) = rt.block_on(async {
+            let cells: Vec<String> = (0..10).map(|i| format!("v{i} = {i} * 2\ntotal = sum(v for k, v in globals().items() if k.startswith('v'))")).collect();
+            let mut session_ms = Vec::new();
+            let mut fresh_ms = Vec::new();
+            for round in 0..20 {
+                let sessions = sandpy::Sessions::new(sandbox, sandpy::SessionLimits::default());
+                let t = Instant::now();
+                for cell in &cells {
+                    sessions.run(&format!("bench-{round}"), cell, &sandpy::RunOptions::default()).await;
+                }
+                session_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                let t = Instant::now();
+                for cell in &cells {
+                    sandbox.run(cell, &Limits::default()).await;
+                }
+                fresh_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            (median(&mut session_ms), median(&mut fresh_ms))
+        });
+        println!("10-cell session end to end: {session_ms:.2} ms (the same 10 cells as fresh runs: {fresh_ms:.2} ms, ratio {:.2}x)", session_ms / fresh_ms);
+        let (save_ms, bytes, restore_ms) = rt.block_on(async {
+            let sessions = sandpy::Sessions::new(sandbox, sandpy::SessionLimits::default());
+            for i in 0..10 {
+                sessions
+                    .run(
+                        "s",
+                        &format!("v{i} = list(range({i} * 100))"),
+                        &sandpy::RunOptions::default(),
+                    )
+                    .await;
+            }
+            let (mut save, mut restore, mut bytes) = (Vec::new(), Vec::new(), 0);
+            for round in 0..10 {
+                let t = Instant::now();
+                let text = serde_json::to_string(&sessions.snapshot("s").await?)?;
+                save.push(t.elapsed().as_secs_f64() * 1e3);
+                bytes = text.len();
+                let t = Instant::now();
+                let snapshot: sandpy::SessionSnapshot = serde_json::from_str(&text)?;
+                sessions
+                    .restore(
+                        &format!("r{round}"),
+                        &snapshot,
+                        &sandpy::RunOptions::default(),
+                    )
+                    .await?;
+                restore.push(t.elapsed().as_secs_f64() * 1e3);
+                sessions.close(&format!("r{round}"));
+            }
+            Ok::<_, anyhow::Error>((median(&mut save), bytes, median(&mut restore)))
+        })?;
+        println!("  save it (journal to JSON): {save_ms:.3} ms, {bytes} bytes; restore it (replay): {restore_ms:.2} ms");
+        Ok(())
+    }
+
+    /// Private memory per live instance (on-demand allocator: the pool keeps idle
+    /// slots' pages warm, which would blur the figure).
+    pub(crate) fn memory(&self) -> anyhow::Result<()> {
+        let rt = &self.rt;
+        let live = 40;
+        let config = sandpy::Config {
+            pooled_instances: None,
+            max_concurrent_runs: Some(live),
+            ..sandpy::Config::default()
+        };
+        let on_demand = sandpy::Sandbox::new(config)?;
+        let before = private_bytes()?;
+        let during = rt.block_on(async {
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..live {
+                let sandbox = on_demand.clone();
+                tasks.spawn(async move {
+                    sandbox
+                        .run("import time\ntime.sleep(1.5)", &Limits::default())
+                        .await
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+            let during = private_bytes();
+            while tasks.join_next().await.is_some() {}
+            during
+        })?;
+        println!(
+            "\nprivate memory per live instance: {:.2} MiB ({live} alive at once; process private memory {:.0} -> {:.0} MiB)",
+            during.saturating_sub(before) as f64 / live as f64 / (1 << 20) as f64,
+            before as f64 / (1 << 20) as f64,
+            during as f64 / (1 << 20) as f64
+        );
+        Ok(())
+    }
+}
+
+/// Fresh-instance runs per second with `2 * cores` tasks in flight.
+fn hello_throughput(
+    rt: &tokio::runtime::Runtime,
+    sandbox: &sandpy::Sandbox,
+    cores: usize,
+    total: usize,
+) -> f64 {
+    let started = Instant::now();
+    rt.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        let workers = cores * 2;
+        for worker in 0..workers {
+            let sandbox = sandbox.clone();
+            let share = total / workers + usize::from(worker < total % workers);
+            tasks.spawn(async move {
+                for _ in 0..share {
+                    sandbox.run("print('hello')", &Limits::default()).await;
+                }
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+    });
+    total as f64 / started.elapsed().as_secs_f64()
+}

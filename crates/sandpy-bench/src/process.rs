@@ -1,0 +1,202 @@
+//! Whole processes: `sandpy run` against native Python's start, the CPU-bound set, and
+//! an eval batch through `sandpy call`.
+
+use crate::measure::{median, peak_rss, whole_process_ms};
+use crate::programs::{timed, CPU_SET};
+use crate::Bench;
+use anyhow::{bail, Context};
+use sandpy::{Limits, Status};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+impl Bench {
+    /// Whole-process latency, warm cache, against native python3 start-up: `sandpy run`
+    /// loading the runtime itself (`--cold`), and the same command handing the run to the
+    /// warm runner that is up for its settings.
+    pub(crate) fn process(&self) -> anyhow::Result<()> {
+        let args = &self.args;
+        let exe = self.sandpy_bin.to_string_lossy();
+        let sandpy = [exe.as_ref(), "run", "--cold", "-c", "print('hello')"];
+        let warm = [exe.as_ref(), "run", "-c", "print('hello')"];
+        // Native Python's fastest start: isolated (-I), no site module (-S).
+        let python = [args.python.as_str(), "-I", "-S", "-c", "print('hello')"];
+        #[cfg(target_os = "linux")]
+        start_warm_runner(&exe)?;
+        let (mut sandpy_ms, mut warm_ms, mut python_ms) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..args.process_runs.max(1) {
+            sandpy_ms.push(whole_process_ms(&sandpy)?);
+            #[cfg(target_os = "linux")]
+            warm_ms.push(whole_process_ms(&warm)?);
+            python_ms.push(whole_process_ms(&python)?);
+        }
+        let (s, p) = (median(&mut sandpy_ms), median(&mut python_ms));
+        let (sandpy_peak, python_peak) = (
+            peak_rss(&args.python, &sandpy)?,
+            peak_rss(&args.python, &python)?,
+        );
+        println!(
+            "whole process `sandpy run --cold -c \"print('hello')\"`: {s:.1} ms, peak RSS {sandpy_peak}  \
+             (native `{} -I -S -c`, run alternately: {p:.1} ms, peak RSS {python_peak}; ratio {:.2}x)",
+            args.python,
+            s / p
+        );
+        if !warm_ms.is_empty() {
+            let w = median(&mut warm_ms);
+            println!(
+                "  without --cold, a warm runner up (`sandpy warmup --keep`): {w:.1} ms, peak RSS {}; \
+                 ratio to native {:.2}x",
+                peak_rss(&args.python, &warm)?,
+                w / p
+            );
+        }
+        Ok(())
+    }
+
+    /// The CPU-bound set against native python3.
+    pub(crate) fn cpu(&self) -> anyhow::Result<()> {
+        let (rt, args, sandbox) = (&self.rt, &self.args, &self.sandbox);
+        let limits = Limits::default();
+        println!(
+            "\nCPU-bound set (seconds inside the program, median of 3): in process (code with \
+             interruption checks, as a server or the library runs it), and `sandpy run` (one \
+             process per run, code without checks)"
+        );
+        let (mut ratios, mut one_shot_ratios) = (Vec::new(), Vec::new());
+        let seconds = |out: std::process::Output, what: &str| -> anyhow::Result<f64> {
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse::<f64>()
+                .with_context(|| format!("{what} failed: {}", String::from_utf8_lossy(&out.stderr)))
+        };
+        for (name, body) in CPU_SET {
+            let code = timed(body);
+            let (mut inside, mut one_shot, mut native) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..3 {
+                let e = rt.block_on(sandbox.run(
+                    &code,
+                    &Limits {
+                        timeout: Duration::from_secs(120),
+                        ..limits.clone()
+                    },
+                ));
+                if e.status != Status::Ok {
+                    bail!("{name} failed in the sandbox: {e:?}");
+                }
+                inside.push(e.stdout.trim().parse::<f64>()?);
+                let out = Command::new(&self.sandpy_bin)
+                    .args(["run", "--cold", "--timeout-ms", "120000", "-c", &code])
+                    .output()?;
+                one_shot.push(seconds(out, &format!("{name} in `sandpy run`"))?);
+                let out = Command::new(&args.python).args(["-c", &code]).output()?;
+                native.push(seconds(out, &format!("{name} natively"))?);
+            }
+            let (i, o, n) = (
+                median(&mut inside),
+                median(&mut one_shot),
+                median(&mut native),
+            );
+            ratios.push(i / n);
+            one_shot_ratios.push(o / n);
+            println!(
+                "  {name:<8} in process {:>8.1} ms ({:.2}x)   sandpy run {:>8.1} ms ({:.2}x)   native {:>8.1} ms",
+                i * 1e3,
+                i / n,
+                o * 1e3,
+                o / n,
+                n * 1e3,
+            );
+        }
+        let geo = |ratios: &[f64]| {
+            (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp()
+        };
+        let native_version = Command::new(&args.python)
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        println!(
+            "  geometric mean ratio: in process {:.2}x, sandpy run {:.2}x (sandbox CPython 3.14 vs native {native_version})",
+            geo(&ratios),
+            geo(&one_shot_ratios)
+        );
+        Ok(())
+    }
+
+    /// Eval batch: the real `sandpy call --args-file` over 10,000 inputs.
+    pub(crate) fn eval(&self) -> anyhow::Result<()> {
+        eval_batch(&self.sandpy_bin, self.cores)
+    }
+}
+
+/// A small scoring function over 10,000 JSON lines, one fresh sandbox per line.
+fn eval_batch(exe: &std::path::Path, cores: usize) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("sandpy-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let scorer = dir.join("scorer.py");
+    std::fs::write(&scorer, "import difflib\ndef score(pred, gold):\n    return round(difflib.SequenceMatcher(None, pred, gold).ratio(), 3)\n")?;
+    let inputs = dir.join("inputs.jsonl");
+    let lines: Vec<String> = (0..10_000)
+        .map(|i| format!("[\"answer {i}\", \"answer {}\"]", i % 97))
+        .collect();
+    std::fs::write(&inputs, lines.join("\n") + "\n")?;
+    let (scorer, inputs) = (scorer.display().to_string(), inputs.display().to_string());
+    let call = |extra: Option<&str>| -> anyhow::Result<f64> {
+        let mut args = vec![
+            "call",
+            &scorer,
+            "score",
+            "--policy",
+            "strict",
+            "--args-file",
+            &inputs,
+        ];
+        args.extend(extra);
+        let started = Instant::now();
+        let out = Command::new(exe).args(&args).output()?;
+        let seconds = started.elapsed().as_secs_f64();
+        let ok = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("\"status\":\"ok\""))
+            .count();
+        if ok != lines.len() {
+            bail!(
+                "eval batch: {ok} of {} lines ok: {}",
+                lines.len(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(ok as f64 / seconds)
+    };
+    // Alternately, three times each: worker processes (the default) and threads.
+    let (mut workers, mut threads) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        workers.push(call(None)?);
+        threads.push(call(Some("--in-process"))?);
+    }
+    std::fs::remove_dir_all(&dir)?;
+    let (w, t) = (median(&mut workers), median(&mut threads));
+    println!(
+        "\neval batch `sandpy call scorer.py score --policy strict --args-file inputs.jsonl` (10,000 lines, {cores} jobs): \
+         worker processes {w:.0} calls/s, threads (--in-process) {t:.0} calls/s: {:.2}x",
+        w / t
+    );
+    Ok(())
+}
+
+/// Start the warm runner for the default settings with `sandpy warmup --keep`, which
+/// returns once the runner serves runs; it leaves by itself after two idle minutes.
+#[cfg(target_os = "linux")]
+fn start_warm_runner(sandpy_bin: &str) -> anyhow::Result<()> {
+    let out = Command::new(sandpy_bin)
+        .args(["warmup", "--keep", "--idle-secs", "120"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run `{sandpy_bin}`"))?;
+    if !out.status.success() {
+        bail!(
+            "`{sandpy_bin} warmup --keep` failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
