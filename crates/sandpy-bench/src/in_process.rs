@@ -50,7 +50,7 @@ impl Bench {
     pub(crate) fn files(&self) -> anyhow::Result<()> {
         let (rt, args, sandbox) = (&self.rt, &self.args, &self.sandbox);
         let with_files = sandpy::RunOptions {
-            files: vec![sandpy::InputFile {
+            files: vec![sandpy::files::InputFile {
                 path: "in.txt".into(),
                 content: vec![b'x'; 1024],
             }],
@@ -116,7 +116,7 @@ impl Bench {
             let mut session_ms = Vec::new();
             let mut fresh_ms = Vec::new();
             for round in 0..20 {
-                let sessions = sandpy::Sessions::new(sandbox, sandpy::SessionLimits::default());
+                let sessions = sandpy::sessions::Sessions::new(sandbox, sandpy::sessions::SessionLimits::default());
                 let t = Instant::now();
                 for cell in &cells {
                     sessions.run(&format!("bench-{round}"), cell, &sandpy::RunOptions::default()).await;
@@ -132,7 +132,10 @@ impl Bench {
         });
         println!("10-cell session end to end: {session_ms:.2} ms (the same 10 cells as fresh runs: {fresh_ms:.2} ms, ratio {:.2}x)", session_ms / fresh_ms);
         let (save_ms, bytes, restore_ms) = rt.block_on(async {
-            let sessions = sandpy::Sessions::new(sandbox, sandpy::SessionLimits::default());
+            let sessions = sandpy::sessions::Sessions::new(
+                sandbox,
+                sandpy::sessions::SessionLimits::default(),
+            );
             for i in 0..10 {
                 sessions
                     .run(
@@ -149,7 +152,7 @@ impl Bench {
                 save.push(t.elapsed().as_secs_f64() * 1e3);
                 bytes = text.len();
                 let t = Instant::now();
-                let snapshot: sandpy::SessionSnapshot = serde_json::from_str(&text)?;
+                let snapshot: sandpy::sessions::SessionSnapshot = serde_json::from_str(&text)?;
                 sessions
                     .restore(
                         &format!("r{round}"),

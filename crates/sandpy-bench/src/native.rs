@@ -130,7 +130,8 @@ fn native_sessions(
         })
         .collect();
     let wasm = sandpy::RunOptions::default();
-    let sessions = sandpy::Sessions::new(sandbox, sandpy::SessionLimits::default());
+    let sessions =
+        sandpy::sessions::Sessions::new(sandbox, sandpy::sessions::SessionLimits::default());
     // Per tier: the first cells' times, then the later cells'.
     let mut times = [(Vec::new(), Vec::new()), (Vec::new(), Vec::new())];
     rt.block_on(async {

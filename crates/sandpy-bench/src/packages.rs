@@ -31,7 +31,7 @@ pub(crate) fn packages_startup(
         ..sandpy::Config::default()
     })?;
     let mounted = sandpy::RunOptions {
-        mounts: vec![sandpy::Mount {
+        mounts: vec![sandpy::files::Mount {
             host: folder,
             guest: "/packages".into(),
         }],

@@ -11,16 +11,16 @@ use std::time::Instant;
 /// A tool that answers at once: what is left of a call is the sandbox's own cost.
 struct NoopTools;
 
-impl sandpy::ToolHost for NoopTools {
-    fn list_tools(&self) -> Vec<sandpy::ToolInfo> {
-        vec![sandpy::ToolInfo {
+impl sandpy::tools::ToolHost for NoopTools {
+    fn list_tools(&self) -> Vec<sandpy::tools::ToolInfo> {
+        vec![sandpy::tools::ToolInfo {
             name: "noop".into(),
             description: String::new(),
             input_schema: serde_json::json!({"type": "object"}),
         }]
     }
 
-    fn call_tool(&self, _name: &str, _arguments: serde_json::Value) -> sandpy::ToolFuture {
+    fn call_tool(&self, _name: &str, _arguments: serde_json::Value) -> sandpy::tools::ToolFuture {
         Box::pin(async { Ok(serde_json::Value::Null) })
     }
 }
@@ -28,14 +28,14 @@ impl sandpy::ToolHost for NoopTools {
 /// `count` tools that answer at once, looked up by name as the hub does (`mcp__many__tool_N`):
 /// what a call costs with 10 tools against 10,000.
 struct ManyTools {
-    tools: std::collections::BTreeMap<String, sandpy::ToolInfo>,
+    tools: std::collections::BTreeMap<String, sandpy::tools::ToolInfo>,
 }
 
 impl ManyTools {
     fn new(count: usize) -> ManyTools {
         let tools = (0..count).map(|i| {
             let name = format!("mcp__many__tool_{i}");
-            let info = sandpy::ToolInfo {
+            let info = sandpy::tools::ToolInfo {
                 name: name.clone(),
                 description: format!("tool number {i}"),
                 input_schema: serde_json::json!({"type": "object", "properties": {"i": {"type": "integer"}}}),
@@ -48,12 +48,12 @@ impl ManyTools {
     }
 }
 
-impl sandpy::ToolHost for ManyTools {
-    fn list_tools(&self) -> Vec<sandpy::ToolInfo> {
+impl sandpy::tools::ToolHost for ManyTools {
+    fn list_tools(&self) -> Vec<sandpy::tools::ToolInfo> {
         self.tools.values().cloned().collect()
     }
 
-    fn tool(&self, name: &str) -> Option<sandpy::ToolInfo> {
+    fn tool(&self, name: &str) -> Option<sandpy::tools::ToolInfo> {
         self.tools.get(name).cloned()
     }
 
@@ -65,7 +65,7 @@ impl sandpy::ToolHost for ManyTools {
         self.tools.keys().cloned().collect()
     }
 
-    fn call_tool(&self, _name: &str, _arguments: serde_json::Value) -> sandpy::ToolFuture {
+    fn call_tool(&self, _name: &str, _arguments: serde_json::Value) -> sandpy::tools::ToolFuture {
         Box::pin(async { Ok(serde_json::Value::Null) })
     }
 }
@@ -185,7 +185,7 @@ fn everything_config() -> sandpy_mcp::Config {
 
 /// Echo through the sandbox and the hub, against the hub alone, on the same server.
 async fn upstream_overhead(sandbox: &sandpy::Sandbox) -> anyhow::Result<()> {
-    use sandpy::ToolHost;
+    use sandpy::tools::ToolHost;
     let hub = sandpy_mcp::Hub::start(&everything_config()).await;
     let calls = 300;
     let mut direct = Vec::new();
@@ -223,7 +223,7 @@ async fn upstream_overhead(sandbox: &sandpy::Sandbox) -> anyhow::Result<()> {
 /// trusted through `ca_file`), both behind a bearer token, called in alternating rounds
 /// from Rust via the hub and from sandboxed Python.
 async fn https_against_http(sandbox: &sandpy::Sandbox) -> anyhow::Result<()> {
-    use sandpy::ToolHost;
+    use sandpy::tools::ToolHost;
     use sandpy_mcp::test_server::{TestCa, TestServer};
     let token = "bench-token";
     let ca = TestCa::new();

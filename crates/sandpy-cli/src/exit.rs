@@ -69,9 +69,9 @@ fn hint(error: &anyhow::Error) -> Option<String> {
     }
     match error
         .chain()
-        .find_map(|e| e.downcast_ref::<sandpy::ConfigError>())?
+        .find_map(|e| e.downcast_ref::<sandpy::settings::ConfigError>())?
     {
-        sandpy::ConfigError::Read { source, .. }
+        sandpy::settings::ConfigError::Read { source, .. }
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
             Some(
@@ -80,7 +80,7 @@ fn hint(error: &anyhow::Error) -> Option<String> {
                     .into(),
             )
         }
-        sandpy::ConfigError::Invalid { message, .. } => {
+        sandpy::settings::ConfigError::Invalid { message, .. } => {
             closest_field(message).map(|field| format!("did you mean `{field}`?"))
         }
         _ => None,

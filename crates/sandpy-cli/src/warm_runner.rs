@@ -21,9 +21,9 @@
 
 use base64::Engine;
 use nix::fcntl::{Flock, FlockArg};
-use sandpy::{
-    Execution, InputFile, LimitOverrides, Mount, OutputSink, Resolved, RunOptions, Sandbox, Stream,
-};
+use sandpy::files::{InputFile, Mount};
+use sandpy::settings::Resolved;
+use sandpy::{Execution, LimitOverrides, OutputSink, RunOptions, Sandbox, Stream};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};

@@ -112,7 +112,7 @@ impl AuditLog {
         execution_id: &str,
         tool: &str,
         arguments: &Value,
-        decision: &sandpy::Decision,
+        decision: &sandpy::tools::Decision,
     ) {
         let text = arguments.to_string();
         let mut record = json!({
@@ -151,7 +151,7 @@ impl AuditLog {
         tool: &str,
         arguments: &Value,
         duration_ms: f64,
-        outcome: &Result<Value, sandpy::ToolError>,
+        outcome: &Result<Value, sandpy::tools::ToolError>,
     ) {
         let mut record = json!({
             "kind": "tool_call",

@@ -1,6 +1,6 @@
 //! The configuration file as the MCP front end reads it: the `mcpServers` object agents
 //! already keep, and sandpy's own settings beside it under `"sandpy"` (read by the
-//! library, see [`sandpy::ConfigFile`]).
+//! library, see [`sandpy::settings::ConfigFile`]).
 //!
 //! ```json
 //! {
@@ -23,8 +23,8 @@
 
 use crate::expand::{expand, Expansions, Lookup};
 use axum::http::{HeaderName, HeaderValue};
+use sandpy::settings::{ConfigError, ConfigFile, Settings};
 use sandpy::tls::CaFile;
-use sandpy::{ConfigError, ConfigFile, Settings};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,8 +1,9 @@
 //! A readable text summary of a run, for models reading `run_python` results. It shows the
-//! same bounded execution ([`sandpy::Bounded`]) the result's structured content carries,
+//! same bounded execution ([`sandpy::model_output::Bounded`]) the result's structured content carries,
 //! so a text cut for the model is cut, and marked `[... N more bytes]`, in both.
 
-use sandpy::{Bounded, Status};
+use sandpy::model_output::Bounded;
+use sandpy::Status;
 use std::fmt::Write;
 
 /// Status line, stdout, stderr, return value, output files and error, each only when
@@ -27,7 +28,7 @@ pub fn summarize(bounded: &Bounded) -> String {
         let _ = writeln!(
             out,
             "--- file {}/{} ({}, {} bytes) ---",
-            sandpy::OUTPUT_DIR,
+            sandpy::files::OUTPUT_DIR,
             file.name,
             file.mime_type,
             file.size

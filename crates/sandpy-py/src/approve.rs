@@ -9,7 +9,7 @@ use crate::convert::{json_to_py, type_name};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3_async_runtimes::TaskLocals;
-use sandpy::{ApprovalFuture, ApprovalRequest, Approver, Decision};
+use sandpy::tools::{ApprovalFuture, ApprovalRequest, Approver, Decision};
 use std::sync::Arc;
 
 /// The approver for `approve` (None when it is None); `locals` is the caller's event loop
@@ -109,7 +109,7 @@ pub(crate) fn apply(
     on_loop: Option<Python<'_>>,
 ) -> PyResult<()> {
     for pattern in require_approval.iter().flatten() {
-        sandpy::validate_tool_pattern(pattern).map_err(|e| {
+        sandpy::tools::validate_tool_pattern(pattern).map_err(|e| {
             pyo3::exceptions::PyValueError::new_err(format!("require_approval: {e}"))
         })?;
     }

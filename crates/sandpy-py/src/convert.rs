@@ -5,7 +5,9 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
-use sandpy::{InputFile, LimitOverrides, OutputSink, Policy, RunOptions, Settings, Stream};
+use sandpy::files::InputFile;
+use sandpy::settings::Settings;
+use sandpy::{LimitOverrides, OutputSink, Policy, RunOptions, Stream};
 use serde_json::Value;
 
 /// A JSON value as the Python object `json.loads` would give.
@@ -193,7 +195,7 @@ impl RunArgs {
         };
         if let Some(patterns) = &allowed_tools {
             for pattern in patterns {
-                sandpy::validate_tool_pattern(pattern)
+                sandpy::tools::validate_tool_pattern(pattern)
                     .map_err(|e| PyValueError::new_err(format!("allowed_tools: {e}")))?;
             }
         }

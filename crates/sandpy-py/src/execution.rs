@@ -226,7 +226,7 @@ impl PyViolation {
 /// A file the program left under `/output`.
 #[pyclass(frozen, module = "sandpy", name = "OutputFile")]
 pub struct PyOutputFile {
-    inner: sandpy::OutputFile,
+    inner: sandpy::files::OutputFile,
 }
 
 #[pymethods]

@@ -73,7 +73,7 @@ pub(crate) fn cache_file(sandbox: &sandpy::Sandbox) -> PyResult<std::path::PathB
 }
 
 /// A config error as `ConfigError`, its causes on one line.
-pub(crate) fn config_error(error: sandpy::ConfigError) -> PyErr {
+pub(crate) fn config_error(error: sandpy::settings::ConfigError) -> PyErr {
     ConfigError::new_err(format!("{:#}", anyhow::Error::from(error)))
 }
 

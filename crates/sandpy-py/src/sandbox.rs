@@ -10,7 +10,8 @@ use crate::{block_on, config_error, runtime, sandbox_error, without_gil};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
-use sandpy::{Execution, Mount, Policy, RunOptions, Status};
+use sandpy::files::Mount;
+use sandpy::{Execution, Policy, RunOptions, Status};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -93,7 +94,7 @@ impl PySandbox {
             .map(|p| parse_policy(&settings, p))
             .transpose()?;
         let mut resolved = settings.resolve(None).map_err(|e| {
-            config_error(sandpy::ConfigError::Invalid {
+            config_error(sandpy::settings::ConfigError::Invalid {
                 path: config.clone().unwrap_or_default(),
                 key: "sandpy.default_policy".into(),
                 message: e.to_string(),
@@ -420,7 +421,7 @@ impl PySandbox {
     /// A new `Session`: one interpreter that keeps its state between runs (its limits are
     /// the config's `sandpy.sessions`).
     fn session(&self) -> PySession {
-        let session = sandpy::Session::new(
+        let session = sandpy::sessions::Session::new(
             &self.shared.sandbox,
             &self.shared.resolved.settings.sessions,
         );

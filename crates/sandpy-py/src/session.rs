@@ -1,4 +1,4 @@
-//! `Session`: one interpreter that keeps its state between runs (`sandpy::Session`), with
+//! `Session`: one interpreter that keeps its state between runs (`sandpy::sessions::Session`), with
 //! save (a JSON journal as bytes), restore and fork.
 
 use crate::convert::RunArgs;
@@ -19,18 +19,18 @@ use std::sync::{Arc, Mutex};
 #[pyclass(frozen, module = "sandpy", name = "Session")]
 pub struct PySession {
     shared: Arc<Shared>,
-    session: Mutex<Option<Arc<sandpy::Session>>>,
+    session: Mutex<Option<Arc<sandpy::sessions::Session>>>,
 }
 
 impl PySession {
-    pub(crate) fn new(shared: Arc<Shared>, session: sandpy::Session) -> PySession {
+    pub(crate) fn new(shared: Arc<Shared>, session: sandpy::sessions::Session) -> PySession {
         PySession {
             shared,
             session: Mutex::new(Some(Arc::new(session))),
         }
     }
 
-    fn open(&self) -> PyResult<Arc<sandpy::Session>> {
+    fn open(&self) -> PyResult<Arc<sandpy::sessions::Session>> {
         self.session
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -137,14 +137,14 @@ impl PySession {
         data: &[u8],
         tools: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PySession> {
-        let snapshot: sandpy::SessionSnapshot = serde_json::from_slice(data)
+        let snapshot: sandpy::sessions::SessionSnapshot = serde_json::from_slice(data)
             .map_err(|e| PyValueError::new_err(format!("not a saved sandpy session: {e}")))?;
         let shared = sandbox.shared.clone();
         let options = shared.options(RunArgs::default(), tools, None)?;
         let limits = shared.resolved.settings.sessions.clone();
         let sandbox = shared.sandbox.clone();
         let session = block_on(py, async move {
-            sandpy::Session::restore(&sandbox, &snapshot, &limits, &options).await
+            sandpy::sessions::Session::restore(&sandbox, &snapshot, &limits, &options).await
         })?
         .map_err(|e| SessionError::new_err(e.to_string()))?;
         Ok(PySession::new(shared, session))

@@ -25,7 +25,7 @@ pub struct PySandbox {
 /// What every run of one Sandbox uses.
 pub(crate) struct Shared {
     pub sandbox: sandpy::Sandbox,
-    pub resolved: sandpy::Resolved,
+    pub resolved: sandpy::settings::Resolved,
     hub: Option<sandpy_mcp::Hub>,
     audit: Option<sandpy_mcp::AuditLog>,
     runs: AtomicU64,
@@ -35,7 +35,7 @@ impl Shared {
     /// What the runs of a Sandbox with these settings and upstream servers share.
     pub(crate) fn new(
         sandbox: sandpy::Sandbox,
-        resolved: sandpy::Resolved,
+        resolved: sandpy::settings::Resolved,
         hub: Option<sandpy_mcp::Hub>,
         audit: Option<sandpy_mcp::AuditLog>,
     ) -> Shared {
@@ -86,7 +86,7 @@ impl Shared {
             hub.for_execution(format!("python-{n}"), self.audit.clone())
         });
         options.tools = match HostTools::parse(tools, upstream.clone(), locals)? {
-            Some(host) => Some(Arc::new(host) as Arc<dyn sandpy::ToolHost>),
+            Some(host) => Some(Arc::new(host) as Arc<dyn sandpy::tools::ToolHost>),
             None => upstream,
         };
         Ok(options)

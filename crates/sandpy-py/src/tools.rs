@@ -16,7 +16,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3_async_runtimes::TaskLocals;
-use sandpy::{ToolError, ToolFuture, ToolHost, ToolInfo};
+use sandpy::tools::{ToolError, ToolFuture, ToolHost, ToolInfo};
 use sandpy_mcp::ArgumentSchema;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -292,7 +292,7 @@ impl ToolHost for HostTools {
         }
     }
 
-    fn decided(&self, name: &str, arguments: &Value, decision: &sandpy::Decision) {
+    fn decided(&self, name: &str, arguments: &Value, decision: &sandpy::tools::Decision) {
         if let Some(upstream) = &self.upstream {
             upstream.decided(name, arguments, decision);
         }

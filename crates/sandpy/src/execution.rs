@@ -140,7 +140,7 @@ pub struct Execution {
     pub violations: Vec<crate::Violation>,
     /// Files the program left under `/output`, whatever the status.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub files: Vec<crate::OutputFile>,
+    pub files: Vec<crate::files::OutputFile>,
     /// HTTP requests the program made or tried (see [`crate::network`]), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<crate::network::NetworkRequest>,

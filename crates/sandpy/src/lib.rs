@@ -1,20 +1,35 @@
 //! Run untrusted Python in a WebAssembly sandbox: real CPython 3.14, a fresh instance for
 //! every run, hard limits, and optional tools the Python can call.
 //!
-//! Three types carry the API:
+//! Two tiers, one run path: a run executes either in a fresh WebAssembly instance (the
+//! default: real CPython 3.14 compiled to WebAssembly, isolated by wasmtime) or, for code
+//! that needs native packages such as numpy, in a fresh process forked from a confined
+//! zygote ([`Tier::Native`], Linux: namespaces, Landlock, seccomp; [`native`]). Both take
+//! the same options and answer with the same [`Execution`].
+//!
+//! The crate root holds the types a run is made of:
 //! - [`Sandbox`]: loads the runtime once per process; `run` executes code in a new instance.
 //! - [`Limits`]: time, memory, output, code size and tool-call caps of one run.
+//! - [`RunOptions`]: a run's tools, files, tier, sinks, approver, cancellation.
 //! - [`Execution`]: what the run printed and returned, and its [`Status`].
 //!
 //! A [`Policy`] (least privilege, checked before and enforced during a run) can narrow
 //! what code may import and use, and bring its own limits; `Sandbox::validate` runs only
-//! the check. A [`Session`] keeps one interpreter's state across runs (it is a run that
-//! keeps its instance); [`Sessions`] keeps them by owner ([`Tenant`]) and id.
+//! the check. Limits given by people (a config file, a policy, CLI flags, a request) take
+//! one shape, [`LimitOverrides`], put over [`Limits`] in that order
+//! ([`RunOptions::effective_limits`]).
 //!
-//! Limits given by people (a config file, a policy, CLI flags, a request) take one shape,
-//! [`LimitOverrides`], put over [`Limits`] in that order ([`RunOptions::effective_limits`]).
-//! [`ConfigFile`] reads the `sandpy` section of a config file into [`Settings`], which a
-//! front end resolves once ([`Settings::resolve`]) and passes on.
+//! The rest is grouped by topic:
+//! - [`sessions`]: a [`sessions::Session`] keeps one interpreter's state across runs (a run
+//!   that keeps its instance); [`sessions::Sessions`] keeps them by owner and id.
+//! - [`tools`]: what the Python may call ([`tools::ToolHost`]), the allowlist, tool search,
+//!   and approval of calls ([`tools::Approver`]).
+//! - [`settings`]: the `sandpy` section of a config file ([`settings::ConfigFile`]), read
+//!   into [`settings::Settings`] that a front end resolves once and passes on.
+//! - [`files`]: input files, mounts and the files a run leaves in `/output`.
+//! - [`model_output`]: an [`Execution`] cut to what a model is shown.
+//! - [`network`], [`tls`], [`native`], [`packages`]: a run's HTTP(S) access, the
+//!   certificates it trusts, the native tier, and runtimes with more packages.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), sandpy::Error> {
@@ -26,16 +41,19 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Tools: implement [`ToolHost`] (the `sandpy-mcp` crate does, for MCP servers) and pass
-//! it in [`RunOptions`]; the allowlist and limits are applied on the host.
-//! [`search_tools`] ranks tools for a few words, [`ToolSummary`] is a result's compact form.
+//! Tools: implement [`tools::ToolHost`] (the `sandpy-mcp` crate does, for MCP servers) and
+//! pass it in [`RunOptions`]; the allowlist and limits are applied on the host.
+//! [`tools::search`] ranks tools for a few words, [`tools::ToolSummary`] is a result's
+//! compact form.
 //!
-//! Models: [`ModelOutput::bound`] cuts an [`Execution`] to what a model is shown, marking
-//! every cut (`[... N more bytes]`) and listing it in [`Bounded::truncated`].
+//! Models: [`model_output::ModelOutput::bound`] cuts an [`Execution`] to what a model is
+//! shown, marking every cut (`[... N more bytes]`) and listing it in
+//! [`model_output::Bounded::truncated`].
 //!
 //! Files: every run gets a private scratch folder (`/tmp`, the working directory) and an
 //! `/output` folder whose files come back in [`Execution::files`], both under quotas the
-//! host enforces; [`RunOptions`] can add [`InputFile`]s and read-only [`Mount`]s.
+//! host enforces; [`RunOptions`] can add [`files::InputFile`]s and read-only
+//! [`files::Mount`]s.
 //!
 //! Network: none by default. With a [`network::Network`] in [`RunOptions::network`] the
 //! code reaches the hosts the operator allows over HTTP(S), made by the host, with secrets
@@ -52,9 +70,9 @@ mod bindings;
 mod config;
 mod error;
 mod execution;
-mod files;
+pub mod files;
 mod limits;
-mod model_output;
+pub mod model_output;
 pub mod native;
 pub mod network;
 mod options;
@@ -65,38 +83,21 @@ mod run;
 mod sandbox;
 mod search;
 mod session;
-mod sessions;
-mod settings;
+pub mod sessions;
+pub mod settings;
 pub mod tls;
 mod tool_access;
-mod tools;
+pub mod tools;
 mod verdict;
 #[cfg(target_os = "linux")]
 mod wasm;
 
-pub use approval::{ApprovalFuture, ApprovalRequest, Approver, Decision};
 pub use config::{Config, Interruption, OnOverrun, Progress};
 pub use error::{Cause, Error};
 pub use execution::{ErrorInfo, Execution, Status};
-pub use files::{InputFile, Mount, MountError, OutputFile, OUTPUT_DIR, SCRATCH_DIR};
 pub use limits::{LimitError, LimitOverrides, Limits};
-pub use model_output::{Bounded, ModelOutput};
 pub use options::{OutputSink, RunOptions, Stream, Tier, ToolCallSink};
-pub use output::TRUNCATION_MARKER;
 pub use policy::{Policy, Violation};
 pub use sandbox::{GuestFailure, ModuleReport, Sandbox};
-pub use search::{search as search_tools, ToolSummary};
-pub use session::{Cell, Session, SessionError, SessionSnapshot};
-pub use sessions::{
-    SessionCap, SessionInfo, SessionLimits, Sessions, Tenant, TenantQuota, TenantSessions,
-};
-pub use settings::{
-    is_plain_name, ConfigError, ConfigFile, Resolved, Settings, TokenTenant, UnknownPolicy,
-};
 /// Stops a run when cancelled ([`RunOptions::cancel`]).
 pub use tokio_util::sync::CancellationToken;
-pub use tool_access::RecordedCall;
-pub use tools::{
-    validate_tool_pattern, Allowlist, PrepareFuture, ToolError, ToolFuture, ToolHost, ToolInfo,
-    ToolPatternError,
-};

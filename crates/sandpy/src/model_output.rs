@@ -8,6 +8,8 @@
 //! [`Bounded::truncated`]. The MCP server sends the bounded execution as structured
 //! content and summarises the same one as text, so the two never disagree.
 
+pub use crate::output::TRUNCATION_MARKER;
+
 use crate::execution::Execution;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -255,7 +257,7 @@ mod tests {
                 message: "x".repeat(4),
             })
             .collect();
-        e.files = vec![crate::OutputFile {
+        e.files = vec![crate::files::OutputFile {
             name: "a.txt".into(),
             size: 4,
             mime_type: "text/plain".into(),

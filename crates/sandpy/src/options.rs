@@ -1,7 +1,9 @@
 //! [`RunOptions`]: everything about one run besides the code.
 
+use crate::files::{InputFile, Mount};
+use crate::tools::Approver;
 use crate::tools::ToolHost;
-use crate::{Approver, InputFile, LimitOverrides, Limits, Mount, Policy};
+use crate::{LimitOverrides, Limits, Policy};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -47,7 +49,7 @@ pub struct RunOptions {
     /// Tools (exact names or globs) whose calls wait for `approver`'s yes; a policy's
     /// `approve` adds to them. Refused when there is no approver.
     pub approve: Vec<String>,
-    /// Who decides on calls that need approval (see [`crate::Approver`]).
+    /// Who decides on calls that need approval (see [`crate::tools::Approver`]).
     pub approver: Option<Arc<dyn Approver>>,
     /// Cancelling it stops the run at once: status `cancelled`, with the output and
     /// files it made so far; tool calls still out are abandoned.

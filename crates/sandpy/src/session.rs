@@ -26,8 +26,9 @@ use crate::bindings::Task;
 use crate::execution::{ErrorInfo, Execution, Status};
 use crate::files::InputFile;
 use crate::run::{Kept, Reached};
+use crate::sessions::{SessionInfo, SessionLimits};
 use crate::tool_access::RecordedCall;
-use crate::{RunOptions, Sandbox, SessionInfo, SessionLimits};
+use crate::{RunOptions, Sandbox};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -158,7 +159,7 @@ pub enum SessionError {
     Exists(String),
     /// A new session would pass a cap: the tenant's or the server's (named).
     #[error("{0}; close a session or wait for one to expire")]
-    Full(crate::SessionCap),
+    Full(crate::sessions::SessionCap),
 }
 
 /// One run of a session, as its journal keeps it.
@@ -385,7 +386,7 @@ impl Session {
         *state = State::new(&self.limits);
     }
 
-    /// What [`Sessions::list`](crate::Sessions::list) shows of this session.
+    /// What [`Sessions::list`](crate::sessions::Sessions::list) shows of this session.
     pub(crate) async fn info(&self, id: &str, idle: std::time::Duration) -> SessionInfo {
         let state = self.state.lock().await;
         SessionInfo {

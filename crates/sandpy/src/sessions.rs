@@ -7,8 +7,10 @@
 //! missing one, so that ids cannot be probed. The per-tenant caps keep one client from
 //! taking every slot; a refusal names the cap it met ([`SessionCap`]).
 
+pub use crate::session::{Cell, Session, SessionError, SessionSnapshot};
+
 use crate::execution::{Execution, Status};
-use crate::{RunOptions, Sandbox, Session, SessionError, SessionSnapshot};
+use crate::{RunOptions, Sandbox};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -129,7 +131,7 @@ pub struct SessionLimits {
     /// Memory cap of each session's instance.
     pub memory_bytes: usize,
     /// Cap of each session's journal (the runs kept for save and fork, in host memory);
-    /// see [`Session`](crate::Session) for what happens past it.
+    /// see [`Session`] for what happens past it.
     pub journal_bytes: u64,
     /// Memory all sessions together may reserve (each reserves `memory_bytes`); `None`
     /// leaves it at `max_sessions` x `memory_bytes`.

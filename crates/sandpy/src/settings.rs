@@ -28,10 +28,10 @@
 //! A front end reads the file once ([`ConfigFile::discover`]), picks the policy once
 //! ([`Settings::resolve`]) and passes the [`Resolved`] value on.
 
-use crate::{
-    Config, LimitOverrides, Limits, ModelOutput, Mount, Policy, RunOptions, SessionLimits,
-    TenantQuota,
-};
+use crate::files::Mount;
+use crate::model_output::ModelOutput;
+use crate::sessions::{SessionLimits, TenantQuota};
+use crate::{Config, LimitOverrides, Limits, Policy, RunOptions};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -329,7 +329,7 @@ impl Settings {
         ];
         for (key, patterns) in patterns {
             for (i, pattern) in patterns.iter().enumerate() {
-                if let Err(e) = crate::validate_tool_pattern(pattern) {
+                if let Err(e) = crate::tools::validate_tool_pattern(pattern) {
                     return Err(invalid(&format!("sandpy.{key}[{i}]"), e.to_string()));
                 }
             }
@@ -347,7 +347,7 @@ impl Settings {
             })?;
             let patterns = policy.allowed_tools.iter().flatten().chain(&policy.approve);
             for pattern in patterns {
-                if let Err(e) = crate::validate_tool_pattern(pattern) {
+                if let Err(e) = crate::tools::validate_tool_pattern(pattern) {
                     return Err(invalid(&format!("sandpy.policies.{name}"), e.to_string()));
                 }
             }

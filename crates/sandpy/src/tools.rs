@@ -1,8 +1,12 @@
-//! Tools the guest may call: the [`ToolHost`] trait and the allowlist (tool search is in
-//! `search.rs`).
+//! Tools the guest may call: the [`ToolHost`] trait, the allowlist, tool search
+//! ([`search`]), and the approval of calls a person must allow ([`Approver`]).
 //!
 //! The allowlist is applied here, on the host: the guest only ever sees and reaches the
 //! tools it allows, whatever its Python does.
+
+pub use crate::approval::{ApprovalFuture, ApprovalRequest, Approver, Decision};
+pub use crate::search::{search, ToolSummary};
+pub use crate::tool_access::RecordedCall;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
@@ -90,9 +94,9 @@ pub trait ToolHost: Send + Sync + 'static {
     /// A call the sandbox refused before it reached this host (allowlist, unknown tool,
     /// size, malformed arguments), e.g. to audit it. Does nothing by default.
     fn refused(&self, _name: &str, _reason: &str) {}
-    /// The decision on a call that needed approval (see [`crate::Approver`]), made before
+    /// The decision on a call that needed approval (see [`crate::tools::Approver`]), made before
     /// the call reached this host, e.g. to audit it. Does nothing by default.
-    fn decided(&self, _name: &str, _arguments: &Value, _decision: &crate::Decision) {}
+    fn decided(&self, _name: &str, _arguments: &Value, _decision: &crate::tools::Decision) {}
 }
 
 /// Which tools may be used: all, or those matching every layer of exact names or globs

@@ -2,7 +2,7 @@
 //! approval (`sandpy.approve`, `--require-approval`). Without a terminal on stdin nobody
 //! can be asked, and such calls are refused.
 
-use sandpy::{ApprovalFuture, ApprovalRequest, Approver, Decision};
+use sandpy::tools::{ApprovalFuture, ApprovalRequest, Approver, Decision};
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 

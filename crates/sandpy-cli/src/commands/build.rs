@@ -36,7 +36,7 @@ pub(super) struct Args {
 }
 
 pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
-    let settings = sandpy::ConfigFile::discover(args.config.as_deref())?.settings;
+    let settings = sandpy::settings::ConfigFile::discover(args.config.as_deref())?.settings;
     if args.native {
         return native(&args, settings);
     }
@@ -109,7 +109,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
 }
 
 /// `sandpy build --native`: the native tier's venv.
-fn native(args: &Args, settings: sandpy::Settings) -> anyhow::Result<Outcome> {
+fn native(args: &Args, settings: sandpy::settings::Settings) -> anyhow::Result<Outcome> {
     let config = settings.native.unwrap_or_default();
     let packages = if args.with.is_empty() {
         config.packages.clone()

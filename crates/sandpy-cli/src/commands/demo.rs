@@ -71,7 +71,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&execution)?);
     } else {
-        let bounded = sandpy::ModelOutput::default().bound(&execution);
+        let bounded = sandpy::model_output::ModelOutput::default().bound(&execution);
         print!("{}", sandpy_mcp::summarize(&bounded));
     }
     Ok(Outcome::Run(execution.status))

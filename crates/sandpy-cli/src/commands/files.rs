@@ -2,7 +2,8 @@
 //! files a program leaves under `/output` are saved.
 
 use anyhow::{bail, Context};
-use sandpy::{Execution, InputFile, Mount};
+use sandpy::files::{InputFile, Mount};
+use sandpy::Execution;
 use std::path::{Component, Path, PathBuf};
 
 #[derive(clap::Args, Clone, Default)]

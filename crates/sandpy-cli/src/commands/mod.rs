@@ -99,7 +99,7 @@ pub(crate) fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// the guest's code has no interruption checks (CPU-bound code runs a few percent
 /// faster) and a run past its time limit is reported by `overrun`, which ends the process.
 pub(crate) fn one_shot_sandbox(
-    resolved: &sandpy::Resolved,
+    resolved: &sandpy::settings::Resolved,
     overrun: Option<sandpy::OnOverrun>,
 ) -> anyhow::Result<sandpy::Sandbox> {
     sandbox_with(resolved.sandbox_config(sandpy::Config {
@@ -184,8 +184,8 @@ pub(crate) enum TierArg {
 impl ConfigArgs {
     /// The config's settings with the flags' policy and runtime, resolved once; for the
     /// commands that call no upstream servers.
-    pub(crate) fn resolve(&self) -> anyhow::Result<sandpy::Resolved> {
-        let file = sandpy::ConfigFile::discover(self.config.as_deref())?;
+    pub(crate) fn resolve(&self) -> anyhow::Result<sandpy::settings::Resolved> {
+        let file = sandpy::settings::ConfigFile::discover(self.config.as_deref())?;
         self.choose(file.settings)
     }
 
@@ -193,14 +193,17 @@ impl ConfigArgs {
     /// code may call their tools.
     pub(crate) fn resolve_with_servers(
         &self,
-    ) -> anyhow::Result<(sandpy_mcp::Config, sandpy::Resolved)> {
+    ) -> anyhow::Result<(sandpy_mcp::Config, sandpy::settings::Resolved)> {
         let config = sandpy_mcp::Config::discover(self.config.as_deref())?;
         crate::log::hide(config.expansions());
         let resolved = self.choose(config.settings.clone())?;
         Ok((config, resolved))
     }
 
-    fn choose(&self, mut settings: sandpy::Settings) -> anyhow::Result<sandpy::Resolved> {
+    fn choose(
+        &self,
+        mut settings: sandpy::settings::Settings,
+    ) -> anyhow::Result<sandpy::settings::Resolved> {
         if self.runtime.is_some() {
             settings.runtime = self.runtime.clone();
         }
@@ -252,7 +255,9 @@ impl ConfigArgs {
 }
 
 /// The sandbox `resolved` asks for.
-pub(crate) fn resolved_sandbox(resolved: &sandpy::Resolved) -> anyhow::Result<sandpy::Sandbox> {
+pub(crate) fn resolved_sandbox(
+    resolved: &sandpy::settings::Resolved,
+) -> anyhow::Result<sandpy::Sandbox> {
     sandbox_with(resolved.sandbox_config(sandpy::Config::default()))
 }
 
@@ -269,7 +274,7 @@ pub(crate) async fn start_hub(config: &sandpy_mcp::Config) -> Option<sandpy_mcp:
 /// On stderr, once the servers have started: those that failed, and the config's tool
 /// patterns (`sandpy.allowed_tools`, `sandpy.approve`) that match none of the tools of
 /// the servers that did start (a typo there would allow nothing, or ask for nothing).
-pub(crate) fn report_start(hub: &sandpy_mcp::Hub, settings: &sandpy::Settings) {
+pub(crate) fn report_start(hub: &sandpy_mcp::Hub, settings: &sandpy::settings::Settings) {
     for server in hub.servers() {
         if !server.is_ready() {
             eprintln!("sandpy: MCP server `{}` is {}", server.name, server.status);

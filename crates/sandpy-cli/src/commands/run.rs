@@ -171,7 +171,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     // as it is written (from a warm runner too).
     let streamed = !args.json && !args.list_modules;
     for pattern in &args.require_approval {
-        sandpy::validate_tool_pattern(pattern).context("--require-approval")?;
+        sandpy::tools::validate_tool_pattern(pattern).context("--require-approval")?;
     }
     let base = resolved.run_options();
     let options = RunOptions {
@@ -251,7 +251,11 @@ pub(super) fn print_human(execution: &Execution) -> anyhow::Result<()> {
 /// run that ended without a traceback.
 pub(super) fn print_after_stream(execution: &Execution) -> anyhow::Result<()> {
     if execution.output_truncated {
-        write!(std::io::stderr().lock(), "{}", sandpy::TRUNCATION_MARKER)?;
+        write!(
+            std::io::stderr().lock(),
+            "{}",
+            sandpy::model_output::TRUNCATION_MARKER
+        )?;
     }
     print_error_line(execution)
 }

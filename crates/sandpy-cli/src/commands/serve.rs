@@ -131,7 +131,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
 
 /// Once every upstream has started or failed, say on stderr which failed and which tool
 /// patterns match nothing.
-async fn report_start(hub: sandpy_mcp::Hub, settings: sandpy::Settings) {
+async fn report_start(hub: sandpy_mcp::Hub, settings: sandpy::settings::Settings) {
     hub.wait_started(Duration::MAX).await;
     super::report_start(&hub, &settings);
 }

@@ -74,7 +74,7 @@ pub(super) struct Args {
 /// have had effects, so it is not run again here.
 pub(super) fn served(
     usage: WarmUse,
-    resolved: &sandpy::Resolved,
+    resolved: &sandpy::settings::Resolved,
     settings: &ConfigArgs,
     code: &str,
     call: Option<WarmCall>,

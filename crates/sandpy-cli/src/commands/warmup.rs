@@ -29,7 +29,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     super::sandbox()?;
     // The one-shot commands' code, compiled without interruption checks, is cached apart.
     super::one_shot_sandbox(
-        &sandpy::Resolved::default(),
+        &sandpy::settings::Resolved::default(),
         Some(super::print_and_exit(false, false)),
     )?;
     let dir = sandpy::Config::default().resolved_cache_dir();

@@ -54,7 +54,7 @@ pub(super) fn serve(
 /// A worker's sandbox: guest code without interruption checks, one pooled instance slot
 /// (reused by its calls), one run at a time; `overrun` ends the process.
 pub(super) fn sandbox(
-    resolved: &sandpy::Resolved,
+    resolved: &sandpy::settings::Resolved,
     overrun: sandpy::OnOverrun,
 ) -> anyhow::Result<sandpy::Sandbox> {
     super::sandbox_with(resolved.sandbox_config(sandpy::Config {

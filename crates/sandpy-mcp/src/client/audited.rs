@@ -3,7 +3,7 @@
 
 use super::Hub;
 use crate::audit::AuditLog;
-use sandpy::{PrepareFuture, ToolError, ToolFuture, ToolHost, ToolInfo};
+use sandpy::tools::{PrepareFuture, ToolError, ToolFuture, ToolHost, ToolInfo};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Instant;
@@ -44,7 +44,7 @@ impl ToolHost for AuditedTools {
         self.audit.refused_call(&self.execution_id, name, reason);
     }
 
-    fn decided(&self, name: &str, arguments: &Value, decision: &sandpy::Decision) {
+    fn decided(&self, name: &str, arguments: &Value, decision: &sandpy::tools::Decision) {
         self.audit
             .approval(&self.execution_id, name, arguments, decision);
     }

@@ -9,7 +9,7 @@ use super::Hub;
 use rmcp::model::{JsonObject, PaginatedRequestParams, Tool};
 use rmcp::service::ClientCacheConfig;
 use rmcp::{Peer, RoleClient, ServiceError};
-use sandpy::ToolInfo;
+use sandpy::tools::ToolInfo;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock};

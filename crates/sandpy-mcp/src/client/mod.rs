@@ -62,7 +62,7 @@ use crate::metrics::Metrics;
 use audited::AuditedTools;
 use catalog::Catalog;
 use rmcp::model::CallToolRequestParams;
-use sandpy::{Allowlist, PrepareFuture, ToolError, ToolFuture, ToolHost, ToolInfo};
+use sandpy::tools::{Allowlist, PrepareFuture, ToolError, ToolFuture, ToolHost, ToolInfo};
 use schema::ArgumentSchema;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -70,7 +70,7 @@ impl Hub {
 mod tests {
     use crate::client::testing::{fake, quick, status};
     use crate::client::Hub;
-    use sandpy::ToolHost;
+    use sandpy::tools::ToolHost;
     use serde_json::Value;
     use std::time::Duration;
 

@@ -276,7 +276,7 @@ mod tests {
     use crate::client::Hub;
     use crate::config::Config;
     use rmcp::model::JsonObject;
-    use sandpy::ToolHost;
+    use sandpy::tools::ToolHost;
     use serde_json::Value;
     use std::collections::HashMap;
     use std::env::VarError;

@@ -365,7 +365,7 @@ impl HttpListener {
     pub async fn bind(
         addr: SocketAddr,
         token: Option<String>,
-        tenants: &[sandpy::TokenTenant],
+        tenants: &[sandpy::settings::TokenTenant],
     ) -> Result<HttpListener, HttpError> {
         if token.as_deref() == Some("") {
             return Err(HttpError::EmptyToken);

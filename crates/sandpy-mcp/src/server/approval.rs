@@ -6,7 +6,7 @@
 use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
 use rmcp::service::{ElicitationMode, Peer};
 use rmcp::RoleServer;
-use sandpy::{ApprovalFuture, ApprovalRequest, Approver, Decision};
+use sandpy::tools::{ApprovalFuture, ApprovalRequest, Approver, Decision};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

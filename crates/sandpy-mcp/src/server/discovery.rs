@@ -5,7 +5,7 @@ use super::{parses_as, structured, tool_error, Check, ServerState};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::{tool, tool_router};
-use sandpy::{ToolHost, ToolSummary};
+use sandpy::tools::{ToolHost, ToolSummary};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -47,7 +47,7 @@ impl ServerState {
     async fn search_tools(&self, Parameters(args): Parameters<SearchTools>) -> CallToolResult {
         let limit = args.limit.map_or(SEARCH_LIMIT, NonZeroUsize::get);
         let tools = self.hub.list_tools();
-        let found: Vec<ToolSummary> = sandpy::search_tools(&tools, &args.query, limit)
+        let found: Vec<ToolSummary> = sandpy::tools::search(&tools, &args.query, limit)
             .into_iter()
             .map(ToolSummary::of)
             .collect();

@@ -35,9 +35,10 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{tool_handler, ErrorData, RoleServer, ServerHandler};
-use sandpy::{
-    LimitOverrides, ModelOutput, Resolved, RunOptions, Sandbox, Sessions, Tenant, TenantQuota,
-};
+use sandpy::model_output::ModelOutput;
+use sandpy::sessions::{Sessions, Tenant, TenantQuota};
+use sandpy::settings::Resolved;
+use sandpy::{LimitOverrides, RunOptions, Sandbox};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -201,7 +202,7 @@ struct RunRequest {
     /// Narrows the server's allowlist.
     allowed_tools: Option<Vec<String>>,
     /// Put in the run's `/tmp` before the code starts.
-    files: Vec<sandpy::InputFile>,
+    files: Vec<sandpy::files::InputFile>,
     /// The tier the request asked for, when the server lets requests choose.
     tier: Option<sandpy::Tier>,
 }
@@ -308,7 +309,7 @@ impl SandpyServer {
         for (name, tenant) in &state.token_tenants {
             for id in state.sessions.ids_of(&tenant.id) {
                 let written = async {
-                    if !sandpy::is_plain_name(&id) {
+                    if !sandpy::settings::is_plain_name(&id) {
                         return Err("its id is not a plain name".to_string());
                     }
                     let snapshot = state.sessions.of(tenant).snapshot(&id).await;

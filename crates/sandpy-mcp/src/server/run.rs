@@ -145,7 +145,7 @@ impl Arguments {
 
 /// The `files` argument as the library's input files: decoded, each with exactly one of
 /// `text` and `content_base64`.
-fn input_files(files: Option<Vec<FileArg>>) -> Result<Vec<sandpy::InputFile>, ErrorData> {
+fn input_files(files: Option<Vec<FileArg>>) -> Result<Vec<sandpy::files::InputFile>, ErrorData> {
     use base64::Engine;
     let files = files.unwrap_or_default();
     files
@@ -165,7 +165,7 @@ fn input_files(files: Option<Vec<FileArg>>) -> Result<Vec<sandpy::InputFile>, Er
                     )))
                 }
             };
-            Ok(sandpy::InputFile {
+            Ok(sandpy::files::InputFile {
                 path: file.path,
                 content,
             })
@@ -175,10 +175,10 @@ fn input_files(files: Option<Vec<FileArg>>) -> Result<Vec<sandpy::InputFile>, Er
 
 /// An output file as MCP content: images as images, other files as embedded resources
 /// (text when UTF-8).
-fn file_block(file: &sandpy::OutputFile) -> ContentBlock {
+fn file_block(file: &sandpy::files::OutputFile) -> ContentBlock {
     use base64::Engine;
     let encoded = || base64::engine::general_purpose::STANDARD.encode(&file.content);
-    let uri = format!("file://{}/{}", sandpy::OUTPUT_DIR, file.name);
+    let uri = format!("file://{}/{}", sandpy::files::OUTPUT_DIR, file.name);
     if file.mime_type.starts_with("image/") {
         ContentBlock::image(encoded(), file.mime_type.clone())
     } else if let Some(text) = file.text() {

@@ -166,7 +166,7 @@ impl ServerState {
                 .journal_bytes
                 .saturating_add(64 << 10);
             let text = dir.read(&args.name, max).map_err(|e| e.to_string())?;
-            let snapshot: sandpy::SessionSnapshot =
+            let snapshot: sandpy::sessions::SessionSnapshot =
                 serde_json::from_str(&text).map_err(|e| format!("not a saved session: {e}"))?;
             self.sessions
                 .of(&caller.tenant)
@@ -212,7 +212,7 @@ fn saves(
         Saves::Off(why) => return Err(invalid(*why)),
         Saves::In { root, tenant } => (root, tenant.as_deref()),
     };
-    if !sandpy::is_plain_name(name) {
+    if !sandpy::settings::is_plain_name(name) {
         return Err(invalid(
             "`name` may use letters, digits, `-`, `_` and `.` (at most 64, not starting with `.`)",
         ));

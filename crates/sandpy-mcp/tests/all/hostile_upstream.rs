@@ -3,7 +3,8 @@
 //! answers too big to hold. Each test ends by calling `echo` through the same hub.
 
 use crate::{block_on, config, run_with_hub};
-use sandpy::{Limits, RunOptions, Status, ToolHost};
+use sandpy::tools::ToolHost;
+use sandpy::{Limits, RunOptions, Status};
 use sandpy_mcp::Hub;
 use serde_json::json;
 use std::time::Duration;

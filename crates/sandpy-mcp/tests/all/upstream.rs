@@ -382,7 +382,7 @@ fn the_search_fixture_is_what_the_reference_servers_list() {
     }
     block_on(async {
         let hub = Hub::start(&config(&json!({"mcpServers": servers}).to_string())).await;
-        let mut live: Vec<serde_json::Value> = sandpy::ToolHost::list_tools(&hub)
+        let mut live: Vec<serde_json::Value> = sandpy::tools::ToolHost::list_tools(&hub)
             .into_iter()
             .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": t.input_schema}))
             .collect();

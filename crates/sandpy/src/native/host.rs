@@ -11,12 +11,13 @@ use super::python::PythonInstall;
 use super::{guest_files, Layer, NativeConfig, NativeError};
 use crate::bindings::{GuestOptions, Task, ToolCall};
 use crate::execution::{Execution, Status};
+use crate::files::OutputFile;
 use crate::network::FetchError;
 use crate::options::{OutputSink, Stream};
 use crate::output::Capture;
 use crate::tool_access::{RecordedCall, ToolAccess};
 use crate::verdict::{self, NativeEnd};
-use crate::{Limits, OutputFile};
+use crate::Limits;
 use nix::sys::socket::{
     sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
 };

@@ -97,7 +97,7 @@ impl RawNetwork {
 
 #[cfg(test)]
 mod tests {
-    use crate::ConfigFile;
+    use crate::settings::ConfigFile;
     use std::path::Path;
 
     fn error(network: &str) -> String {

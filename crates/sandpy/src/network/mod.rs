@@ -4,14 +4,14 @@
 //! Off by default: without a [`Network`] a run has no network at all. With one, the
 //! guest's `http.client` (and so `urllib.request`) hands each request to the host, which
 //! checks it against [`NetworkRules::allow`] (and a policy's narrower list), resolves the
-//! name itself and refuses internal addresses ([`address`]), does TLS itself (the trust of
+//! name itself and refuses internal addresses (`address.rs`), does TLS itself (the trust of
 //! [`crate::tls`]), never follows a redirect (the code's library asks again, and the next
 //! hop is checked like the first), puts each [`Secret`]'s value in place of its
 //! placeholder only in the headers of requests to that secret's hosts, and scrubs the value
 //! from everything that comes back. Every request counts against [`NetworkLimits`] and is
 //! recorded in [`crate::Execution::requests`].
 //!
-//! Both tiers use the same host side ([`access`]); the WebAssembly tier through the
+//! Both tiers use the same host side (`access.rs`); the WebAssembly tier through the
 //! `network` import of `guest/wit/sandpy.wit`, the native tier over its channel.
 
 mod access;

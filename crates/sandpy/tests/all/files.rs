@@ -2,7 +2,9 @@
 //! the quotas and caps the host enforces on them, each tried by attack.
 
 use crate::{block_on, run_ok, run_with, sandbox};
-use sandpy::{InputFile, Limits, Mount, RunOptions, SessionLimits, Sessions, Status};
+use sandpy::files::{InputFile, Mount};
+use sandpy::sessions::{SessionLimits, Sessions};
+use sandpy::{Limits, RunOptions, Status};
 use serde_json::json;
 use std::path::Path;
 use std::time::Duration;

@@ -4,10 +4,8 @@
 //! once, in guest code and while it waits for a tool.
 
 use super::run_with;
-use sandpy::{
-    ApprovalFuture, ApprovalRequest, CancellationToken, Decision, Policy, RunOptions, Status,
-    ToolFuture, ToolHost, ToolInfo,
-};
+use sandpy::tools::{ApprovalFuture, ApprovalRequest, Decision, ToolFuture, ToolHost, ToolInfo};
+use sandpy::{CancellationToken, Policy, RunOptions, Status};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -50,7 +48,7 @@ impl ToolHost for Recorder {
 }
 
 /// An approver that says yes to `path == "ok"` and records what it was shown.
-fn approver(asked: Arc<Mutex<Vec<ApprovalRequest>>>) -> Arc<dyn sandpy::Approver> {
+fn approver(asked: Arc<Mutex<Vec<ApprovalRequest>>>) -> Arc<dyn sandpy::tools::Approver> {
     Arc::new(move |request: ApprovalRequest| -> ApprovalFuture {
         let yes = request.arguments["path"] == "ok";
         asked.lock().unwrap().push(request);
@@ -137,7 +135,7 @@ fn calls_needing_approval_are_refused_when_nobody_can_be_asked() {
 #[test]
 fn an_approval_that_never_comes_ends_the_run_at_its_limit_naming_it() {
     let tools = Arc::new(Recorder::default());
-    let never: Arc<dyn sandpy::Approver> =
+    let never: Arc<dyn sandpy::tools::Approver> =
         Arc::new(|_: ApprovalRequest| -> ApprovalFuture { Box::pin(std::future::pending()) });
     let options = RunOptions {
         tools: Some(tools.clone()),

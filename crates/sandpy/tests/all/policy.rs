@@ -152,15 +152,15 @@ fn caught_violations_are_still_reported() {
 #[test]
 fn strict_policy_has_no_tools() {
     struct One;
-    impl sandpy::ToolHost for One {
-        fn list_tools(&self) -> Vec<sandpy::ToolInfo> {
-            vec![sandpy::ToolInfo {
+    impl sandpy::tools::ToolHost for One {
+        fn list_tools(&self) -> Vec<sandpy::tools::ToolInfo> {
+            vec![sandpy::tools::ToolInfo {
                 name: "t".into(),
                 description: String::new(),
                 input_schema: json!({}),
             }]
         }
-        fn call_tool(&self, _: &str, _: serde_json::Value) -> sandpy::ToolFuture {
+        fn call_tool(&self, _: &str, _: serde_json::Value) -> sandpy::tools::ToolFuture {
             Box::pin(async { Ok(json!(1)) })
         }
     }

@@ -2,7 +2,7 @@
 //! memory, everything; `tests/fixtures/reference_tools.json`, checked against the live
 //! servers by sandpy-mcp's upstream tests): which tool comes first for what a model asks.
 
-use sandpy::{search_tools, ToolInfo, ToolSummary};
+use sandpy::tools::{search, ToolInfo, ToolSummary};
 use serde_json::{json, Value};
 
 /// Every tool of the three servers, named as the hub names them.
@@ -28,7 +28,7 @@ fn reference_tools() -> Vec<ToolInfo> {
 }
 
 fn top(tools: &[ToolInfo], query: &str, limit: usize) -> Vec<String> {
-    search_tools(tools, query, limit)
+    search(tools, query, limit)
         .into_iter()
         .map(|t| t.name.clone())
         .collect()
@@ -161,7 +161,7 @@ fn results_are_compact() {
     );
     // Ten results for a common word: the full entries are several kilobytes, the compact
     // ones a fraction of that.
-    let found = search_tools(&tools, "file", 10);
+    let found = search(&tools, "file", 10);
     assert_eq!(found.len(), 10);
     let full = serde_json::to_string(&found).unwrap().len();
     let compact: Vec<ToolSummary> = found.into_iter().map(ToolSummary::of).collect();

@@ -1,9 +1,8 @@
 //! Sessions: shared state, call order, poisoning, reset, close, TTL and limits; tenants.
 
 use crate::{block_on, sandbox};
-use sandpy::{
-    Limits, RunOptions, SessionError, SessionLimits, Sessions, Status, Tenant, TenantQuota,
-};
+use sandpy::sessions::{SessionError, SessionLimits, Sessions, Tenant, TenantQuota};
+use sandpy::{Limits, RunOptions, Status};
 use serde_json::json;
 use std::time::Duration;
 
@@ -264,11 +263,11 @@ fn the_servers_session_memory_caps_all_tenants_together() {
 /// Tools for the journal tests: `mcp__t__next` counts up; `mcp__t__broken` always fails.
 struct Counter(std::sync::atomic::AtomicU64);
 
-impl sandpy::ToolHost for Counter {
-    fn list_tools(&self) -> Vec<sandpy::ToolInfo> {
+impl sandpy::tools::ToolHost for Counter {
+    fn list_tools(&self) -> Vec<sandpy::tools::ToolInfo> {
         ["next", "broken"]
             .iter()
-            .map(|n| sandpy::ToolInfo {
+            .map(|n| sandpy::tools::ToolInfo {
                 name: format!("mcp__t__{n}"),
                 description: String::new(),
                 input_schema: json!({}),
@@ -276,7 +275,7 @@ impl sandpy::ToolHost for Counter {
             .collect()
     }
 
-    fn call_tool(&self, name: &str, _: serde_json::Value) -> sandpy::ToolFuture {
+    fn call_tool(&self, name: &str, _: serde_json::Value) -> sandpy::tools::ToolFuture {
         let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let broken = name.ends_with("broken");
         Box::pin(async move {
@@ -316,7 +315,8 @@ fn save_restore_and_fork_by_journal_without_calling_tools_again() {
         let snapshot = sessions.snapshot("orig").await.expect("snapshot");
         assert_eq!(snapshot.cells.len(), 3);
         let text = serde_json::to_string(&snapshot).expect("json");
-        let snapshot: sandpy::SessionSnapshot = serde_json::from_str(&text).expect("round trip");
+        let snapshot: sandpy::sessions::SessionSnapshot =
+            serde_json::from_str(&text).expect("round trip");
 
         // Restored with tools that would answer differently: the journal answers instead.
         sessions
@@ -389,7 +389,7 @@ fn host_memory_a_session_journal_past_its_cap_is_dropped_and_save_says_why() {
     };
     let sessions = Sessions::new(sandbox(), limits);
     block_on(async {
-        let file = sandpy::InputFile {
+        let file = sandpy::files::InputFile {
             path: "data.bin".into(),
             content: vec![b'x'; 20 << 10],
         };
@@ -416,7 +416,7 @@ fn host_memory_a_session_journal_past_its_cap_is_dropped_and_save_says_why() {
         assert_eq!((info.saveable, info.journal_bytes), (false, 0), "{info:?}");
         let refused = sessions.snapshot("s").await.expect_err("nothing to save");
         assert!(
-            matches!(refused, sandpy::SessionError::JournalDropped { cap, run: 3 } if cap == 64 << 10),
+            matches!(refused, sandpy::sessions::SessionError::JournalDropped { cap, run: 3 } if cap == 64 << 10),
             "{refused:?}"
         );
         assert!(
@@ -426,7 +426,7 @@ fn host_memory_a_session_journal_past_its_cap_is_dropped_and_save_says_why() {
         let forked = sessions.fork("s", "f", &opts()).await;
         assert!(matches!(
             forked,
-            Err(sandpy::SessionError::JournalDropped { .. })
+            Err(sandpy::sessions::SessionError::JournalDropped { .. })
         ));
 
         // The session itself goes on, and later runs do not refill the journal.
@@ -457,7 +457,7 @@ fn a_snapshot_from_another_runtime_or_over_the_cap_is_refused_before_replay() {
         other.runtime = "0".repeat(64);
         let refused = sessions.restore("r", &other, &opts()).await;
         assert!(
-            matches!(&refused, Err(sandpy::SessionError::Runtime { found, .. }) if *found == "0".repeat(64)),
+            matches!(&refused, Err(sandpy::sessions::SessionError::Runtime { found, .. }) if *found == "0".repeat(64)),
             "{refused:?}"
         );
 
@@ -467,7 +467,7 @@ fn a_snapshot_from_another_runtime_or_over_the_cap_is_refused_before_replay() {
         assert!(
             matches!(
                 refused,
-                Err(sandpy::SessionError::TooLarge { cap: 4096, .. })
+                Err(sandpy::sessions::SessionError::TooLarge { cap: 4096, .. })
             ),
             "{refused:?}"
         );

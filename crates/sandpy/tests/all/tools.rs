@@ -1,7 +1,8 @@
 //! Tools through the library API: batching, allowlist, limits (MCP tests live in sandpy-mcp).
 
 use crate::run_with;
-use sandpy::{Limits, RunOptions, Status, ToolFuture, ToolHost, ToolInfo};
+use sandpy::tools::{ToolFuture, ToolHost, ToolInfo};
+use sandpy::{Limits, RunOptions, Status};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
