@@ -6,6 +6,14 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     // The native part's zygote is this binary started with a marker argument.
     sandpy::native::main_if_requested();
+    // The log as `sandpy` sets it up (`SANDPY_LOG`, default `warn`, a global level filter),
+    // so that what the library's and wasmtime's instrumentation costs is what it costs there.
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("SANDPY_LOG").unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .init();
     match sandpy_bench::run(sandpy_bench::Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

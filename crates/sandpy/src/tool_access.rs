@@ -1,7 +1,7 @@
 //! What one run may do with tools, and what it did: the allowlist, the call and size
 //! limits, the deadline, the journal of a session. Both tiers serve the guest's tool
 //! requests through [`ToolAccess`]: the WebAssembly host functions (`wasm/host.rs`) and
-//! the native tier's channel (`native/host.rs`) only forward to it.
+//! the native tier's channel (`native/serve.rs`) only forward to it.
 
 use crate::approval::Approval;
 use crate::bindings::ToolCall;

@@ -10,7 +10,7 @@
 //! itself (`confine`, `seccomp`) and runs the code, while the zygote supervises it (time
 //! limit, the host's hang-up; the files of a run it ends at its deadline: `left_output`).
 //! The run's only way out is its channel to the host (`protocol`, served by `host`). A
-//! session's run serves one cell after another (`host::NativeSession`); the zygote moves
+//! session's run serves one cell after another (`session::NativeSession`); the zygote moves
 //! its deadline and CPU limit as each cell starts.
 //!
 //! What it shares with the host is the kernel: see the security model in docs/guide/security.md.
@@ -22,8 +22,6 @@ mod confine;
 #[cfg(target_os = "linux")]
 mod guest_files;
 #[cfg(target_os = "linux")]
-mod host;
-#[cfg(target_os = "linux")]
 mod left_output;
 #[cfg(target_os = "linux")]
 mod protocol;
@@ -31,6 +29,12 @@ mod protocol;
 mod python;
 #[cfg(target_os = "linux")]
 mod seccomp;
+#[cfg(target_os = "linux")]
+mod serve;
+#[cfg(target_os = "linux")]
+mod session;
+#[cfg(target_os = "linux")]
+mod tier;
 #[cfg(target_os = "linux")]
 mod zygote;
 
@@ -44,9 +48,11 @@ pub(crate) struct Zygote {
 }
 
 #[cfg(target_os = "linux")]
-pub use host::NativeTier;
+pub(crate) use serve::Inputs;
 #[cfg(target_os = "linux")]
-pub(crate) use host::{Inputs, NativeSession};
+pub(crate) use session::NativeSession;
+#[cfg(target_os = "linux")]
+pub use tier::NativeTier;
 #[cfg(target_os = "linux")]
 pub use zygote::{main_if_requested, serve_as_zygote, ZYGOTE_ARG};
 

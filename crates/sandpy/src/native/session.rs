@@ -1,0 +1,129 @@
+//! A session's process on the native tier: a confined fork of the zygote that keeps its
+//! interpreter from one cell to the next, told by the host when each cell starts (with
+//! its time limit) and ends.
+
+use super::protocol::{cell_limit, BETWEEN_CELLS, CELL_STARTED};
+use super::serve::{Inputs, Run, RunEnd, Streams};
+use super::tier::NativeTier;
+use crate::bindings::{GuestOptions, Task};
+use crate::execution::{Execution, Status};
+use crate::tool_access::{RecordedCall, ToolAccess};
+use crate::verdict::NativeEnd;
+use crate::Limits;
+use std::sync::Arc;
+use std::time::Duration;
+use std::time::Instant;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How long the zygote may take to put a session's cell limits in force.
+const CELL_START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A session's process: a confined fork of the zygote that keeps its interpreter (and
+/// its scratch folder) from one cell to the next. Dropped, it hangs up its report
+/// socket and the zygote ends it.
+pub(crate) struct NativeSession {
+    /// The zygote the process was forked from, kept running while the session lives.
+    pub(super) _tier: Arc<NativeTier>,
+    pub(super) streams: Streams,
+    pub(super) memory_peak: u64,
+}
+
+impl NativeSession {
+    /// The process's peak resident size so far (the zygote's pages it shares included).
+    pub(crate) fn memory_peak(&self) -> u64 {
+        self.memory_peak
+    }
+
+    /// Tell the zygote that a cell starts with `limits.timeout`, and wait until its limits
+    /// are in force; fails when the process ended since its last cell.
+    pub(super) async fn start_cell(&mut self, limits: &Limits) -> Result<(), NativeEnd> {
+        let ms = limits.timeout.as_millis().min(u64::MAX as u128 - 1) as u64;
+        let report = &mut self.streams.report;
+        let started = async {
+            report.write_all(&cell_limit(ms)).await?;
+            let mut answer = [0u8; 1];
+            report.read_exact(&mut answer).await?;
+            Ok::<_, std::io::Error>(answer[0] == CELL_STARTED)
+        };
+        match tokio::time::timeout(CELL_START_TIMEOUT, started).await {
+            Ok(Ok(true)) => Ok(()),
+            Ok(_) => Err(NativeEnd::Internal(
+                "the session's process ended between its runs; reset the session".into(),
+            )),
+            Err(_) => Err(NativeEnd::Internal(format!(
+                "the native tier's zygote did not start the cell within {} s",
+                CELL_START_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    /// Tell the zygote that the cell answered, so that the process waits for the next
+    /// one without a deadline; false when it cannot be told.
+    pub(super) async fn end_cell(&mut self) -> bool {
+        let idle = cell_limit(BETWEEN_CELLS);
+        self.streams.report.write_all(&idle).await.is_ok()
+    }
+}
+
+impl NativeTier {
+    /// Run one cell of a session in its process: `kept`'s, or a new one (with the
+    /// session's `memory_cap`, the mounts and quotas of this first cell). The process is
+    /// kept for the next cell when this one returned normally: then its tool calls are
+    /// returned, in order.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn cell(
+        self: &Arc<Self>,
+        kept: &mut Option<NativeSession>,
+        memory_cap: u64,
+        task: &Task,
+        options: &GuestOptions,
+        limits: &Limits,
+        tools: ToolAccess,
+        inputs: Inputs,
+        started: Instant,
+    ) -> (Execution, Option<Vec<RecordedCall>>) {
+        let limits = &Limits {
+            memory_bytes: memory_cap as usize,
+            ..limits.clone()
+        };
+        let mut run = Run::new(tools, limits, &inputs);
+        let session = match kept.take() {
+            Some(mut session) => session.start_cell(limits).await.map(|()| session),
+            None => self
+                .launch(limits, &inputs.mounts, true)
+                .and_then(Streams::open)
+                .map_err(NativeEnd::Internal)
+                // A session's stdin is empty.
+                .map(|(streams, _stdin)| NativeSession {
+                    _tier: self.clone(),
+                    streams,
+                    memory_peak: 0,
+                }),
+        };
+        let (ended, session) = match session {
+            Ok(mut session) => {
+                let ended = run
+                    .serve(&mut session.streams, None, task, options, &inputs, started)
+                    .await;
+                (ended, Some(session))
+            }
+            Err(end) => (RunEnd::without(end), None),
+        };
+        let answered = matches!(ended.end, NativeEnd::Outcome(_));
+        let memory_peak = ended.max_rss_bytes;
+        let execution = run.execution(ended, started);
+        if let Some(mut session) = session {
+            let fit = answered
+                && execution.status != Status::MemoryLimit
+                && !execution.output_truncated
+                && session.end_cell().await;
+            if fit {
+                session.memory_peak = session.memory_peak.max(memory_peak);
+                *kept = Some(session);
+                let calls = run.tools.recorded.take().unwrap_or_default();
+                return (execution, Some(calls));
+            }
+        }
+        (execution, None)
+    }
+}
