@@ -49,8 +49,8 @@ pub struct Args {
     /// the `native` part; without it that part is skipped.
     #[arg(long, value_name = "DIR")]
     native_venv: Option<PathBuf>,
-    /// The `sandpy` binary that the whole-process parts run (process, cpu, eval, tools);
-    /// by default the one beside this program.
+    /// The `sandpy` binary that the whole-process parts run (process, cpu, eval, and tools
+    /// without --no-upstream); by default the one beside this program.
     #[arg(long, value_name = "PATH", env = "SANDPY_BENCH_SANDPY")]
     sandpy: Option<PathBuf>,
 }
@@ -101,13 +101,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .into_iter()
         .filter(|(name, _)| bench.args.only.as_deref().is_none_or(|only| only == *name))
         .collect();
-    let whole_process = ["process", "cpu", "eval", "tools"];
-    if chosen.iter().any(|(name, _)| whole_process.contains(name)) && !bench.sandpy_bin.is_file() {
+    // The parts that run the `sandpy` binary (`tools` only for `sandpy serve` over stdio).
+    let runs_sandpy = |name: &str| {
+        matches!(name, "process" | "cpu" | "eval") || (name == "tools" && !bench.args.no_upstream)
+    };
+    let needing: Vec<&str> = chosen
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|name| runs_sandpy(name))
+        .collect();
+    if !needing.is_empty() && !bench.sandpy_bin.is_file() {
+        let parts = match needing[..] {
+            [one] => format!("the part `{one}` runs"),
+            _ => format!("the parts `{}` run", needing.join("`, `")),
+        };
         anyhow::bail!(
-            "the parts {} run the `sandpy` binary, and there is none at `{}`: build it beside \
-             this program (`cargo build --release -p sandpy-cli -p sandpy-bench`), pass \
-             --sandpy PATH, or choose another part with --only",
-            whole_process.join(", "),
+            "{parts} the `sandpy` binary, and there is none at `{}`: build it beside this \
+             program (`cargo build --release -p sandpy-cli -p sandpy-bench`), pass --sandpy \
+             PATH, or choose another part with --only",
             bench.sandpy_bin.display()
         );
     }

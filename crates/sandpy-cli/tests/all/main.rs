@@ -3,6 +3,7 @@
 
 mod bench;
 mod config;
+mod documented;
 mod help;
 mod hostile_clients;
 mod live;
@@ -23,6 +24,8 @@ use std::sync::OnceLock;
 
 /// The reference server with every kind of tool, pinned.
 pub(crate) const EVERYTHING_PKG: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+/// The reference filesystem server, pinned (the upstream of the documented commands).
+pub(crate) const FILESYSTEM_PKG: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
 /// The official MCP Python SDK, for the client in `tests/mcp_client.py`.
 const MCP_PYTHON_SDK: &str = "mcp==2.3.0";
 /// The official Prometheus client, whose parser reads `/metrics` in the service tests.
