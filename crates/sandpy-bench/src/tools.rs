@@ -168,8 +168,8 @@ impl Bench {
 const EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 
 /// A config with one upstream: the reference `everything` server, via npx.
-fn everything_config() -> sandpy_mcp::Config {
-    let mut config = sandpy_mcp::Config::default();
+fn everything_config() -> sandpy_mcp::ConfigFile {
+    let mut config = sandpy_mcp::ConfigFile::default();
     config.servers.insert(
         "everything".into(),
         sandpy_mcp::ServerSpec::Stdio {
@@ -238,7 +238,7 @@ async fn https_against_http(sandbox: &sandpy::Sandbox) -> anyhow::Result<()> {
     }});
     let path = dir.path().join(".mcp.json");
     std::fs::write(&path, config.to_string())?;
-    let hub = sandpy_mcp::Hub::start(&sandpy_mcp::Config::load(&path)?).await;
+    let hub = sandpy_mcp::Hub::start(&sandpy_mcp::ConfigFile::load(&path)?).await;
     for server in hub.servers() {
         if !server.is_ready() {
             bail!("test server {}: {}", server.name, server.status);

@@ -23,7 +23,7 @@
 
 use crate::expand::{expand, Expansions, Lookup};
 use axum::http::{HeaderName, HeaderValue};
-use sandpy::settings::{ConfigError, ConfigFile, Settings};
+use sandpy::settings::{self, ConfigError, Settings};
 use sandpy::tls::CaFile;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -110,9 +110,11 @@ impl ServerSpec {
     }
 }
 
-/// Everything read from a config file. Defaults: no servers, default settings.
+/// A config file as the MCP front end reads it: the library's reading
+/// ([`sandpy::settings::ConfigFile`]) with its `mcpServers` entries checked and their
+/// `${VAR}`s expanded. Defaults: no servers, default settings.
 #[derive(Debug, Clone, Default)]
-pub struct Config {
+pub struct ConfigFile {
     /// Upstream servers by name (the `<server>` of `mcp__<server>__<tool>`).
     pub servers: BTreeMap<String, ServerSpec>,
     /// sandpy's settings (the `sandpy` section).
@@ -148,11 +150,11 @@ fn valid_server_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
-impl Config {
+impl ConfigFile {
     /// Find the config: `explicit`, else `$SANDPY_CONFIG`, else `./.mcp.json`, else none.
-    pub fn discover(explicit: Option<&Path>) -> Result<Config, ConfigError> {
-        let file = ConfigFile::discover(explicit)?;
-        Config::from_file(file)
+    pub fn discover(explicit: Option<&Path>) -> Result<ConfigFile, ConfigError> {
+        let file = settings::ConfigFile::discover(explicit)?;
+        ConfigFile::from_file(file)
     }
 
     /// Every value the servers' `command`, `url` and `headers` took from the environment,
@@ -167,32 +169,35 @@ impl Config {
     }
 
     /// Read and check one config file.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        Config::from_file(ConfigFile::load(path)?)
+    pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+        ConfigFile::from_file(settings::ConfigFile::load(path)?)
     }
 
     /// Check config text; `path` is only used in messages and to resolve relative paths.
-    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        Config::from_file(ConfigFile::parse(text, path)?)
+    pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
+        ConfigFile::from_file(settings::ConfigFile::parse(text, path)?)
     }
 
     /// Read the server entries of a config file, expanding `${VAR}`s from the environment.
-    fn from_file(file: ConfigFile) -> Result<Config, ConfigError> {
-        Config::from_file_with(file, &|name: &str| std::env::var(name))
+    fn from_file(file: settings::ConfigFile) -> Result<ConfigFile, ConfigError> {
+        ConfigFile::from_file_with(file, &|name: &str| std::env::var(name))
     }
 
-    /// [`Config::parse`] with variables looked up in `lookup`, for tests.
+    /// [`ConfigFile::parse`] with variables looked up in `lookup`, for tests.
     #[cfg(test)]
     pub(crate) fn parse_with(
         text: &str,
         path: &Path,
         lookup: Lookup<'_>,
-    ) -> Result<Config, ConfigError> {
-        Config::from_file_with(ConfigFile::parse(text, path)?, lookup)
+    ) -> Result<ConfigFile, ConfigError> {
+        ConfigFile::from_file_with(settings::ConfigFile::parse(text, path)?, lookup)
     }
 
     /// Read the server entries of a config file, with variables from `lookup`.
-    fn from_file_with(file: ConfigFile, lookup: Lookup<'_>) -> Result<Config, ConfigError> {
+    fn from_file_with(
+        file: settings::ConfigFile,
+        lookup: Lookup<'_>,
+    ) -> Result<ConfigFile, ConfigError> {
         let path = file.settings.source.clone().unwrap_or_default();
         let invalid = |key: &str, message: String| ConfigError::Invalid {
             path: path.clone(),
@@ -341,7 +346,7 @@ impl Config {
                 ));
             }
         }
-        Ok(Config {
+        Ok(ConfigFile {
             servers,
             settings: file.settings,
         })
@@ -354,14 +359,14 @@ mod tests {
     use std::time::Duration;
 
     fn error(text: &str) -> String {
-        Config::parse(text, Path::new("/x/.mcp.json"))
+        ConfigFile::parse(text, Path::new("/x/.mcp.json"))
             .unwrap_err()
             .to_string()
     }
 
     #[test]
     fn reads_stdio_and_http_servers_and_settings() {
-        let c = Config::parse(
+        let c = ConfigFile::parse(
             r#"{"mcpServers": {"fs": {"command": "npx", "args": ["-y", "x"], "env": {"A": "1"}},
                 "web": {"type": "http", "url": "http://127.0.0.1:1/mcp", "headers": {"Authorization": "Bearer t"}}},
                "sandpy": {"limits": {"timeout_ms": 5000, "max_tool_calls": 10}, "allowed_tools": ["mcp__fs__*"],
@@ -386,7 +391,7 @@ mod tests {
     /// it is refused, saying so.
     #[test]
     fn a_disabled_server_is_left_out() {
-        let c = Config::parse(
+        let c = ConfigFile::parse(
             r#"{"mcpServers": {"on": {"command": "npx"}, "off": {"disabled": true},
                                "off2": {"command": "x", "disabled": true}}}"#,
             Path::new("/x/.mcp.json"),
@@ -409,7 +414,7 @@ mod tests {
             "TOKEN" => Ok("sk-9f8e7d".to_string()),
             _ => Err(std::env::VarError::NotPresent),
         };
-        let c = Config::parse_with(
+        let c = ConfigFile::parse_with(
             r#"{"mcpServers": {
                 "fs": {"command": "/opt/${TOKEN}/srv", "args": ["--key", "literal-key"], "env": {"K": "${TOKEN}"}},
                 "web": {"url": "https://h.test/mcp?k=${TOKEN}", "headers": {"Authorization": "Bearer ${TOKEN}"}}}}"#,
@@ -491,8 +496,8 @@ mod tests {
         }
     }
 
-    fn with_env(text: &str) -> Result<Config, ConfigError> {
-        Config::parse_with(text, Path::new("/x/.mcp.json"), &env)
+    fn with_env(text: &str) -> Result<ConfigFile, ConfigError> {
+        ConfigFile::parse_with(text, Path::new("/x/.mcp.json"), &env)
     }
 
     #[test]
@@ -623,7 +628,7 @@ mod tests {
 
     #[test]
     fn user_policies_and_default_policy() {
-        let c = Config::parse(
+        let c = ConfigFile::parse(
             r#"{"sandpy": {"policies": {"evals": {"allowed_modules": ["json"], "timeout_ms": 100}}, "default_policy": "evals"}}"#,
             Path::new("c.json"),
         )

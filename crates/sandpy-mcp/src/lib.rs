@@ -2,7 +2,7 @@
 //! [`Hub`]), and sandpy itself is an MCP server ([`SandpyServer`]) whose `run_python` tool
 //! runs code in the sandbox.
 //!
-//! - [`Config`]: the `mcpServers` file agents already keep (with `${VAR}` expansion), plus
+//! - [`ConfigFile`]: the `mcpServers` file agents already keep (with `${VAR}` expansion), plus
 //!   sandpy's settings.
 //! - [`Hub`]: MCP clients (rmcp) for every configured server, one `ToolHost` for sandpy.
 //! - [`SandpyServer`]: the rmcp server handler; serve it over stdio or [`HttpListener`].
@@ -34,7 +34,7 @@ pub mod test_server;
 pub use audit::AuditLog;
 pub use client::schema::ArgumentSchema;
 pub use client::{Hub, ServerStatus};
-pub use config::{Config, ServerSpec};
+pub use config::{ConfigFile, ServerSpec};
 pub use expand::Expansions;
 pub use http::connections::HttpLimits;
 pub use http::{HttpError, HttpListener};

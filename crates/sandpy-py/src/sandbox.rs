@@ -49,8 +49,8 @@ impl PySandbox {
         allow_hosts: Option<Vec<String>>,
     ) -> PyResult<PySandbox> {
         let file = match &config {
-            Some(path) => sandpy_mcp::Config::load(path).map_err(config_error)?,
-            None => sandpy_mcp::Config::default(),
+            Some(path) => sandpy_mcp::ConfigFile::load(path).map_err(config_error)?,
+            None => sandpy_mcp::ConfigFile::default(),
         };
         let mut settings = file.settings.clone();
         match tier {

@@ -4,7 +4,7 @@
 
 use crate::exit::Outcome;
 use sandpy::RunOptions;
-use sandpy_mcp::{Config, ServerSpec};
+use sandpy_mcp::{ConfigFile, ServerSpec};
 
 /// The reference server the demo starts (pinned, so the demo is repeatable).
 const EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
@@ -37,8 +37,8 @@ pub(super) struct Args {
 }
 
 /// A config with one upstream: the pinned reference `everything` server, via npx.
-pub(super) fn everything_config() -> Config {
-    let mut config = Config::default();
+pub(super) fn everything_config() -> ConfigFile {
+    let mut config = ConfigFile::default();
     config.servers.insert(
         "everything".into(),
         ServerSpec::Stdio {

@@ -193,8 +193,8 @@ impl ConfigArgs {
     /// code may call their tools.
     pub(crate) fn resolve_with_servers(
         &self,
-    ) -> anyhow::Result<(sandpy_mcp::Config, sandpy::settings::Resolved)> {
-        let config = sandpy_mcp::Config::discover(self.config.as_deref())?;
+    ) -> anyhow::Result<(sandpy_mcp::ConfigFile, sandpy::settings::Resolved)> {
+        let config = sandpy_mcp::ConfigFile::discover(self.config.as_deref())?;
         crate::log::hide(config.expansions());
         let resolved = self.choose(config.settings.clone())?;
         Ok((config, resolved))
@@ -262,7 +262,7 @@ pub(crate) fn resolved_sandbox(
 }
 
 /// Start the hub when the config names servers, reporting each that failed on stderr.
-pub(crate) async fn start_hub(config: &sandpy_mcp::Config) -> Option<sandpy_mcp::Hub> {
+pub(crate) async fn start_hub(config: &sandpy_mcp::ConfigFile) -> Option<sandpy_mcp::Hub> {
     if config.servers.is_empty() {
         return None;
     }

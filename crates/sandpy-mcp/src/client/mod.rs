@@ -57,7 +57,7 @@ pub(crate) mod tls;
 mod upstream;
 
 use crate::audit::AuditLog;
-use crate::config::Config;
+use crate::config::ConfigFile;
 use crate::metrics::Metrics;
 use audited::AuditedTools;
 use catalog::Catalog;
@@ -108,11 +108,11 @@ impl ServerStatus {
 impl Hub {
     /// Start (or connect to) every configured server at once and list their tools. A
     /// server that fails is reported in [`Hub::servers`] and retried on its next use.
-    pub async fn start(config: &Config) -> Hub {
+    pub async fn start(config: &ConfigFile) -> Hub {
         Hub::start_with(config, Timing::default()).await
     }
 
-    async fn start_with(config: &Config, timing: Timing) -> Hub {
+    async fn start_with(config: &ConfigFile, timing: Timing) -> Hub {
         let hub = Hub::new(config, timing);
         let starts = hub
             .0
@@ -125,11 +125,11 @@ impl Hub {
 
     /// [`Hub::start`] in the background: returns at once, each server `starting` until it
     /// is ready or has failed ([`Hub::wait_started`] waits for them). Needs a tokio runtime.
-    pub fn launch(config: &Config) -> Hub {
+    pub fn launch(config: &ConfigFile) -> Hub {
         Hub::launch_with(config, Timing::default())
     }
 
-    fn launch_with(config: &Config, timing: Timing) -> Hub {
+    fn launch_with(config: &ConfigFile, timing: Timing) -> Hub {
         let hub = Hub::new(config, timing);
         for upstream in &hub.0.upstreams {
             tokio::spawn(hub.clone().first_start(upstream.clone()));
@@ -164,7 +164,7 @@ impl Hub {
             .is_ok_and(|r| r.is_ok())
     }
 
-    fn new(config: &Config, timing: Timing) -> Hub {
+    fn new(config: &ConfigFile, timing: Timing) -> Hub {
         let allowlist =
             Allowlist::new(config.settings.allowed_tools.as_deref()).unwrap_or_else(|e| {
                 tracing::error!("{e}; allowing no tools");

@@ -2,18 +2,18 @@
 
 use super::upstream::Timing;
 use super::Hub;
-use crate::config::Config;
+use crate::config::ConfigFile;
 use std::path::Path;
 use std::time::Duration;
 
 /// A hub config with one server, `fake`: `tests/fake_upstream.py` with `args`.
-pub(super) fn fake(args: &[&str]) -> Config {
+pub(super) fn fake(args: &[&str]) -> ConfigFile {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_upstream.py");
     let args: Vec<&str> = std::iter::once(script)
         .chain(args.iter().copied())
         .collect();
     let text = serde_json::json!({"mcpServers": {"fake": {"command": "python3", "args": args}}});
-    Config::parse(&text.to_string(), Path::new("t.json")).expect("valid")
+    ConfigFile::parse(&text.to_string(), Path::new("t.json")).expect("valid")
 }
 
 pub(super) fn quick() -> Timing {

@@ -274,7 +274,7 @@ mod tests {
     use super::Timing;
     use crate::client::testing::{fake, quick, status};
     use crate::client::Hub;
-    use crate::config::Config;
+    use crate::config::ConfigFile;
     use rmcp::model::JsonObject;
     use sandpy::tools::ToolHost;
     use serde_json::Value;
@@ -401,7 +401,7 @@ mod tests {
             "SECRET" => Ok(SECRET.to_string()),
             _ => Err(VarError::NotPresent),
         };
-        let config = Config::parse_with(&text, Path::new("t.json"), &lookup).expect("valid");
+        let config = ConfigFile::parse_with(&text, Path::new("t.json"), &lookup).expect("valid");
         let hub = Hub::start(&config).await;
         let statuses: HashMap<String, String> = hub
             .servers()

@@ -15,7 +15,7 @@ mod upstream;
 use rmcp::model::CallToolRequestParams;
 use rmcp::{ErrorData, Peer, RoleClient, ServiceError};
 use sandpy::{Execution, RunOptions, Sandbox};
-use sandpy_mcp::{Config, Hub};
+use sandpy_mcp::{ConfigFile, Hub};
 use serde_json::Value;
 use std::sync::OnceLock;
 
@@ -42,8 +42,8 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
 }
 
 /// Parse a config given as JSON text.
-pub fn config(json: &str) -> Config {
-    Config::parse(json, std::path::Path::new("test.mcp.json")).expect("valid config")
+pub fn config(json: &str) -> ConfigFile {
+    ConfigFile::parse(json, std::path::Path::new("test.mcp.json")).expect("valid config")
 }
 
 /// Run `code` with the hub's tools and `allowed`.

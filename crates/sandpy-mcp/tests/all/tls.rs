@@ -6,7 +6,7 @@
 use crate::{block_on, run_with_hub};
 use sandpy::{RunOptions, Status};
 use sandpy_mcp::test_server::{ServerCertificate, TestCa, TestServer};
-use sandpy_mcp::{CaFile, CaFileError, Config, ConfigError, Hub, ServerSpec};
+use sandpy_mcp::{CaFile, CaFileError, ConfigError, ConfigFile, Hub, ServerSpec};
 use serde_json::json;
 use std::path::Path;
 
@@ -14,7 +14,7 @@ const TOKEN: &str = "s3cret-token";
 
 /// A config file in `dir` with one server `web` at `url`: bearer `token`, and the CA in
 /// `ca.pem` as its `ca_file` when `ca_file` is set.
-fn web_config(dir: &Path, url: &str, token: &str, ca_file: bool) -> Config {
+fn web_config(dir: &Path, url: &str, token: &str, ca_file: bool) -> ConfigFile {
     let ca = if ca_file {
         r#", "ca_file": "ca.pem""#
     } else {
@@ -25,7 +25,7 @@ fn web_config(dir: &Path, url: &str, token: &str, ca_file: bool) -> Config {
     );
     let path = dir.join(".mcp.json");
     std::fs::write(&path, text).expect("write the config");
-    Config::load(&path).expect("a valid config")
+    ConfigFile::load(&path).expect("a valid config")
 }
 
 /// The hub's status of `web` and what Python gets calling its `echo` tool, with the server
@@ -247,7 +247,7 @@ fn plain_http_is_refused_on_an_https_url() {
         let url = server.url().replace("http://", "https://");
         let text = format!(r#"{{"mcpServers": {{"web": {{"url": "{url}"}}}}}}"#);
         std::fs::write(dir.path().join(".mcp.json"), text).expect("write");
-        let hub = Hub::start(&Config::load(&dir.path().join(".mcp.json")).unwrap()).await;
+        let hub = Hub::start(&ConfigFile::load(&dir.path().join(".mcp.json")).unwrap()).await;
         let status = hub.servers()[0].status.clone();
         server.stop().await;
         (status, url)
@@ -292,7 +292,7 @@ fn ca_file_error(url: &str, file: &str, content: Option<&str>) -> (String, Strin
     }
     let path = dir.path().join(".mcp.json");
     let text = format!(r#"{{"mcpServers": {{"web": {{"url": "{url}", "ca_file": "{file}"}}}}}}"#);
-    match Config::parse(&text, &path) {
+    match ConfigFile::parse(&text, &path) {
         Err(ConfigError::Invalid {
             path: p,
             key,
@@ -388,7 +388,7 @@ fn ca_file_is_read_relative_to_the_config() {
     std::fs::write(dir.path().join("certs/ca.pem"), TestCa::new().pem()).expect("write");
     let text =
         r#"{"mcpServers": {"web": {"url": "https://localhost:1/mcp", "ca_file": "certs/ca.pem"}}}"#;
-    let config = Config::parse(text, &dir.path().join(".mcp.json")).expect("valid");
+    let config = ConfigFile::parse(text, &dir.path().join(".mcp.json")).expect("valid");
     let ServerSpec::Http {
         ca_file: Some(ca), ..
     } = &config.servers["web"]
