@@ -8,6 +8,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub(crate) struct Admission {
     running: Arc<Semaphore>,
+    max_running: usize,
     waiting: AtomicUsize,
     max_waiting: usize,
 }
@@ -24,9 +25,16 @@ impl Admission {
     pub(crate) fn new(max_running: usize, max_waiting: usize) -> Admission {
         Admission {
             running: Arc::new(Semaphore::new(max_running.max(1))),
+            max_running: max_running.max(1),
             waiting: AtomicUsize::new(0),
             max_waiting,
         }
+    }
+
+    /// Whether the run holding a slot is the only one: no other executes or waits.
+    pub(crate) fn alone(&self) -> bool {
+        self.running.available_permits() + 1 == self.max_running
+            && self.waiting.load(Ordering::SeqCst) == 0
     }
 
     /// A slot to run in: at once, after waiting in line (at most `patience`), or refused.

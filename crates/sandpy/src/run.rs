@@ -13,7 +13,7 @@ use crate::execution::{Execution, Status};
 use crate::tool_access::{RecordedCall, ToolAccess};
 use crate::tools::Allowlist;
 use crate::verdict::Refused;
-use crate::wasm::{Guest, RunFolders, Runtime};
+use crate::wasm::{Disposal, Guest, RunFolders, Runtime};
 use crate::{Config, Error, Limits, Policy, RunOptions};
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
@@ -39,6 +39,9 @@ pub(crate) struct Runner {
     native: tokio::sync::Mutex<Option<Arc<crate::native::NativeTier>>>,
     /// Fresh runs' instances left to the process's exit (`Config::leave_instances_to_exit`).
     left: std::sync::Mutex<Vec<Guest>>,
+    /// Where fresh runs' instances are dropped after they answered, when no other run is
+    /// going; `None` with one run at a time (one core: nothing to hand the work to).
+    disposal: Option<Disposal>,
 }
 
 /// What a session keeps between its runs: the interpreter of the tier its first run
@@ -100,7 +103,8 @@ pub(crate) struct Ran {
 struct Admitted {
     limits: Limits,
     tools: ToolAccess,
-    _slot: tokio::sync::OwnedSemaphorePermit,
+    /// Held until the run's instance is dropped (see [`Disposal`]).
+    slot: tokio::sync::OwnedSemaphorePermit,
     started: Instant,
 }
 
@@ -120,6 +124,7 @@ impl Runner {
         crate::wasm::sweep_stale(&config.resolved_scratch_dir());
         let runtime_id = Runtime::id_of(&config)?;
         let runtime = OnceLock::new();
+        let concurrency = config.concurrency();
         if !config.runtime_on_first_use {
             let _ = runtime.set(Ok(Runtime::load(&config, &runtime_id)?));
         }
@@ -127,15 +132,13 @@ impl Runner {
             runtime,
             runtime_id,
             session_runtime: OnceLock::new(),
-            admission: Admission::new(config.concurrency(), config.max_queued_runs),
-            folders: Arc::new(RunFolders::new(
-                config.resolved_scratch_dir(),
-                config.concurrency(),
-            )),
+            admission: Admission::new(concurrency, config.max_queued_runs),
+            folders: Arc::new(RunFolders::new(config.resolved_scratch_dir(), concurrency)),
             config,
             #[cfg(target_os = "linux")]
             native: tokio::sync::Mutex::new(None),
             left: std::sync::Mutex::new(Vec::new()),
+            disposal: (concurrency > 1).then(Disposal::new),
         })
     }
 
@@ -175,7 +178,7 @@ impl Runner {
         Ok(Admitted {
             limits,
             tools,
-            _slot: slot,
+            slot,
             started: Instant::now(),
         })
     }
@@ -236,6 +239,10 @@ impl Runner {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(guest);
+        } else if let Some(disposal) = self.disposal.as_ref().filter(|_| self.admission.alone()) {
+            // Its reset is left to the disposal thread while the caller has the answer;
+            // with other runs going, the cores have work and the hand-over would cost.
+            disposal.dispose(guest, run.slot);
         }
         execution
     }

@@ -9,8 +9,10 @@
 //! - `workspace`, `quota`, `disk`: the run's folders, their quotas, and the filesystem
 //!   functions shadowed to charge them.
 //! - `overrun`: the watchdog that ends a process whose code has no interruption checks.
+//! - `disposal`: finished instances dropped (their memory reset) off the run's thread.
 
 mod disk;
+mod disposal;
 mod guest;
 mod host;
 mod overrun;
@@ -18,6 +20,7 @@ mod quota;
 mod runtime;
 mod workspace;
 
+pub(crate) use disposal::Disposal;
 pub(crate) use guest::{Guest, Kept};
 pub(crate) use runtime::Runtime;
 pub(crate) use workspace::{remove_own_folders, sweep_stale, RunFolders};

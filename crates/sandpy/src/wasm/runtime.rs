@@ -58,8 +58,9 @@ fn engine_config(config: &Config) -> wasmtime::Config {
         // are copied back from the image and stay resident (a `print('hello')` dirties
         // ~2 MiB), so the next run in the slot takes no copy-on-write faults, each of
         // which costs a cross-core TLB shootdown. As many idle slots keep theirs as runs
-        // may execute at once: enough for back-to-back runs, a bounded RSS when idle.
-        // This needs the vendored wasmtime's complete page scan (vendor/README.md).
+        // may execute at once (an instance in disposal counts as one: see `Disposal`):
+        // enough for back-to-back runs, a bounded RSS when idle. This needs the vendored
+        // wasmtime's complete page scan (vendor/README.md).
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(slots)
             .total_core_instances(slots * CORE_INSTANCES_PER_RUN)

@@ -155,6 +155,32 @@ fn clock_is_only_what_wasi_gives() {
 }
 
 #[test]
+fn memory_and_files_of_a_run_in_disposal_are_not_seen_by_the_next() {
+    // Two run slots and two pool slots: a run that was alone leaves its instance (memory
+    // reset, folders checked) to the disposal thread and answers at once, so the next
+    // run starts while the last one's slot is still being reset. It must get a clean
+    // slot and clean folders, and never fail for want of a pool slot.
+    let config = sandpy::Config {
+        pooled_instances: Some(2),
+        max_concurrent_runs: Some(2),
+        ..sandpy::Config::default()
+    };
+    let sandbox = sandpy::Sandbox::new(config).expect("the runtime loads");
+    let dirty = "import sys\nfor m in list(sys.modules.values()):\n    try:\n        m.__sandpy_leak__ = 1\n    except Exception:\n        pass\nheap = bytearray(b'L' * (2 << 20))\nopen('/tmp/left-behind', 'w').write('x')\nopen('left-here', 'w').write('x')\n1";
+    let check = "import os, sys\n([n for n, m in list(sys.modules.items()) if hasattr(m, '__sandpy_leak__')], sorted(os.listdir('/tmp')), sorted(os.listdir('.')))";
+    for round in 0..30 {
+        let e = crate::block_on(sandbox.run(dirty, &sandpy::Limits::default()));
+        assert_eq!(e.status, Status::Ok, "round {round}: {e:#?}");
+        let e = crate::block_on(sandbox.run(check, &sandpy::Limits::default()));
+        assert_eq!(
+            e.return_value,
+            Some(json!([[], [], []])),
+            "round {round}: the last run's state leaked: {e:#?}"
+        );
+    }
+}
+
+#[test]
 fn memory_a_reused_pool_slot_starts_from_the_snapshot() {
     // One pooled slot, so every run reuses the memory of the one before. Each run dirties
     // hundreds of disjoint stretches of the snapshot's heap (an attribute on every loaded
