@@ -130,9 +130,10 @@ def _compile_program(code: str, filename: str) -> CodeType:
     tree = compile(code, filename, "exec", flags=flags | ast.PyCF_ONLY_AST, dont_inherit=True)
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = tree.body[-1]
-        assign = ast.Assign(targets=[ast.Name(id=_RESULT_NAME, ctx=ast.Store())], value=last.value)
-        tree.body[-1] = ast.copy_location(assign, last)
-        ast.fix_missing_locations(tree)
+        # Both new nodes take the expression's place (not `fix_missing_locations`, which
+        # walks the whole tree in Python on every run).
+        target = ast.copy_location(ast.Name(id=_RESULT_NAME, ctx=ast.Store()), last)
+        tree.body[-1] = ast.copy_location(ast.Assign(targets=[target], value=last.value), last)
     return compile(tree, filename, "exec", flags=flags, dont_inherit=True)
 
 
