@@ -23,9 +23,10 @@ pub(crate) enum Refusal {
 
 impl Admission {
     pub(crate) fn new(max_running: usize, max_waiting: usize) -> Admission {
+        let max_running = max_running.max(1);
         Admission {
-            running: Arc::new(Semaphore::new(max_running.max(1))),
-            max_running: max_running.max(1),
+            running: Arc::new(Semaphore::new(max_running)),
+            max_running,
             waiting: AtomicUsize::new(0),
             max_waiting,
         }
