@@ -1,9 +1,12 @@
-//! Builds the guest component from `guest/` with the pinned componentize-py.
+//! Builds the guest component from `guest/` with the vendored componentize-py.
 //!
-//! A venv under `OUT_DIR` gets `componentize-py==0.25.1` from PyPI (no global installs);
-//! componentize-py pre-initialises CPython 3.14 with `guest/app.py` and writes the
-//! component, which the library embeds. Set `SANDPY_COMPONENT` to a prebuilt `.wasm` to
-//! skip the Python build, and `SANDPY_PYTHON` to choose the interpreter for the venv.
+//! componentize-py (`vendor/componentize-py`: 0.25.1 with a C-stack option, see
+//! `vendor/README.md`) is built once into `target/componentize-py` by a cargo of its own;
+//! it pre-initialises CPython 3.14 with `guest/app.py` and the curated packages (from
+//! PyPI, through a venv under `OUT_DIR`) and writes the component, which the library
+//! embeds. Set `SANDPY_COMPONENT` to a prebuilt `.wasm` to skip the Python build,
+//! `SANDPY_PYTHON` to choose the interpreter for the venv, and `SANDPY_C_STACK_KIB` to
+//! size the guest's C stack (default 4096).
 
 use sha2::{Digest, Sha256};
 use std::env;
@@ -11,8 +14,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-// Keep in step with `COMPONENTIZE_PY` in src/packages.rs.
-const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+/// The guest's C stack, KiB of linear memory: CPython's recursion through C functions
+/// (`functools.lru_cache`, `map`, key functions) goes as deep as it allows (~2,300
+/// levels per MiB). componentize-py's own default is 1 MiB. Keep the WebAssembly stack
+/// (`WASM_STACK_BYTES` in src/wasm/runtime.rs) larger in step.
+const DEFAULT_C_STACK_KIB: u32 = 4096;
 
 include!("curated.rs");
 
@@ -38,16 +44,32 @@ fn run() -> Result<(), String> {
     );
     println!("cargo:rerun-if-env-changed=SANDPY_COMPONENT");
     println!("cargo:rerun-if-env-changed=SANDPY_PYTHON");
+    println!("cargo:rerun-if-env-changed=SANDPY_C_STACK_KIB");
     println!("cargo:rerun-if-changed=curated.rs");
 
+    // With SANDPY_COMPONENT, the C stack that component was built with.
+    let c_stack_kib = match env::var("SANDPY_C_STACK_KIB") {
+        Err(_) => DEFAULT_C_STACK_KIB,
+        Ok(text) => text
+            .parse::<u32>()
+            .ok()
+            .filter(|kib| (64..=16384).contains(kib) && kib % 64 == 0)
+            .ok_or(format!(
+                "SANDPY_C_STACK_KIB={text}: not a whole number of 64 KiB pages from 64 to 16384"
+            ))?,
+    };
+    println!("cargo:rustc-env=SANDPY_C_STACK_KIB={c_stack_kib}");
     let component = out.join("sandpy.wasm");
-    match env::var_os("SANDPY_COMPONENT") {
+    let tool = match env::var_os("SANDPY_COMPONENT") {
         Some(prebuilt) => {
             fs::copy(&prebuilt, &component)
                 .map_err(|e| format!("SANDPY_COMPONENT={}: {e}", Path::new(&prebuilt).display()))?;
+            PathBuf::new()
         }
-        None => componentize(&guest, &out, &component)?,
-    }
+        None => componentize(&guest, &out, &component, c_stack_kib)?,
+    };
+    // For `sandpy build` (src/packages.rs), as long as it is there.
+    println!("cargo:rustc-env=SANDPY_COMPONENTIZE_PY={}", tool.display());
     let bytes = fs::read(&component).map_err(|e| format!("{}: {e}", component.display()))?;
     let hash = Sha256::digest(&bytes);
     let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
@@ -85,11 +107,15 @@ fn embed_guest_sources(guest: &Path, out: &Path) -> Result<(), String> {
     fs::write(out.join("guest_files.rs"), source).map_err(|e| e.to_string())
 }
 
-fn componentize(guest: &Path, out: &Path, component: &Path) -> Result<(), String> {
+fn componentize(
+    guest: &Path,
+    out: &Path,
+    component: &Path,
+    c_stack_kib: u32,
+) -> Result<PathBuf, String> {
+    let tool = componentize_py(out)?;
     let venv = out.join("venv");
-    let bin = venv.join("bin");
-    let marker = venv.join(".sandpy-componentize-py");
-    if fs::read_to_string(&marker).ok().as_deref() != Some(COMPONENTIZE_PY) {
+    if !venv.join("bin/pip").exists() {
         let python = env::var("SANDPY_PYTHON").unwrap_or_else(|_| "python3".into());
         run_step(
             Command::new(&python).args(["-m", "venv"]).arg(&venv),
@@ -97,37 +123,61 @@ fn componentize(guest: &Path, out: &Path, component: &Path) -> Result<(), String
                 "`{python} -m venv` (install Python 3 with the venv module, or set SANDPY_PYTHON)"
             ),
         )?;
-        run_step(
-            Command::new(bin.join("pip")).args([
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                COMPONENTIZE_PY,
-            ]),
-            &format!("`pip install {COMPONENTIZE_PY}` (needs access to PyPI)"),
-        )?;
-        fs::write(&marker, COMPONENTIZE_PY).map_err(|e| e.to_string())?;
     }
-    let site = curated_site(&bin, out)?;
+    let site = curated_site(&venv.join("bin"), out)?;
     run_step(
-        Command::new(bin.join("componentize-py"))
+        Command::new(&tool)
             .current_dir(guest)
             .env("PYTHONDONTWRITEBYTECODE", "1")
-            .args([
-                "-d",
-                "wit",
-                "-w",
-                "sandbox",
-                "componentize",
-                "-p",
-                ".",
-                "-p",
-            ])
+            .args(["-d", "wit", "-w", "sandbox", "componentize", "--stack-size"])
+            .arg((c_stack_kib * 1024).to_string())
+            .args(["-p", ".", "-p"])
             .arg(&site)
             .args(["app", "-o"])
             .arg(component),
         "`componentize-py componentize` of guest/app.py",
-    )
+    )?;
+    Ok(tool)
+}
+
+/// Build the vendored componentize-py (once: later builds find it up to date) into
+/// `componentize-py/` beside the profile folders of this build's target directory.
+fn componentize_py(out: &Path) -> Result<PathBuf, String> {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
+    let vendored = manifest
+        .join("../../vendor/componentize-py")
+        .canonicalize()
+        .map_err(|e| format!("vendor/componentize-py not found: {e}"))?;
+    println!("cargo:rerun-if-changed={}", vendored.display());
+    // OUT_DIR is <target>/<profile>/build/<package>-<hash>/out.
+    let target = out
+        .ancestors()
+        .nth(4)
+        .map(|t| t.join("componentize-py"))
+        .unwrap_or_else(|| out.join("componentize-py"));
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    run_step(
+        Command::new(cargo)
+            .args([
+                "build",
+                "--release",
+                "--locked",
+                "--quiet",
+                "--manifest-path",
+            ])
+            .arg(vendored.join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&target)
+            // This build's own flags and wrappers (clippy's, a cross target's) are not
+            // the tool's: it is built for and run on this machine.
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("RUSTC_WORKSPACE_WRAPPER")
+            .env_remove("CLIPPY_ARGS")
+            .env_remove("CARGO_BUILD_TARGET")
+            .env_remove("CARGO_TARGET_DIR"),
+        "`cargo build` of vendor/componentize-py",
+    )?;
+    Ok(target.join("release/componentize-py"))
 }
 
 /// The curated packages for the guest's Python 3.14, without their optional compiled

@@ -62,8 +62,14 @@ fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-// Keep in step with `COMPONENTIZE_PY` in build.rs.
+/// componentize-py from PyPI: pip for the guest's wheels, and the runtime builder when the
+/// vendored one ([`VENDORED_COMPONENTIZE_PY`]) is not on this machine.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+
+/// The vendored componentize-py this library's build made and built the built-in runtime
+/// with (empty when it was given a prebuilt one): it gives a runtime the same C stack.
+/// Installed binaries may outlive it; [`COMPONENTIZE_PY`] then builds with a 1 MiB stack.
+const VENDORED_COMPONENTIZE_PY: &str = env!("SANDPY_COMPONENTIZE_PY");
 
 /// The guest's Python version: wheels are chosen for it, not for the build machine.
 const GUEST_PYTHON: &str = "3.14";
@@ -148,11 +154,25 @@ pub fn build_runtime(
     config.report_progress(
         "sandpy: building the runtime (pre-initialising CPython with the packages, ~1 minute)...",
     );
-    let venv = toolchain(config)?;
-    let built = Command::new(venv.join("bin/componentize-py"))
+    let vendored = Path::new(VENDORED_COMPONENTIZE_PY);
+    let mut componentize = if vendored.is_file() {
+        let mut command = Command::new(vendored);
+        command.args(["-d", "wit", "-w", "sandbox", "componentize", "--stack-size"]);
+        command.arg(crate::wasm::C_STACK_BYTES.to_string());
+        command
+    } else {
+        config.report_progress(&format!(
+            "sandpy: the componentize-py this sandpy was built with is gone; using {COMPONENTIZE_PY}, whose C stack is 1 MiB where the built-in runtime's is {} KiB: recursion through C functions ends that much sooner",
+            crate::wasm::C_STACK_BYTES >> 10,
+        ));
+        let mut command = Command::new(toolchain(config)?.join("bin/componentize-py"));
+        command.args(["-d", "wit", "-w", "sandbox", "componentize"]);
+        command
+    };
+    let built = componentize
         .current_dir(&guest)
         .env("PYTHONDONTWRITEBYTECODE", "1")
-        .args(["-d", "wit", "-w", "sandbox", "componentize", "-p", "."])
+        .args(["-p", "."])
         .arg("-p")
         .arg(&site)
         .args(["app", "-o"])

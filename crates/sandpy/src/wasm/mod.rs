@@ -22,5 +22,5 @@ mod workspace;
 
 pub(crate) use disposal::Disposal;
 pub(crate) use guest::{Guest, Kept};
-pub(crate) use runtime::Runtime;
+pub(crate) use runtime::{Runtime, C_STACK_BYTES};
 pub(crate) use workspace::{remove_own_folders, sweep_stale, RunFolders};

@@ -45,12 +45,12 @@ fn engine_config(config: &Config) -> wasmtime::Config {
     // time at load (see docs/dev/performance.md, "One-shot runs").
     engine.native_unwind_info(false);
     // CPython recurses in C for every level of recursion through a C function
-    // (`functools.lru_cache`, `map`, `sorted` keys, ...), ~2.5 KiB of WebAssembly stack
-    // per level: wasmtime's default 512 KiB trapped after 200-500 levels. With room for
-    // more, the limit is CPython's own check of its C stack (1 MiB of linear memory, fixed
-    // by componentize-py's linker): ~2,300 levels, then a `RecursionError` the program
-    // can catch, as natively. The fiber a run executes on holds the WebAssembly stack and
-    // the host calls made from it.
+    // (`functools.lru_cache`, `map`, `sorted` keys, ...), with ~2.5 KiB of WebAssembly
+    // stack per level (wasmtime's default 512 KiB trapped after 200-500 levels). The
+    // WebAssembly stack is sized so that CPython's own check of its C stack (linear
+    // memory, `C_STACK_BYTES`) ends such recursion first, with a `RecursionError` the
+    // program can catch, as natively. The fiber a run executes on holds the WebAssembly
+    // stack and the host calls made from it.
     engine.max_wasm_stack(WASM_STACK_BYTES);
     engine.async_stack_size(WASM_STACK_BYTES + HOST_STACK_BYTES);
     if let Some(slots) = config.pooled_instances {
@@ -82,10 +82,28 @@ fn engine_config(config: &Config) -> wasmtime::Config {
     engine
 }
 
+/// The guest's C stack: the linear memory CPython recurses in, set when the component is
+/// built (`SANDPY_C_STACK_KIB`, see build.rs).
+pub(crate) const C_STACK_BYTES: usize = parse_kib(env!("SANDPY_C_STACK_KIB")) << 10;
+
 /// The WebAssembly stack of one run: deeper than CPython's C stack lets C recursion go
-/// (~6 MiB at its limit). Address space is reserved for it per run slot; only the pages a
-/// run touches are memory.
-const WASM_STACK_BYTES: usize = 8 << 20;
+/// (about six times the C stack at its limit, measured with `lru_cache`, `json.dumps`,
+/// `repr`, `sorted` keys and `copy.deepcopy`). Address space is reserved for it per run
+/// slot; only the pages a run touches are memory.
+const WASM_STACK_BYTES: usize = 8 * C_STACK_BYTES;
+
+/// `SANDPY_C_STACK_KIB` as a number (build.rs checked it: decimal digits).
+const fn parse_kib(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    let mut value = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        value = value * 10 + (bytes[i] - b'0') as usize;
+        i += 1;
+    }
+    value
+}
+
 /// Room on a run's fiber above the WebAssembly stack for the host functions it calls.
 const HOST_STACK_BYTES: usize = 1 << 20;
 
