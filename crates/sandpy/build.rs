@@ -5,8 +5,10 @@
 //! it pre-initialises CPython 3.14 with `guest/app.py` and the curated packages (from
 //! PyPI, through a venv under `OUT_DIR`) and writes the component, which the library
 //! embeds. Set `SANDPY_COMPONENT` to a prebuilt `.wasm` to skip the Python build,
-//! `SANDPY_PYTHON` to choose the interpreter for the venv, and `SANDPY_C_STACK_KIB` to
-//! size the guest's C stack (default 4096).
+//! `SANDPY_PYTHON` to choose the interpreter for the venv, `SANDPY_C_STACK_KIB` to size
+//! the guest's C stack (default 4096), and `SANDPY_COMPONENTIZE_PY` to use a binary built
+//! from the same `vendor/componentize-py` already (scripts/bench-compare does, for the
+//! baseline's build).
 
 use sha2::{Digest, Sha256};
 use std::env;
@@ -45,6 +47,7 @@ fn run() -> Result<(), String> {
     println!("cargo:rerun-if-env-changed=SANDPY_COMPONENT");
     println!("cargo:rerun-if-env-changed=SANDPY_PYTHON");
     println!("cargo:rerun-if-env-changed=SANDPY_C_STACK_KIB");
+    println!("cargo:rerun-if-env-changed=SANDPY_COMPONENTIZE_PY");
     println!("cargo:rerun-if-changed=curated.rs");
 
     // With SANDPY_COMPONENT, the C stack that component was built with.
@@ -143,6 +146,16 @@ fn componentize(
 /// Build the vendored componentize-py (once: later builds find it up to date) into
 /// `componentize-py/` beside the profile folders of this build's target directory.
 fn componentize_py(out: &Path) -> Result<PathBuf, String> {
+    if let Some(built) = env::var_os("SANDPY_COMPONENTIZE_PY") {
+        let built = PathBuf::from(built);
+        return match built.is_file() {
+            true => Ok(built),
+            false => Err(format!(
+                "SANDPY_COMPONENTIZE_PY={}: no such file",
+                built.display()
+            )),
+        };
+    }
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
     let vendored = manifest
         .join("../../vendor/componentize-py")
