@@ -73,26 +73,20 @@ fn a_built_runtime_has_the_package_in_its_snapshot() {
     let (status, stdout, stderr) =
         run(&["run", "--config", config.to_str().unwrap(), "-c", USE_TOOLZ]);
     assert_eq!((status, stdout.as_str()), (0, TOOLZ_OUTPUT), "{stderr}");
-    let (status, stdout, stderr) = run(&[
-        "run",
-        "--runtime",
-        runtime.to_str().unwrap(),
-        "-c",
-        USE_TOOLZ,
-    ]);
-    assert_eq!((status, stdout.as_str()), (0, TOOLZ_OUTPUT), "{stderr}");
     // Built with the built-in runtime's C stack (the vendored componentize-py): recursion
     // through C functions goes as deep (1 MiB, PyPI's componentize-py, ended at ~2,300).
-    let (status, stdout, stderr) = run(&[
-        "run",
-        "--runtime",
-        runtime.to_str().unwrap(),
-        "-c",
-        "import sys, functools\nsys.setrecursionlimit(100000)\n\
+    let deep = format!(
+        "{USE_TOOLZ}\nimport sys, functools\nsys.setrecursionlimit(100000)\n\
          @functools.lru_cache(maxsize=None)\ndef f(n):\n    return 0 if n == 0 else f(n - 1) + 1\n\
-         print(f(8000))",
-    ]);
-    assert_eq!((status, stdout.as_str()), (0, "8000\n"), "{stderr}");
+         print(f(8000))"
+    );
+    let (status, stdout, stderr) =
+        run(&["run", "--runtime", runtime.to_str().unwrap(), "-c", &deep]);
+    assert_eq!(
+        (status, stdout.as_str()),
+        (0, format!("{TOOLZ_OUTPUT}8000\n").as_str()),
+        "{stderr}"
+    );
     let (status, _, stderr) = run(&["run", "--runtime", "/nonexistent.wasm", "-c", "1"]);
     assert_eq!(status, 2);
     assert!(

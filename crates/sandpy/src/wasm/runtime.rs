@@ -87,8 +87,9 @@ fn engine_config(config: &Config) -> wasmtime::Config {
 pub(crate) const C_STACK_BYTES: usize = parse_kib(env!("SANDPY_C_STACK_KIB")) << 10;
 
 /// The WebAssembly stack of one run: deeper than CPython's C stack lets C recursion go
-/// (about six times the C stack at its limit, measured with `lru_cache`, `json.dumps`,
-/// `repr`, `sorted` keys and `copy.deepcopy`). Address space is reserved for it per run
+/// (`lru_cache`, `map`, `sorted` keys, `json.dumps` and `pickle` of nested lists ended in
+/// a `RecursionError` at 6x already; 8x leaves room for kinds not measured: see
+/// docs/dev/performance.md, "A 4 MiB C stack"). Address space is reserved for it per run
 /// slot; only the pages a run touches are memory.
 const WASM_STACK_BYTES: usize = 8 * C_STACK_BYTES;
 
