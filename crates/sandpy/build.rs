@@ -61,7 +61,16 @@ fn run() -> Result<(), String> {
                 "SANDPY_C_STACK_KIB={text}: not a whole number of 64 KiB pages from 64 to 16384"
             ))?,
     };
-    println!("cargo:rustc-env=SANDPY_C_STACK_KIB={c_stack_kib}");
+    fs::write(
+        out.join("c_stack.rs"),
+        format!(
+            "/// The guest's C stack: the linear memory CPython recurses in (`SANDPY_C_STACK_KIB`\n\
+             /// when the component was built, see build.rs).\n\
+             pub(crate) const C_STACK_BYTES: usize = {};\n",
+            c_stack_kib * 1024
+        ),
+    )
+    .map_err(|e| e.to_string())?;
     let component = out.join("sandpy.wasm");
     let tool = match env::var_os("SANDPY_COMPONENT") {
         Some(prebuilt) => {

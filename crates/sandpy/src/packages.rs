@@ -155,20 +155,20 @@ pub fn build_runtime(
         "sandpy: building the runtime (pre-initialising CPython with the packages, ~1 minute)...",
     );
     let vendored = Path::new(VENDORED_COMPONENTIZE_PY);
-    let mut componentize = if vendored.is_file() {
-        let mut command = Command::new(vendored);
-        command.args(["-d", "wit", "-w", "sandbox", "componentize", "--stack-size"]);
-        command.arg(crate::wasm::C_STACK_BYTES.to_string());
-        command
+    let (program, stack_size) = if vendored.is_file() {
+        (vendored.to_path_buf(), Some(crate::wasm::C_STACK_BYTES))
     } else {
         config.report_progress(&format!(
             "sandpy: the componentize-py this sandpy was built with is gone; using {COMPONENTIZE_PY}, whose C stack is 1 MiB where the built-in runtime's is {} KiB: recursion through C functions ends that much sooner",
             crate::wasm::C_STACK_BYTES >> 10,
         ));
-        let mut command = Command::new(toolchain(config)?.join("bin/componentize-py"));
-        command.args(["-d", "wit", "-w", "sandbox", "componentize"]);
-        command
+        (toolchain(config)?.join("bin/componentize-py"), None)
     };
+    let mut componentize = Command::new(program);
+    componentize.args(["-d", "wit", "-w", "sandbox", "componentize"]);
+    if let Some(bytes) = stack_size {
+        componentize.arg("--stack-size").arg(bytes.to_string());
+    }
     let built = componentize
         .current_dir(&guest)
         .env("PYTHONDONTWRITEBYTECODE", "1")

@@ -82,9 +82,7 @@ fn engine_config(config: &Config) -> wasmtime::Config {
     engine
 }
 
-/// The guest's C stack: the linear memory CPython recurses in, set when the component is
-/// built (`SANDPY_C_STACK_KIB`, see build.rs).
-pub(crate) const C_STACK_BYTES: usize = parse_kib(env!("SANDPY_C_STACK_KIB")) << 10;
+include!(concat!(env!("OUT_DIR"), "/c_stack.rs"));
 
 /// The WebAssembly stack of one run: deeper than CPython's C stack lets C recursion go
 /// (`lru_cache`, `map`, `sorted` keys, `json.dumps` and `pickle` of nested lists ended in
@@ -92,18 +90,6 @@ pub(crate) const C_STACK_BYTES: usize = parse_kib(env!("SANDPY_C_STACK_KIB")) <<
 /// docs/dev/performance.md, "A 4 MiB C stack"). Address space is reserved for it per run
 /// slot; only the pages a run touches are memory.
 const WASM_STACK_BYTES: usize = 8 * C_STACK_BYTES;
-
-/// `SANDPY_C_STACK_KIB` as a number (build.rs checked it: decimal digits).
-const fn parse_kib(text: &str) -> usize {
-    let bytes = text.as_bytes();
-    let mut value = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        value = value * 10 + (bytes[i] - b'0') as usize;
-        i += 1;
-    }
-    value
-}
 
 /// Room on a run's fiber above the WebAssembly stack for the host functions it calls.
 const HOST_STACK_BYTES: usize = 1 << 20;
