@@ -43,6 +43,12 @@ impl Bench {
                 latencies.len()
             );
         }
+        if let Some((kib, slots)) = crate::measure::snapshot_pages_written() {
+            println!(
+                "  written pages a fresh print('hello') leaves in its pool slot: {kib} KiB \
+                 (mean of {slots} slots; copied back from the snapshot when a slot is reused)"
+            );
+        }
         Ok(())
     }
 

@@ -41,6 +41,34 @@ pub(crate) fn private_bytes() -> anyhow::Result<u64> {
     Ok(kib * 1024)
 }
 
+/// The private (written) KiB of each pooled slot's snapshot mapping, averaged over the
+/// slots that hold any, and how many do: what a fresh run leaves for the pool to copy back
+/// from the snapshot when the slot is reused. `None` where `/proc/self/smaps` is not.
+pub(crate) fn snapshot_pages_written() -> Option<(u64, usize)> {
+    let text = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut in_snapshot = false;
+    let mut written = Vec::new();
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        match fields.next() {
+            // A mapping's first line: address range, permissions, offset, ..., path.
+            Some(first) if first.contains('-') && !first.ends_with(':') => {
+                let perms = fields.next().unwrap_or("");
+                in_snapshot = perms == "rw-p" && line.trim_end().ends_with(".cwasm");
+            }
+            Some("Anonymous:") if in_snapshot => {
+                let kib = fields.next().and_then(|n| n.parse::<u64>().ok())?;
+                if kib > 0 {
+                    written.push(kib);
+                }
+            }
+            _ => {}
+        }
+    }
+    let slots = written.len();
+    (slots > 0).then(|| (written.iter().sum::<u64>() / slots as u64, slots))
+}
+
 /// Run `command` to its end (its output discarded): milliseconds from spawn to exit.
 pub(crate) fn whole_process_ms(command: &[&str]) -> anyhow::Result<f64> {
     let started = Instant::now();
