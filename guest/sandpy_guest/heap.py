@@ -6,16 +6,17 @@ while it runs). This CPython allocates objects with wasi-libc's `malloc` (dlmall
 hands out freed chunks before new memory: after the stdlib's imports those are scattered
 all over the heap, and 300 new floats landed on 118 different pages. `fill_free_chunks`
 takes every free chunk at build time and keeps it, so that a run's objects are carved
-side by side from the top of the heap (the same 300 floats: 4 pages).
+side by side from the top of the heap (the same 300 floats: 36 pages, the runner's own
+set-up freeing a few chunks before the program runs).
 """
 
 import sys
 
 # Request sizes, largest first: each one takes the free chunks it fits (splitting larger
 # ones) until an allocation comes from the top of the heap; the next, smaller one then
-# takes what is left. The last is a bare object (dlmalloc's smallest chunk).
+# takes what is left. Bare objects (dlmalloc's smallest chunk) come last.
 _SIZES = (65536, 16384, 4096, 1024, 256, 128, 64, 48, 32, 24)
-# A bound on the snapshot's growth (the stdlib's free chunks come to ~0.25 MiB).
+# A bound on the snapshot's growth (a heap like the snapshot's has ~0.5 MiB free).
 _MAX_BYTES = 8 << 20
 
 # The taken chunks, kept for the life of the snapshot. Made at its full length up front:
