@@ -32,8 +32,12 @@ impl Bench {
                 )?);
             }
         }
+        let mut pooled_p50 = 0.0;
         for ((name, sandbox), mut latencies) in configurations.into_iter().zip(latencies) {
             latencies.sort_by(f64::total_cmp);
+            if std::ptr::eq(sandbox, &self.sandbox) {
+                pooled_p50 = percentile(&latencies, 0.5);
+            }
             let per_sec = hello_throughput(rt, sandbox, cores, 2000);
             println!(
                 "{name:<20} in-process print('hello'), fresh instance: p50 {:.3} ms  p99 {:.3} ms (n={});  \
@@ -48,6 +52,27 @@ impl Bench {
                 "  written pages a fresh print('hello') leaves in its pool slot: {kib} KiB \
                  (mean of {slots} slots; copied back from the snapshot when a slot is reused)"
             );
+        }
+        // The same runs in a slot that has just run a heavy program: a slot's reset copies
+        // back every page the slot holds privately, not only the ones its last run wrote.
+        let hello = sandpy::RunOptions::default();
+        let mut after_heavy = Vec::new();
+        for _ in 0..args.runs.max(1).div_ceil(AFTER_HEAVY) {
+            timed_run(rt, &self.sandbox, crate::programs::HEAVY, &hello)?;
+            for _ in 0..AFTER_HEAVY {
+                after_heavy.push(timed_run(rt, &self.sandbox, "print('hello')", &hello)?);
+            }
+        }
+        after_heavy.sort_by(f64::total_cmp);
+        println!(
+            "  fresh print('hello') in the pool after heavy runs: p50 {:.3} ms ({:.2}x the \
+             pooled p50 above; the {AFTER_HEAVY} runs after each of {} heavy runs)",
+            percentile(&after_heavy, 0.5),
+            percentile(&after_heavy, 0.5) / pooled_p50,
+            after_heavy.len() / AFTER_HEAVY,
+        );
+        if let Some((kib, slots)) = crate::measure::snapshot_pages_written() {
+            println!("  written pages held per slot after them: {kib} KiB (mean of {slots} slots)");
         }
         Ok(())
     }
@@ -211,6 +236,9 @@ impl Bench {
         Ok(())
     }
 }
+
+/// How many `print('hello')` runs follow each heavy run in `Bench::hello`.
+const AFTER_HEAVY: usize = 10;
 
 /// Fresh-instance runs per second with `2 * cores` tasks in flight.
 fn hello_throughput(

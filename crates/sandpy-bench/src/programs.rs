@@ -19,6 +19,11 @@ pub(crate) const CPU_SET: &[(&str, &str)] = &[
     ("json", "import json\ndoc = [{'id': i, 'name': f'n{i}', 'tags': ['a', 'b'], 'v': i / 3} for i in range(20_000)]\nfor _ in range(5):\n    json.loads(json.dumps(doc))\n"),
 ];
 
+/// A fresh run that writes far more of the snapshot than `print('hello')` does: new
+/// objects by the thousand, and a reference to every module's every global (each a
+/// reference count written on a snapshot page).
+pub(crate) const HEAVY: &str = "import json, sys\nrows = [{'k': n, 'v': str(n) * 10} for n in range(20_000)]\njson.loads(json.dumps(rows))\nfor module in list(sys.modules.values()):\n    for value in list(vars(module).values()):\n        pass\n";
+
 pub(crate) fn timed(body: &str) -> String {
     format!("import time as _t\n_t0 = _t.perf_counter()\n{body}\nprint(_t.perf_counter() - _t0)\n")
 }
