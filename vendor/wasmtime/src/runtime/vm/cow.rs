@@ -346,6 +346,74 @@ pub struct MemoryImageSlot {
     /// `mmap` resets the affected pages back to the default key 0 which is
     /// accessible from every stripe.
     pkey: Option<ProtectionKey>,
+
+    /// sandpy patch: when to discard the slot's copied-back pages (see
+    /// `reset_with_original_mapping`).
+    shedding: Shedding,
+}
+
+/// sandpy patch: a page a reset copies back from the image stays private, so
+/// every later reset finds and copies it again, whether or not a later
+/// instance writes it: after one instance that wrote far more than usual,
+/// every reset of its slot copied all of that, for good. A reset that finds
+/// far more than the slot's smallest reset did ("over") can instead discard
+/// every page of the slot (a clean mapping of the image, as a new slot is),
+/// and the next instance faults its pages in once, which costs more than a
+/// copy when the heavy writes come back soon. So the slot waits `patience`
+/// over-resets in a row before discarding, starting at one; when the next
+/// over-reset after a discard comes sooner than twice the patience, the
+/// patience doubles (up to `MAX_PATIENCE`), and when it comes later it is
+/// one again.
+#[derive(Debug, Default)]
+struct Shedding {
+    /// The fewest bytes a reset of this slot found.
+    min_found: Option<usize>,
+    /// Over-resets in a row.
+    over: u32,
+    /// Over-resets in a row that discard the slot; 0 stands for 1.
+    patience: u32,
+    /// Resets since the last discard, until the next over-reset.
+    since_shed: Option<u32>,
+}
+
+impl Shedding {
+    /// Slack over twice the smallest reset before a reset counts as over.
+    const MARGIN: usize = 1 << 20;
+    const MAX_PATIENCE: u32 = 64;
+
+    /// Records a reset that found `found` bytes (`exhausted`: more than the
+    /// budget); whether to discard the whole slot now.
+    fn shed_after(&mut self, found: usize, exhausted: bool) -> bool {
+        let over = exhausted
+            || self
+                .min_found
+                .is_some_and(|min| found > min.saturating_mul(2).saturating_add(Self::MARGIN));
+        if !exhausted {
+            self.min_found = Some(self.min_found.map_or(found, |min| min.min(found)));
+        }
+        if !over {
+            self.over = 0;
+            if let Some(since) = &mut self.since_shed {
+                *since = since.saturating_add(1);
+            }
+            return false;
+        }
+        let patience = self.patience.max(1);
+        if let Some(since) = self.since_shed.take() {
+            self.patience = if since < 2 * patience {
+                (2 * patience).min(Self::MAX_PATIENCE)
+            } else {
+                1
+            };
+        }
+        self.over += 1;
+        if self.over < self.patience.max(1) {
+            return false;
+        }
+        self.over = 0;
+        self.since_shed = Some(0);
+        true
+    }
 }
 
 impl fmt::Debug for MemoryImageSlot {
@@ -381,6 +449,7 @@ impl MemoryImageSlot {
             image: None,
             dirty: false,
             pkey,
+            shedding: Shedding::default(),
         }
     }
 
@@ -508,6 +577,7 @@ impl MemoryImageSlot {
                 }
             }
             self.image = maybe_image.cloned();
+            self.shedding = Shedding::default();
         }
 
         // Flag ourselves as `dirty` which means that the next operation on this
@@ -526,6 +596,7 @@ impl MemoryImageSlot {
             // protection key over the image's range, so restore it.
             self.reapply_pkey(image.linear_memory_offset, image.len, true)?;
             self.image = None;
+            self.shedding = Shedding::default();
         }
         Ok(())
     }
@@ -587,39 +658,59 @@ impl MemoryImageSlot {
         &mut self,
         pagemap: Option<&PageMap>,
         keep_resident: HostAlignedByteCount,
-        decommit: impl FnMut(*mut u8, usize),
+        mut decommit: impl FnMut(*mut u8, usize),
     ) -> usize {
         assert_eq!(
             vm::decommit_behavior(),
             DecommitBehavior::RestoreOriginalMapping
         );
 
-        unsafe {
-            return match &self.image {
+        // sandpy patch: the part past the budget is held back here, so that
+        // `Shedding` can discard the whole slot instead.
+        let mut rest = None;
+        let hold_rest = |ptr: *mut u8, len: usize| {
+            if len > 0 {
+                rest = Some((ptr, len));
+            }
+        };
+        let base = self.base.as_mut_ptr();
+        let accessible = self.accessible;
+        let bytes_resident = unsafe {
+            match &self.image {
                 // If there's a backing image then manually resetting a region
                 // is a bit trickier than without an image, so delegate to the
                 // helper function below.
                 Some(image) => reset_with_pagemap(
                     pagemap,
-                    self.base.as_mut_ptr(),
-                    self.accessible,
+                    base,
+                    accessible,
                     keep_resident,
-                    |region| manually_reset_region(self.base.as_mut_ptr().addr(), image, region),
-                    decommit,
+                    |region| manually_reset_region(base.addr(), image, region),
+                    hold_rest,
                 ),
 
                 // If there's no memory image for this slot then pages are always
                 // manually reset back to zero or given to `decommit`.
                 None => reset_with_pagemap(
                     pagemap,
-                    self.base.as_mut_ptr(),
-                    self.accessible,
+                    base,
+                    accessible,
                     keep_resident,
                     |region| region.fill(0),
-                    decommit,
+                    hold_rest,
                 ),
-            };
+            }
+        };
+        // Without a page scan the first `keep_resident` bytes were copied
+        // back and the rest is discarded, as published.
+        if pagemap.is_some() && self.shedding.shed_after(bytes_resident, rest.is_some()) {
+            decommit(base, accessible.byte_count());
+            return 0;
         }
+        if let Some((ptr, len)) = rest {
+            decommit(ptr, len);
+        }
+        return bytes_resident;
 
         /// Manually resets `region` back to its original contents as specified
         /// in `image`.
@@ -767,6 +858,7 @@ impl MemoryImageSlot {
 
         self.image = None;
         self.accessible = HostAlignedByteCount::ZERO;
+        self.shedding = Shedding::default();
 
         Ok(())
     }
