@@ -156,16 +156,24 @@ impl ToolAccess {
         }
         let timeout = access.call_timeout();
         // Tools the host does not know (yet): it may be starting or retrying their server.
-        let missing: Vec<String> = match &access.host {
-            Some(host) => calls
-                .iter()
-                .filter(|c| access.allowlist.allows(&c.name) && !host.has_tool(&c.name))
-                .map(|c| c.name.clone())
+        let missing: Vec<usize> = match &access.host {
+            Some(host) => (0..calls.len())
+                .filter(|&i| {
+                    let name = &calls[i].name;
+                    access.allowlist.allows(name) && !host.has_tool(name)
+                })
                 .collect(),
             None => Vec::new(),
         };
         if !missing.is_empty() {
-            access.prepare(&missing).await;
+            // A run that reaches its deadline meanwhile names the servers it waited for.
+            let names: Vec<String> = missing.iter().map(|&i| calls[i].name.clone()).collect();
+            access.waiting.extend(
+                (missing.iter().zip(&names))
+                    .map(|(&i, name)| (i, format!("the server of {name} to start"))),
+            );
+            access.prepare(&names).await;
+            access.waiting.retain(|(j, _)| !missing.contains(j));
         }
         let mut results: Vec<Option<Result<serde_json::Value, String>>> = vec![None; calls.len()];
         let mut pending = FuturesUnordered::new();

@@ -146,13 +146,19 @@ fn calls_needing_approval_are_refused_when_the_client_cannot_be_asked_or_never_a
             .contains("does not support elicitation"),
         "{out}"
     );
-    // A user who never answers: the run ends at its time limit, naming the approval.
+    // A user who never answers: the run ends at its time limit, naming the approval. A
+    // call needing no approval first, so that the upstream has started before the timed
+    // run (on a loaded machine `npx` takes longer than the run's two seconds).
+    let ready = "tools.everything.get_sum(a=1, b=2)";
     let requests = json!([{"method": "call_tool", "name": "run_python",
+                           "arguments": {"code": ready}},
+                          {"method": "call_tool", "name": "run_python",
                            "arguments": {"code": echo, "timeout_ms": 2000}}]);
     let env = [("MCP_CLIENT_ELICIT", "never")];
     let (out, status, stderr) = mcp_client_with(&target, &requests, &env);
     assert_eq!(status, 0, "{out}\n{stderr}");
-    let result = &out[0]["structuredContent"];
+    assert_eq!(out[0]["structuredContent"]["status"], "ok", "{out}");
+    let result = &out[1]["structuredContent"];
     assert_eq!(result["status"], "timeout", "{out}");
     assert!(
         result["error"]["message"]
