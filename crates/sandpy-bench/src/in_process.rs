@@ -32,12 +32,12 @@ impl Bench {
                 )?);
             }
         }
-        let mut pooled_p50 = 0.0;
-        for ((name, sandbox), mut latencies) in configurations.into_iter().zip(latencies) {
-            latencies.sort_by(f64::total_cmp);
-            if std::ptr::eq(sandbox, &self.sandbox) {
-                pooled_p50 = percentile(&latencies, 0.5);
-            }
+        for run_times in &mut latencies {
+            run_times.sort_by(f64::total_cmp);
+        }
+        // The first configuration is the pooling allocator, the default.
+        let pooled_p50 = percentile(&latencies[0], 0.5);
+        for ((name, sandbox), latencies) in configurations.into_iter().zip(latencies) {
             let per_sec = hello_throughput(rt, sandbox, cores, 2000);
             println!(
                 "{name:<20} in-process print('hello'), fresh instance: p50 {:.3} ms  p99 {:.3} ms (n={});  \

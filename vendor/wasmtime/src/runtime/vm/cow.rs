@@ -364,16 +364,27 @@ pub struct MemoryImageSlot {
 /// over-reset after a discard comes sooner than twice the patience, the
 /// patience doubles (up to `MAX_PATIENCE`), and when it comes later it is
 /// one again.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shedding {
     /// The fewest bytes a reset of this slot found.
     min_found: Option<usize>,
     /// Over-resets in a row.
     over: u32,
-    /// Over-resets in a row that discard the slot; 0 stands for 1.
+    /// Over-resets in a row that discard the slot.
     patience: u32,
     /// Resets since the last discard, until the next over-reset.
     since_shed: Option<u32>,
+}
+
+impl Default for Shedding {
+    fn default() -> Self {
+        Self {
+            min_found: None,
+            over: 0,
+            patience: 1,
+            since_shed: None,
+        }
+    }
 }
 
 impl Shedding {
@@ -398,16 +409,15 @@ impl Shedding {
             }
             return false;
         }
-        let patience = self.patience.max(1);
         if let Some(since) = self.since_shed.take() {
-            self.patience = if since < 2 * patience {
-                (2 * patience).min(Self::MAX_PATIENCE)
+            self.patience = if since < 2 * self.patience {
+                (2 * self.patience).min(Self::MAX_PATIENCE)
             } else {
                 1
             };
         }
         self.over += 1;
-        if self.over < self.patience.max(1) {
+        if self.over < self.patience {
             return false;
         }
         self.over = 0;
