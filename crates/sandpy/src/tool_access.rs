@@ -39,8 +39,8 @@ pub(crate) struct ToolAccess {
     pub tool_timeout: Duration,
     /// When the run's wall-clock limit ends; set as the guest is called.
     pub deadline: Option<Instant>,
-    /// Calls sent to the host and not answered yet (batch position, tool): a run that
-    /// reaches its deadline names these tools.
+    /// Calls sent to the host and not answered yet (batch position, tool), and servers a
+    /// call waits for (position `usize::MAX`): a run that reaches its deadline names these.
     pub waiting: Vec<(usize, String)>,
     pub calls: usize,
     pub limit_hit: bool,
@@ -65,16 +65,27 @@ impl ToolAccess {
     }
 
     /// Let the host make `missing` tools (or, when empty, any tools it is still
-    /// starting) available, within the time a call may take.
-    async fn prepare(&self, missing: &[String]) {
+    /// starting) available, within the time a call may take. A run that reaches its
+    /// deadline meanwhile names the servers it was waiting for.
+    async fn prepare(&mut self, missing: &[String]) {
         let Some(host) = &self.host else {
             return;
         };
         let prepared = host.prepare(missing);
+        let waited_before = self.waiting.len();
+        if missing.is_empty() {
+            let starting = "the tool servers still starting".to_string();
+            self.waiting.push((usize::MAX, starting));
+        }
+        for name in missing {
+            let starting = format!("the server of {name} to start");
+            self.waiting.push((usize::MAX, starting));
+        }
         match self.call_timeout() {
             None => prepared.await,
             Some(limit) => drop(tokio::time::timeout(limit, prepared).await),
         }
+        self.waiting.truncate(waited_before);
     }
 
     fn allowed_tools(&self) -> Vec<ToolInfo> {
@@ -156,24 +167,16 @@ impl ToolAccess {
         }
         let timeout = access.call_timeout();
         // Tools the host does not know (yet): it may be starting or retrying their server.
-        let missing: Vec<usize> = match &access.host {
-            Some(host) => (0..calls.len())
-                .filter(|&i| {
-                    let name = &calls[i].name;
-                    access.allowlist.allows(name) && !host.has_tool(name)
-                })
+        let missing: Vec<String> = match &access.host {
+            Some(host) => calls
+                .iter()
+                .filter(|c| access.allowlist.allows(&c.name) && !host.has_tool(&c.name))
+                .map(|c| c.name.clone())
                 .collect(),
             None => Vec::new(),
         };
         if !missing.is_empty() {
-            // A run that reaches its deadline meanwhile names the servers it waited for.
-            let names: Vec<String> = missing.iter().map(|&i| calls[i].name.clone()).collect();
-            access.waiting.extend(
-                (missing.iter().zip(&names))
-                    .map(|(&i, name)| (i, format!("the server of {name} to start"))),
-            );
-            access.prepare(&names).await;
-            access.waiting.retain(|(j, _)| !missing.contains(j));
+            access.prepare(&missing).await;
         }
         let mut results: Vec<Option<Result<serde_json::Value, String>>> = vec![None; calls.len()];
         let mut pending = FuturesUnordered::new();
@@ -285,14 +288,14 @@ impl ToolAccess {
     }
 
     /// `list-tools`: the allowed tools as a JSON array.
-    pub(crate) async fn list_tools(&self) -> wasmtime::Result<String> {
+    pub(crate) async fn list_tools(&mut self) -> wasmtime::Result<String> {
         self.prepare(&[]).await;
         Ok(serde_json::to_string(&self.allowed_tools())?)
     }
 
     /// `tool-schema`: one allowed tool's input schema, or why not.
     pub(crate) async fn tool_schema(
-        &self,
+        &mut self,
         name: String,
     ) -> wasmtime::Result<Result<String, String>> {
         if !self.allowlist.allows(&name) {
@@ -312,7 +315,7 @@ impl ToolAccess {
     }
 
     /// `tool-names`: the allowed tools' names.
-    pub(crate) async fn tool_names(&self) -> wasmtime::Result<Vec<String>> {
+    pub(crate) async fn tool_names(&mut self) -> wasmtime::Result<Vec<String>> {
         self.prepare(&[]).await;
         let Some(host) = &self.host else {
             return Ok(Vec::new());
@@ -323,7 +326,11 @@ impl ToolAccess {
     }
 
     /// `search-tools`: allowed tools ranked for `query`, as a JSON array.
-    pub(crate) async fn search_tools(&self, query: String, limit: u32) -> wasmtime::Result<String> {
+    pub(crate) async fn search_tools(
+        &mut self,
+        query: String,
+        limit: u32,
+    ) -> wasmtime::Result<String> {
         self.prepare(&[]).await;
         let allowed = self.allowed_tools();
         let found: Vec<ToolSummary> = search::search(&allowed, &query, limit as usize)

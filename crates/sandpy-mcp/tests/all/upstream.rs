@@ -458,20 +458,31 @@ fn a_namespace_lookup_waits_for_a_server_still_starting() {
 }
 
 #[test]
-fn a_run_that_times_out_while_a_server_starts_names_the_server() {
+fn a_run_that_times_out_while_a_server_starts_names_what_it_waited_for() {
     block_on(async {
-        // A server that never does the handshake: the call waits for it until the run ends.
+        // A server that never does the handshake (the hub gives it 15 s): a call, and a
+        // namespace lookup, wait for it until the run ends.
         let hub = Hub::launch(&config(&fake_upstream(&["--silent"])));
-        let options = RunOptions::with_limits(Limits {
-            timeout: Duration::from_millis(800),
-            ..Limits::default()
-        });
-        let e = run_with_hub(&hub, "call_mcp_tool('mcp__fake__ping', {})", options).await;
-        assert_eq!(e.status, Status::Timeout, "{e:#?}");
-        assert_eq!(
-            e.error.expect("an error").message,
-            "the run exceeded its wall-clock limit of 800 ms while waiting for the server of mcp__fake__ping to start"
-        );
+        for (code, waited) in [
+            (
+                "call_mcp_tool('mcp__fake__ping', {})",
+                "the server of mcp__fake__ping to start",
+            ),
+            ("await tools.fake.ping()", "the tool servers still starting"),
+        ] {
+            let options = RunOptions::with_limits(Limits {
+                timeout: Duration::from_millis(800),
+                ..Limits::default()
+            });
+            let e = run_with_hub(&hub, code, options).await;
+            assert_eq!(e.status, Status::Timeout, "{e:#?}");
+            assert_eq!(
+                e.error.expect("an error").message,
+                format!(
+                    "the run exceeded its wall-clock limit of 800 ms while waiting for {waited}"
+                )
+            );
+        }
         hub.shutdown().await;
     });
 }
