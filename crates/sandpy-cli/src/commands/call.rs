@@ -137,6 +137,13 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     if args.files.output_dir.is_some() {
         bail!("--output-dir is for a single call; with --args-file each line's files are in its result");
     }
+    if args.warm.usage(true) == super::warm::WarmUse::Start {
+        // Not an error: `SANDPY_WARM` may be set for every command of a shell.
+        eprintln!(
+            "sandpy: --warm (or SANDPY_WARM) is for a single call; an --args-file batch \
+             loads the runtime once for its own worker processes"
+        );
+    }
     let reader: Box<dyn BufRead + Send> = if path.as_os_str() == "-" {
         Box::new(std::io::BufReader::new(std::io::stdin()))
     } else {

@@ -246,6 +246,35 @@ fn a_program_that_is_not_utf8_is_invalid_input() {
     );
 }
 
+/// `--warm` does not apply to a batch: it says so on stderr, and the lines run as usual.
+#[test]
+fn a_batch_says_that_warm_is_for_a_single_call() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("double.py");
+    std::fs::write(&file, "def double(x):\n    return 2 * x\n").expect("write");
+    let inputs = dir.path().join("inputs.jsonl");
+    std::fs::write(&inputs, "[1]\n[2]\n").expect("write");
+    let (code, stdout, stderr) = run(&[
+        "call",
+        file.to_str().expect("path"),
+        "double",
+        "--args-file",
+        inputs.to_str().expect("path"),
+        "--warm",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let results: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let doubled: Vec<&Value> = results.iter().map(|r| &r["result"]).collect();
+    assert_eq!(doubled, [&json!(2), &json!(4)], "{stdout}");
+    assert!(
+        stderr.contains("--warm (or SANDPY_WARM) is for a single call"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn bad_input_gets_a_clear_error() {
     let (code, _, stderr) = run(&["run", "--json", "/nonexistent/x.py"]);
