@@ -225,10 +225,7 @@ fn a_program_that_is_not_utf8_is_invalid_input() {
         inputs.to_str().expect("path"),
     ]);
     assert_eq!(code, 1);
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let lines = json_lines(&stdout);
     assert_eq!(lines.len(), 2, "one result per input line: {stdout}");
     assert!(
         lines.iter().all(|l| l["status"] == "invalid_input"
@@ -244,6 +241,14 @@ fn a_program_that_is_not_utf8_is_invalid_input() {
         stderr.starts_with("error: `") && stderr.contains("is not UTF-8"),
         "{stderr}"
     );
+}
+
+/// Each line of a batch's `stdout`, parsed: one JSON result per line.
+fn json_lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
 }
 
 /// `--warm` does not apply to a batch: it says so on stderr, and the lines run as usual.
@@ -263,10 +268,7 @@ fn a_batch_says_that_warm_is_for_a_single_call() {
         "--warm",
     ]);
     assert_eq!(code, 0, "{stderr}");
-    let results: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let results = json_lines(&stdout);
     let doubled: Vec<&Value> = results.iter().map(|r| &r["result"]).collect();
     assert_eq!(doubled, [&json!(2), &json!(4)], "{stdout}");
     assert!(
@@ -451,10 +453,7 @@ fn call_a_batch_with_bad_lines_in_the_middle() {
         "4",
     ]);
     assert_eq!(code, 1, "some lines failed");
-    let results: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let results = json_lines(&stdout);
     assert_eq!(results.len(), 30, "one result per input line");
     for (i, r) in results.iter().enumerate() {
         assert_eq!(r["line"], i + 1, "in input order");
@@ -671,10 +670,7 @@ fn time_limit_a_busy_line_of_a_batch_ends_only_its_worker() {
         args.extend(extra);
         let (code, stdout, stderr) = run(&args);
         assert_eq!(code, 1, "{stderr}");
-        let results: Vec<Value> = stdout
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("a JSON line"))
-            .collect();
+        let results = json_lines(&stdout);
         assert_eq!(results.len(), 20, "{stdout} {stderr}");
         for (i, r) in results.iter().enumerate() {
             assert_eq!(r["line"], i + 1, "in input order: {r}");
@@ -753,10 +749,7 @@ fn a_killed_batch_worker_loses_no_line() {
     assert!(killed.success());
     let out = batch.wait_with_output().expect("output");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let results: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let results = json_lines(&stdout);
     assert_eq!(results.len(), 6, "{stdout}");
     let mut lost = 0;
     for (i, r) in results.iter().enumerate() {
