@@ -24,23 +24,29 @@ impl Bench {
         // teardown of the on-demand instance before it slowed each pooled run (p50 about 1.5x
         // that of pooled runs alone, 2026-11-27).
         let runs = args.runs.max(1);
+        let hello = sandpy::RunOptions::default();
+        let ahead_before =
+            configurations.map(|(_, sandbox)| sandbox.runs_on_instances_made_ahead());
         let mut latencies = [(); 2].map(|_| Vec::new());
         while latencies[0].len() < runs {
             let block = LATENCY_BLOCK.min(runs - latencies[0].len());
             for (i, (_, sandbox)) in configurations.iter().enumerate() {
                 for _ in 0..block {
-                    latencies[i].push(timed_run(
-                        rt,
-                        sandbox,
-                        "print('hello')",
-                        &sandpy::RunOptions::default(),
-                    )?);
+                    latencies[i].push(timed_run(rt, sandbox, "print('hello')", &hello)?);
                 }
             }
         }
         for run_times in &mut latencies {
             run_times.sort_by(f64::total_cmp);
         }
+        let ahead = configurations
+            .iter()
+            .zip(ahead_before)
+            .map(|((name, sandbox), before)| {
+                let taken = sandbox.runs_on_instances_made_ahead() - before;
+                format!("{name} {taken} of {runs}")
+            })
+            .collect::<Vec<_>>();
         // The first configuration is the pooling allocator, the default.
         let pooled_p50 = percentile(&latencies[0], 0.5);
         for ((name, sandbox), latencies) in configurations.into_iter().zip(latencies) {
@@ -53,6 +59,23 @@ impl Bench {
                 latencies.len()
             );
         }
+        println!(
+            "  latency runs on an instance made while the run before executed: {}",
+            ahead.join(", ")
+        );
+        // Runs a little apart, as calls come to a server: the instance made during one run
+        // is ready when the next comes, and the other core is idle between runs.
+        let mut apart = Vec::new();
+        for _ in 0..runs {
+            std::thread::sleep(RUNS_APART);
+            apart.push(timed_run(rt, &self.sandbox, "print('hello')", &hello)?);
+        }
+        apart.sort_by(f64::total_cmp);
+        println!(
+            "  fresh print('hello') {} ms apart: p50 {:.3} ms (n={runs})",
+            RUNS_APART.as_millis(),
+            percentile(&apart, 0.5)
+        );
         if let Some((kib, slots)) = crate::measure::snapshot_pages_written() {
             println!(
                 "  written pages a fresh print('hello') leaves in its pool slot: {kib} KiB \
@@ -61,7 +84,6 @@ impl Bench {
         }
         // The same runs in a slot that has just run a heavy program: a slot's reset copies
         // back every page the slot holds privately, not only the ones its last run wrote.
-        let hello = sandpy::RunOptions::default();
         let mut after_heavy = Vec::new();
         for _ in 0..args.runs.max(1).div_ceil(AFTER_HEAVY) {
             timed_run(rt, &self.sandbox, crate::programs::HEAVY, &hello)?;
@@ -245,6 +267,9 @@ impl Bench {
 
 /// How many `print('hello')` runs follow each heavy run in `Bench::hello`.
 const AFTER_HEAVY: usize = 10;
+
+/// The pause between the hello part's runs "apart".
+const RUNS_APART: Duration = Duration::from_millis(3);
 
 /// Runs of one allocator in a row in the hello part's latencies.
 const LATENCY_BLOCK: usize = 25;

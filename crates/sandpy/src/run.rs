@@ -13,7 +13,7 @@ use crate::execution::{Execution, Status};
 use crate::tool_access::{RecordedCall, ToolAccess};
 use crate::tools::Allowlist;
 use crate::verdict::Refused;
-use crate::wasm::{Disposal, Guest, RunFolders, Runtime};
+use crate::wasm::{Disposal, Guest, RunFolders, Runtime, Shape, Spares};
 use crate::{Config, Error, Limits, Policy, RunOptions};
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
@@ -25,7 +25,7 @@ use tracing::Instrument;
 pub(crate) struct Runner {
     /// The runtime fresh runs use: loaded by [`Runner::new`], or by the first WebAssembly
     /// run with `Config::runtime_on_first_use`.
-    runtime: OnceLock<Result<Runtime, Error>>,
+    runtime: OnceLock<Result<Arc<Runtime>, Error>>,
     /// The runtime's identity (session snapshots name it), known without loading it.
     runtime_id: String,
     /// The runtime sessions use, loaded on the first session (see [`Runner::session_runtime`]).
@@ -42,6 +42,9 @@ pub(crate) struct Runner {
     /// Where fresh runs' instances are dropped after they answered, when no other run is
     /// going; `None` with one run at a time (one core: nothing to hand the work to).
     disposal: Option<Disposal>,
+    /// The next fresh run's instance, made after a run that was alone answered; `None`
+    /// with one run at a time, or when the pool has no slot beyond the runs'.
+    spares: Option<Spares>,
 }
 
 /// What a session keeps between its runs: the interpreter of the tier its first run
@@ -126,32 +129,40 @@ impl Runner {
         let runtime = OnceLock::new();
         let concurrency = config.concurrency();
         if !config.runtime_on_first_use {
-            let _ = runtime.set(Ok(Runtime::load(&config, &runtime_id)?));
+            let _ = runtime.set(Ok(Arc::new(Runtime::load(&config, &runtime_id)?)));
         }
+        let folders = Arc::new(RunFolders::new(config.resolved_scratch_dir(), concurrency));
+        // A spare needs a pool slot that no run may need; not for one-shot processes.
+        let spare_slot = config
+            .pooled_instances
+            .is_none_or(|slots| slots as usize > concurrency);
+        let spares = (concurrency > 1 && spare_slot && !config.leave_instances_to_exit)
+            .then(|| Spares::new(folders.clone()));
         Ok(Runner {
             runtime,
             runtime_id,
             session_runtime: OnceLock::new(),
             admission: Admission::new(concurrency, config.max_queued_runs),
-            folders: Arc::new(RunFolders::new(config.resolved_scratch_dir(), concurrency)),
+            folders,
             config,
             #[cfg(target_os = "linux")]
             native: tokio::sync::Mutex::new(None),
             left: std::sync::Mutex::new(Vec::new()),
             disposal: (concurrency > 1).then(Disposal::new),
+            spares,
         })
     }
 
     /// The runtime fresh runs use, loaded now (on this thread) if it was left to its
     /// first use.
-    pub(crate) fn loaded_runtime(&self) -> Result<&Runtime, &Error> {
+    pub(crate) fn loaded_runtime(&self) -> Result<&Arc<Runtime>, &Error> {
         self.runtime
-            .get_or_init(|| Runtime::load(&self.config, &self.runtime_id))
+            .get_or_init(|| Runtime::load(&self.config, &self.runtime_id).map(Arc::new))
             .as_ref()
     }
 
     /// [`Runner::loaded_runtime`], its failure as a run's `internal_error`.
-    fn runtime(&self) -> Result<&Runtime, Refused> {
+    fn runtime(&self) -> Result<&Arc<Runtime>, Refused> {
         self.loaded_runtime()
             .map_err(|e| Refused::new(Status::InternalError, error_chain(e)))
     }
@@ -205,16 +216,7 @@ impl Runner {
             Err(refused) => return refused.into(),
         };
         let (limits, deadline) = (&run.limits, run.deadline());
-        let made = Guest::new(
-            runtime,
-            &self.folders,
-            limits,
-            limits.memory_bytes,
-            options,
-            true,
-            run.tools,
-        );
-        let mut guest = match made {
+        let mut guest = match self.fresh_guest(runtime, options, limits, run.tools) {
             Ok(guest) => guest,
             Err(refused) => return refused.into(),
         };
@@ -242,9 +244,60 @@ impl Runner {
         } else if let Some(disposal) = self.disposal.as_ref().filter(|_| self.admission.alone()) {
             // Its reset is left to the disposal thread while the caller has the answer;
             // with other runs going, the cores have work and the hand-over would cost.
+            // So is making the next run's instance: a run that executes alone does not
+            // share the machine with either.
             disposal.dispose(guest, run.slot);
+            self.make_spare(runtime, options, limits);
         }
         execution
+    }
+
+    /// A fresh run's instance: the spare made ahead when it has the run's shape, else
+    /// a new one (instantiated at the run's first call).
+    fn fresh_guest(
+        &self,
+        runtime: &Arc<Runtime>,
+        options: &RunOptions,
+        limits: &Limits,
+        tools: ToolAccess,
+    ) -> Result<Guest, Refused> {
+        let shape = Shape::of(options, limits);
+        let spare = self
+            .spares
+            .as_ref()
+            .zip(shape)
+            .and_then(|(spares, shape)| spares.take(shape));
+        match spare {
+            Some(mut guest) => {
+                guest.reuse(tools, limits, options.on_output.clone());
+                Ok(guest)
+            }
+            None => Guest::new(
+                runtime,
+                &self.folders,
+                limits,
+                limits.memory_bytes,
+                options,
+                true,
+                tools,
+            ),
+        }
+    }
+
+    /// Have the next run's instance made with the shape of this run's (`options`,
+    /// `limits`), if it has one.
+    fn make_spare(&self, runtime: &Arc<Runtime>, options: &RunOptions, limits: &Limits) {
+        let Some((spares, shape)) = self.spares.as_ref().zip(Shape::of(options, limits)) else {
+            return;
+        };
+        if let Ok(no_tools) = tool_access(&RunOptions::default(), limits) {
+            spares.request(runtime, shape, no_tools);
+        }
+    }
+
+    /// How many fresh runs took an instance made ahead.
+    pub(crate) fn instances_made_ahead_taken(&self) -> u64 {
+        self.spares.as_ref().map_or(0, Spares::taken)
     }
 
     /// Run `task` in a confined fork of the native tier's zygote (started now if this is

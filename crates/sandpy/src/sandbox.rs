@@ -77,6 +77,13 @@ impl Sandbox {
         std::mem::forget(self);
     }
 
+    /// How many fresh runs took an instance made ahead of them (made after a run that was
+    /// alone answered; see docs/dev/performance.md, "Instances made ahead"): for
+    /// benchmarks and tests, as no run can tell.
+    pub fn runs_on_instances_made_ahead(&self) -> u64 {
+        self.runner.instances_made_ahead_taken()
+    }
+
     /// The compiled runtime's cache file (to copy into images, or to check it exists),
     /// the runtime loaded now if it was left to its first use.
     pub fn cache_file(&self) -> Result<&std::path::Path, &Error> {

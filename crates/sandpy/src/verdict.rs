@@ -386,6 +386,11 @@ impl Refused {
     pub(crate) fn new(status: Status, message: String) -> Refused {
         Refused { status, message }
     }
+
+    /// Why it was refused.
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
 }
 
 impl From<Refused> for Execution {

@@ -26,7 +26,8 @@ use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
 /// captured output and folders.
 pub(crate) struct Guest {
     store: Store<HostState>,
-    /// `None` until instantiated: that happens inside the first call's time limit.
+    /// `None` until instantiated: inside the first call's time limit, or ahead of its run
+    /// (see `spare`).
     instance: Option<Instance>,
     capture: Capture,
     workspace: Workspace,
@@ -210,7 +211,8 @@ impl Guest {
             .unwrap_or_default()
     }
 
-    /// Ready a kept guest for its next call: new tools, output cap and time slice.
+    /// Ready a kept guest (a session's, or one made ahead) for its next call: new tools,
+    /// output cap and time slice.
     pub(crate) fn reuse(
         &mut self,
         tools: ToolAccess,
@@ -222,6 +224,17 @@ impl Guest {
         data.tools = tools;
         data.limiter.refused = false;
         self.store.set_epoch_deadline(1);
+    }
+
+    /// Instantiate the guest now, ahead of its first call (an instance made ahead: see
+    /// `spare`); `call` instantiates it otherwise.
+    pub(crate) async fn instantiate(&mut self, runtime: &Runtime) -> wasmtime::Result<()> {
+        super::runtime::keep_trap_handlers_first();
+        if self.instance.is_none() {
+            let made = runtime.pre.instantiate_async(&mut self.store);
+            self.instance = Some(made.instrument(tracing::info_span!("instantiate")).await?);
+        }
+        Ok(())
     }
 
     /// Call the guest (instantiating it first if needed) within `timeout`, unless `cancel`

@@ -10,6 +10,7 @@
 //!   functions shadowed to charge them.
 //! - `overrun`: the watchdog that ends a process whose code has no interruption checks.
 //! - `disposal`: finished instances dropped (their memory reset) off the run's thread.
+//! - `spare`: the next run's instance made ahead, off the run's thread.
 
 mod disk;
 mod disposal;
@@ -18,9 +19,11 @@ mod host;
 mod overrun;
 mod quota;
 mod runtime;
+mod spare;
 mod workspace;
 
 pub(crate) use disposal::Disposal;
 pub(crate) use guest::{Guest, Kept};
 pub(crate) use runtime::{Runtime, C_STACK_BYTES};
+pub(crate) use spare::{Shape, Spares};
 pub(crate) use workspace::{remove_own_folders, sweep_stale, RunFolders};

@@ -5,6 +5,7 @@ use crate::{assert_host_fine, run, run_ok};
 use sandpy::Status;
 use serde_json::json;
 use std::path::Path;
+use std::time::Duration;
 
 /// Run code that reports whether each attempt failed (True) as a list.
 fn all_refused(code: &str) {
@@ -187,18 +188,52 @@ fn memory_and_files_of_a_run_in_disposal_are_not_seen_by_the_next() {
     // run starts while the last one's slot is still being reset. It must get a clean
     // slot and clean folders, and never fail for want of a pool slot.
     let sandbox = pooled_sandbox(2);
-    let dirty = "import sys\nfor m in list(sys.modules.values()):\n    try:\n        m.__sandpy_leak__ = 1\n    except Exception:\n        pass\nheap = bytearray(b'L' * (2 << 20))\nopen('/tmp/left-behind', 'w').write('x')\nopen('left-here', 'w').write('x')\n1";
-    let check = "import os, sys\n([n for n, m in list(sys.modules.items()) if hasattr(m, '__sandpy_leak__')], sorted(os.listdir('/tmp')), sorted(os.listdir('.')))";
     for round in 0..30 {
-        let e = crate::block_on(sandbox.run(dirty, &sandpy::Limits::default()));
-        assert_eq!(e.status, Status::Ok, "round {round}: {e:#?}");
-        let e = crate::block_on(sandbox.run(check, &sandpy::Limits::default()));
-        assert_eq!(
-            e.return_value,
-            Some(json!([[], [], []])),
-            "round {round}: the last run's state leaked: {e:#?}"
-        );
+        dirty_then_look(&sandbox, round, Duration::ZERO);
     }
+}
+
+/// Marks every module, fills 2 MiB of heap and leaves files in `/tmp` and the working
+/// folder.
+const LEAVE_EVERYTHING: &str = "import sys\nfor m in list(sys.modules.values()):\n    try:\n        m.__sandpy_leak__ = 1\n    except Exception:\n        pass\nheap = bytearray(b'L' * (2 << 20))\nopen('/tmp/left-behind', 'w').write('x')\nopen('left-here', 'w').write('x')\n1";
+
+/// The marked modules and the files in `/tmp` and the working folder.
+const LOOK_FOR_LEFTOVERS: &str = "import os, sys\n([n for n, m in list(sys.modules.items()) if hasattr(m, '__sandpy_leak__')], sorted(os.listdir('/tmp')), sorted(os.listdir('.')))";
+
+/// A run that leaves everything, then (after `pause`) one that must find none of it.
+fn dirty_then_look(sandbox: &sandpy::Sandbox, round: usize, pause: Duration) {
+    let e = crate::block_on(sandbox.run(LEAVE_EVERYTHING, &sandpy::Limits::default()));
+    assert_eq!(e.status, Status::Ok, "round {round}: {e:#?}");
+    std::thread::sleep(pause);
+    let e = crate::block_on(sandbox.run(LOOK_FOR_LEFTOVERS, &sandpy::Limits::default()));
+    assert_eq!(
+        e.return_value,
+        Some(json!([[], [], []])),
+        "round {round}: the last run's state leaked: {e:#?}"
+    );
+    std::thread::sleep(pause);
+}
+
+#[test]
+fn memory_and_files_of_earlier_runs_are_not_seen_by_a_run_on_an_instance_made_ahead() {
+    // A pool slot beyond the two run slots: while a run that is alone executes, the next
+    // run's instance is made (its slot and folder are never the executing run's), and
+    // the next run takes it. Each run here dirties memory, module state and files, or
+    // looks for what the one before left; the pauses let each spare be ready in time.
+    let config = sandpy::Config {
+        pooled_instances: Some(3),
+        max_concurrent_runs: Some(2),
+        ..sandpy::Config::default()
+    };
+    let sandbox = sandpy::Sandbox::new(config).expect("the runtime loads");
+    for round in 0..15 {
+        dirty_then_look(&sandbox, round, Duration::from_millis(50));
+    }
+    let taken = sandbox.runs_on_instances_made_ahead();
+    assert!(
+        taken >= 15,
+        "only {taken} of 30 runs took an instance made ahead"
+    );
 }
 
 #[test]

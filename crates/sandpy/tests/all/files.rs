@@ -99,13 +99,20 @@ fn scratch_is_the_working_directory_private_to_each_run_and_removed_after() {
         assert_eq!(value[2], json!("/tmp"));
         assert_eq!(value[3].as_array().map(Vec::len), Some(3));
     }
-    // What stays while the sandbox lives is the guest's `/`: empty folders, read-only. A
-    // run's own folder goes with its instance, which a run that was alone leaves to the
-    // disposal thread as it answers: gone soon after.
+    // What stays while the sandbox lives is the guest's `/` (empty folders, read-only) and
+    // the empty folders of the instance made for the next run. A run's own folder goes
+    // with its instance, which a run that was alone leaves to the disposal thread as it
+    // answers: gone soon after.
+    let holds_anything = |folder: &std::path::Path| {
+        ["tmp", "output"]
+            .iter()
+            .any(|sub| std::fs::read_dir(folder.join(sub)).map_or(true, |mut d| d.next().is_some()))
+    };
     let run_folders = || -> Vec<_> {
         std::fs::read_dir(base.path())
             .expect("read")
             .flatten()
+            .filter(|e| holds_anything(&e.path()))
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|name| !name.contains("-root-"))
             .collect()

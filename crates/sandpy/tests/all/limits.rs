@@ -213,3 +213,63 @@ fn a_full_queue_answers_busy_at_once() {
     let e = block_on(sandbox.run("1", &Limits::default()));
     assert_eq!(e.status, Status::Ok, "and the sandbox is fine afterwards");
 }
+
+#[test]
+fn a_run_on_an_instance_made_ahead_has_its_own_limits() {
+    // While a run that is alone executes, the next run's instance is made with its memory
+    // cap and disk quotas (its shape). The next run of that shape takes it and sets its
+    // own output cap and time limit; a run of another shape makes its own instance.
+    let config = sandpy::Config {
+        max_concurrent_runs: Some(2),
+        ..sandpy::Config::default()
+    };
+    let sandbox = sandpy::Sandbox::new(config).expect("the runtime loads");
+    // Runs `code` until one took an instance made ahead (each run has the next one's
+    // made), asserting `status` of every run; returns the last run's execution.
+    let on_instance_made_ahead = |code: &str, limits: &Limits, status: Status| {
+        for attempt in 0..40 {
+            std::thread::sleep(Duration::from_millis(25));
+            let before = sandbox.runs_on_instances_made_ahead();
+            let e = block_on(sandbox.run(code, limits));
+            assert_eq!(e.status, status, "attempt {attempt}: {e:?}");
+            if sandbox.runs_on_instances_made_ahead() > before {
+                return e;
+            }
+        }
+        panic!("no run of {code:?} took an instance made ahead");
+    };
+    let e = on_instance_made_ahead("print('first')", &Limits::default(), Status::Ok);
+    assert_eq!(e.stdout, "first\n");
+
+    let small_output = Limits {
+        output_bytes: 1000,
+        ..Limits::default()
+    };
+    on_instance_made_ahead("print('x' * 5000)", &small_output, Status::OutputLimit);
+    on_instance_made_ahead("while True: pass", &short(300).limits, Status::Timeout);
+
+    // Another memory cap: the instance made ahead does not have it, so the run makes its
+    // own; then runs of that cap take theirs.
+    let small_memory = Limits {
+        memory_bytes: 64 << 20,
+        ..Limits::default()
+    };
+    let big = "x = bytearray(100 * 1024 * 1024)\nprint('fits')";
+    let before = sandbox.runs_on_instances_made_ahead();
+    let own = block_on(sandbox.run(big, &small_memory));
+    assert_eq!(sandbox.runs_on_instances_made_ahead(), before);
+    let ahead = on_instance_made_ahead(big, &small_memory, Status::MemoryLimit);
+    for e in [own, ahead] {
+        assert_eq!(e.status, Status::MemoryLimit, "{e:?}");
+        let message = &e.error.as_ref().expect("an error").message;
+        assert!(message.contains(&(64u64 << 20).to_string()), "{message}");
+    }
+    let before = sandbox.runs_on_instances_made_ahead();
+    let e = block_on(sandbox.run(big, &Limits::default()));
+    assert_eq!(e.stdout, "fits\n", "{e:?}");
+    assert_eq!(
+        sandbox.runs_on_instances_made_ahead(),
+        before,
+        "a run of the default cap took the instance made for 64 MiB"
+    );
+}

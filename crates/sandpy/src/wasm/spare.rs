@@ -1,0 +1,226 @@
+//! An instance made ahead for the next fresh run, off the run's path.
+//!
+//! Instantiating the guest (its ten linked core modules, their imports and the ~5,700
+//! functions they put in the shared table) was a third or more of a lone fresh
+//! `print('hello')` in the pool (docs/dev/performance.md, "Instances made ahead"). After
+//! a run that was alone answered (no other executes or waits: a core is free, the same
+//! condition under which its instance goes to [`Disposal`](super::Disposal)), this
+//! thread makes the next run's instance, and the next run of the same [`Shape`] takes it
+//! instead of instantiating. Made after the answer, not during the run: a run never
+//! shares the machine with it.
+//!
+//! A spare is a fresh instance like any other: made from the snapshot in a pool slot that
+//! was reset when its last instance was dropped, with folders handed out only once
+//! checked empty. It holds no run's settings: the taking run puts its own tools, output
+//! cap and time into its store before the guest is first called, and what is fixed when
+//! an instance is made (memory cap, disk quotas, stdin, mounts) is its [`Shape`], which
+//! must match. It holds one pool slot beyond the runs' (made only when the pool has
+//! one more slot than runs may execute at once) and one run folder.
+
+use super::guest::Guest;
+use super::runtime::Runtime;
+use super::workspace::RunFolders;
+use crate::tool_access::ToolAccess;
+use crate::{Limits, RunOptions};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::thread::JoinHandle;
+
+/// What an instance is made with that a run cannot change afterwards: its memory cap
+/// and disk quotas. Runs with stdin or mounts have none (their instance is their own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shape {
+    memory_bytes: usize,
+    disk_bytes: u64,
+    output_files_bytes: u64,
+}
+
+impl Shape {
+    /// The shape of a fresh run with `options` under `limits`; `None` when it brings
+    /// stdin or mounts.
+    pub(crate) fn of(options: &RunOptions, limits: &Limits) -> Option<Shape> {
+        (options.stdin.is_none() && options.mounts.is_empty()).then_some(Shape {
+            memory_bytes: limits.memory_bytes,
+            disk_bytes: limits.disk_bytes,
+            output_files_bytes: limits.output_files_bytes,
+        })
+    }
+
+    /// Limits with this shape (the rest is the taking run's, set when it takes the
+    /// instance).
+    fn limits(self) -> Limits {
+        Limits {
+            memory_bytes: self.memory_bytes,
+            disk_bytes: self.disk_bytes,
+            output_files_bytes: self.output_files_bytes,
+            ..Limits::default()
+        }
+    }
+}
+
+/// The instance made ahead (at most one) and the thread that makes it, started by the
+/// first request.
+pub(crate) struct Spares {
+    folders: Arc<RunFolders>,
+    ready: Arc<Mutex<Option<(Shape, Guest)>>>,
+    thread: OnceLock<Option<Thread>>,
+    taken: AtomicU64,
+}
+
+/// What the thread needs to make a spare: the runtime, the shape, and tool access that
+/// grants nothing (replaced by the taking run's).
+struct Request {
+    runtime: Arc<Runtime>,
+    shape: Shape,
+    no_tools: ToolAccess,
+}
+
+struct Thread {
+    sender: SyncSender<Request>,
+    handle: JoinHandle<()>,
+}
+
+impl Spares {
+    /// None made yet; spares take their folders from `folders`.
+    pub(crate) fn new(folders: Arc<RunFolders>) -> Spares {
+        Spares {
+            folders,
+            ready: Arc::new(Mutex::new(None)),
+            thread: OnceLock::new(),
+            taken: AtomicU64::new(0),
+        }
+    }
+
+    /// The spare, when it has `shape`. One of another shape is dropped here (a run's
+    /// settings changed: its slot goes back to the pool before the run makes its own).
+    pub(crate) fn take(&self, shape: Shape) -> Option<Guest> {
+        let (made_for, guest) = self.lock().take()?;
+        if made_for != shape {
+            drop(guest);
+            return None;
+        }
+        self.taken.fetch_add(1, Ordering::Relaxed);
+        Some(guest)
+    }
+
+    /// Have a spare of `shape` made on the thread (next, when it is making one).
+    pub(crate) fn request(&self, runtime: &Arc<Runtime>, shape: Shape, no_tools: ToolAccess) {
+        let Some(thread) = self
+            .thread
+            .get_or_init(|| Thread::start(self.folders.clone(), self.ready.clone()))
+        else {
+            return;
+        };
+        let request = Request {
+            runtime: runtime.clone(),
+            shape,
+            no_tools,
+        };
+        // Dropped when one is already waiting to be served.
+        let _ = thread.sender.try_send(request);
+    }
+
+    /// How many fresh runs took a spare.
+    pub(crate) fn taken(&self) -> u64 {
+        self.taken.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Shape, Guest)>> {
+        self.ready.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Thread {
+    fn start(
+        folders: Arc<RunFolders>,
+        ready: Arc<Mutex<Option<(Shape, Guest)>>>,
+    ) -> Option<Thread> {
+        // Room for one request: the first is sent before the thread waits for it, and
+        // one made while the thread is busy is the next to serve, not lost.
+        let (sender, receiver) = sync_channel::<Request>(1);
+        let spawned = std::thread::Builder::new()
+            .name("sandpy-spare".into())
+            .spawn(move || {
+                // Instantiation is async (epoch ticks yield); this thread's own executor.
+                let executor = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(executor) => executor,
+                    Err(e) => {
+                        tracing::warn!("cannot start the spare instance thread's executor: {e}");
+                        return;
+                    }
+                };
+                for request in receiver {
+                    make(&executor, &folders, &ready, request);
+                }
+            });
+        match spawned {
+            Ok(handle) => Some(Thread { sender, handle }),
+            Err(e) => {
+                tracing::warn!("cannot start the spare instance thread; runs make their own: {e}");
+                None
+            }
+        }
+    }
+}
+
+/// Make a spare of the request's shape and keep it, unless one of that shape is ready.
+fn make(
+    executor: &tokio::runtime::Runtime,
+    folders: &Arc<RunFolders>,
+    ready: &Mutex<Option<(Shape, Guest)>>,
+    Request {
+        runtime,
+        shape,
+        no_tools,
+    }: Request,
+) {
+    let lock = || ready.lock().unwrap_or_else(PoisonError::into_inner);
+    if lock()
+        .as_ref()
+        .is_some_and(|(made_for, _)| *made_for == shape)
+    {
+        return;
+    }
+    let limits = shape.limits();
+    let made = Guest::new(
+        &runtime,
+        folders,
+        &limits,
+        limits.memory_bytes,
+        &RunOptions::default(),
+        false,
+        no_tools,
+    );
+    let mut guest = match made {
+        Ok(guest) => guest,
+        Err(refused) => {
+            tracing::debug!("no spare instance: {}", refused.message());
+            return;
+        }
+    };
+    if let Err(e) = executor.block_on(guest.instantiate(&runtime)) {
+        // The pool may be out of slots while every run executes: the next run makes its own.
+        tracing::debug!("no spare instance: {e:#}");
+        return;
+    }
+    let replaced = lock().replace((shape, guest));
+    drop(replaced);
+}
+
+impl Drop for Spares {
+    /// Stop the thread, then drop the spare: its folder goes back before the sandbox's
+    /// folders are removed.
+    fn drop(&mut self) {
+        if let Some(Thread { sender, handle }) = self.thread.take().flatten() {
+            drop(sender);
+            if handle.join().is_err() {
+                tracing::warn!("the spare instance thread panicked");
+            }
+        }
+        drop(self.lock().take());
+    }
+}
