@@ -60,7 +60,7 @@ impl Bench {
             );
         }
         println!(
-            "  latency runs on an instance made while the run before executed: {}",
+            "  latency runs on an instance made ahead (after the run before answered): {}",
             ahead.join(", ")
         );
         // Runs a little apart, as calls come to a server: the instance made during one run

@@ -19,10 +19,10 @@ pub(super) const SERVED: &str = "served by the warm runner";
 /// The flags that choose whether a command's run goes to a warm runner.
 #[derive(clap::Args)]
 pub(super) struct WarmArgs {
-    /// Hand the run to a background runner that keeps the runtime loaded, and start one
-    /// for these settings when none is up (gone after $SANDPY_WARM_IDLE_SECS, default 60,
-    /// without runs). Without this flag a runner is used when one is up, and none is
-    /// started (configs without MCP servers).
+    /// Hand the run (a single run or call, not an --args-file batch) to a background
+    /// runner that keeps the runtime loaded, and start one for these settings when none is
+    /// up (gone after $SANDPY_WARM_IDLE_SECS, default 60, without runs). Without this flag
+    /// a runner is used when one is up, and none is started (configs without MCP servers).
     #[arg(long, env = "SANDPY_WARM", value_parser = clap::builder::FalseyValueParser::new())]
     warm: bool,
     /// Run in this process even when a warm runner for these settings is up.
