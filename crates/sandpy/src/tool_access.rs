@@ -39,9 +39,10 @@ pub(crate) struct ToolAccess {
     pub tool_timeout: Duration,
     /// When the run's wall-clock limit ends; set as the guest is called.
     pub deadline: Option<Instant>,
-    /// Calls sent to the host and not answered yet (batch position, tool), and servers a
-    /// call waits for (position `usize::MAX`): a run that reaches its deadline names these.
-    pub waiting: Vec<(usize, String)>,
+    /// What the run waits for, named: calls sent to the host and not answered yet (their
+    /// batch position), approvals (the same), and servers still starting (no position). A
+    /// run that reaches its deadline names these.
+    pub waiting: Vec<(Option<usize>, String)>,
     pub calls: usize,
     pub limit_hit: bool,
     /// Calls made, kept when the run is part of a session journal.
@@ -75,11 +76,11 @@ impl ToolAccess {
         let waited_before = self.waiting.len();
         if missing.is_empty() {
             let starting = "the tool servers still starting".to_string();
-            self.waiting.push((usize::MAX, starting));
+            self.waiting.push((None, starting));
         }
         for name in missing {
             let starting = format!("the server of {name} to start");
-            self.waiting.push((usize::MAX, starting));
+            self.waiting.push((None, starting));
         }
         match self.call_timeout() {
             None => prepared.await,
@@ -199,9 +200,9 @@ impl ToolAccess {
                 // Asked in call order; a run that reaches its deadline meanwhile names
                 // the approval it was waiting for.
                 let waiting = format!("the approval of {}", call.name);
-                access.waiting.push((i, waiting));
+                access.waiting.push((Some(i), waiting));
                 let decision = access.approval.decide(&call.name, &arguments).await;
-                access.waiting.retain(|(j, _)| *j != i);
+                access.waiting.retain(|(j, _)| *j != Some(i));
                 host.decided(&call.name, &arguments, &decision);
                 if !decision.approved {
                     results[i] = Some(Err(decision.refusal(&call.name)));
@@ -213,7 +214,7 @@ impl ToolAccess {
             }
             let call_future = host.call_tool(&call.name, arguments);
             let name = call.name.clone();
-            access.waiting.push((i, name.clone()));
+            access.waiting.push((Some(i), name.clone()));
             let span = tracing::info_span!(
                 "tool_call",
                 otel.kind = "client",
@@ -253,7 +254,7 @@ impl ToolAccess {
         // Answers as they come, so that a run stopped by its deadline knows which calls
         // were still out.
         while let Some((i, result)) = pending.next().await {
-            access.waiting.retain(|(j, _)| *j != i);
+            access.waiting.retain(|(j, _)| *j != Some(i));
             results[i] = Some(result);
         }
         let max_bytes = access.max_bytes;
