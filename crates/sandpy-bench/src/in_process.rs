@@ -63,8 +63,8 @@ impl Bench {
             "  latency runs on an instance made ahead (after the run before answered): {}",
             ahead.join(", ")
         );
-        // Runs a little apart, as calls come to a server: the instance made during one run
-        // is ready when the next comes, and the other core is idle between runs.
+        // Runs a little apart, as calls come to a server: the instance made after one run
+        // answered is ready when the next comes, and the other core is idle between runs.
         let mut apart = Vec::new();
         for _ in 0..runs {
             std::thread::sleep(RUNS_APART);

@@ -12,25 +12,21 @@
 //! execute at once. It is handed over only when the thread is idle (a rendezvous), so
 //! nothing piles up when the thread is slow.
 
+use super::helper_thread::HelperThread;
 use super::Guest;
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::mpsc::TrySendError;
 use std::sync::OnceLock;
-use std::thread::JoinHandle;
 use tokio::sync::OwnedSemaphorePermit;
 
 /// A thread that drops finished instances, started by the first one handed to it (`None`
-/// inside when it could not start: runs then drop their own).
+/// inside when it could not start: runs then drop their own). Dropped, it waits for the
+/// instance in disposal: its folder is removed before the sandbox's.
 pub(crate) struct Disposal {
-    thread: OnceLock<Option<Thread>>,
+    thread: OnceLock<Option<HelperThread<Finished>>>,
 }
 
 /// An instance and the admission slot its run held.
 type Finished = (Guest, OwnedSemaphorePermit);
-
-struct Thread {
-    sender: SyncSender<Finished>,
-    handle: JoinHandle<()>,
-}
 
 impl Disposal {
     /// No thread yet.
@@ -44,10 +40,10 @@ impl Disposal {
     /// is idle, else here.
     pub(crate) fn dispose(&self, guest: Guest, slot: OwnedSemaphorePermit) {
         let finished = (guest, slot);
-        let Some(thread) = self.thread.get_or_init(Thread::start) else {
+        let Some(thread) = self.thread.get_or_init(start) else {
             return release(finished);
         };
-        match thread.sender.try_send(finished) {
+        match thread.try_send(finished) {
             Ok(()) => {}
             Err(TrySendError::Full(finished) | TrySendError::Disconnected(finished)) => {
                 release(finished)
@@ -56,39 +52,19 @@ impl Disposal {
     }
 }
 
-impl Thread {
-    fn start() -> Option<Thread> {
-        // Capacity 0: a send succeeds only while the thread waits for one.
-        let (sender, receiver) = sync_channel::<Finished>(0);
-        let spawned = std::thread::Builder::new()
-            .name("sandpy-disposal".into())
-            .spawn(move || receiver.into_iter().for_each(release));
-        match spawned {
-            Ok(handle) => Some(Thread { sender, handle }),
-            Err(e) => {
-                tracing::warn!(
-                    "cannot start the instance disposal thread; runs drop their own: {e}"
-                );
-                None
-            }
-        }
-    }
+fn start() -> Option<HelperThread<Finished>> {
+    // Capacity 0: a send succeeds only while the thread waits for one.
+    HelperThread::start("sandpy-disposal", 0, |receiver| {
+        receiver.into_iter().for_each(release)
+    })
+    .inspect_err(|e| {
+        tracing::warn!("cannot start the instance disposal thread; runs drop their own: {e}")
+    })
+    .ok()
 }
 
 /// The instance reset and its slot back in the pool first, then the run's admission slot.
 fn release((guest, slot): Finished) {
     drop(guest);
     drop(slot);
-}
-
-impl Drop for Disposal {
-    /// Wait for the instance in disposal: its folder is removed before the sandbox's.
-    fn drop(&mut self) {
-        if let Some(Thread { sender, handle }) = self.thread.take().flatten() {
-            drop(sender);
-            if handle.join().is_err() {
-                tracing::warn!("the instance disposal thread panicked");
-            }
-        }
-    }
 }

@@ -11,10 +11,12 @@
 //! - `overrun`: the watchdog that ends a process whose code has no interruption checks.
 //! - `disposal`: finished instances dropped (their memory reset) off the run's thread.
 //! - `spare`: the next run's instance made ahead, off the run's thread.
+//! - `helper_thread`: the named, channel-fed thread each of those two runs on.
 
 mod disk;
 mod disposal;
 mod guest;
+mod helper_thread;
 mod host;
 mod overrun;
 mod quota;

@@ -18,14 +18,13 @@
 //! one more slot than runs may execute at once) and one run folder.
 
 use super::guest::Guest;
+use super::helper_thread::HelperThread;
 use super::runtime::Runtime;
 use super::workspace::RunFolders;
 use crate::tool_access::ToolAccess;
 use crate::{Limits, RunOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::thread::JoinHandle;
 
 /// What an instance is made with that a run cannot change afterwards: its memory cap
 /// and disk quotas. Runs with stdin or mounts have none (their instance is their own).
@@ -64,7 +63,7 @@ impl Shape {
 pub(crate) struct Spares {
     folders: Arc<RunFolders>,
     ready: Arc<Mutex<Option<(Shape, Guest)>>>,
-    thread: OnceLock<Option<Thread>>,
+    thread: OnceLock<Option<HelperThread<Request>>>,
     taken: AtomicU64,
 }
 
@@ -74,11 +73,6 @@ struct Request {
     runtime: Arc<Runtime>,
     shape: Shape,
     no_tools: ToolAccess,
-}
-
-struct Thread {
-    sender: SyncSender<Request>,
-    handle: JoinHandle<()>,
 }
 
 impl Spares {
@@ -108,7 +102,7 @@ impl Spares {
     pub(crate) fn request(&self, runtime: &Arc<Runtime>, shape: Shape, no_tools: ToolAccess) {
         let Some(thread) = self
             .thread
-            .get_or_init(|| Thread::start(self.folders.clone(), self.ready.clone()))
+            .get_or_init(|| start(self.folders.clone(), self.ready.clone()))
         else {
             return;
         };
@@ -118,7 +112,7 @@ impl Spares {
             no_tools,
         };
         // Dropped when one is already waiting to be served.
-        let _ = thread.sender.try_send(request);
+        let _ = thread.try_send(request);
     }
 
     /// How many fresh runs took a spare.
@@ -131,40 +125,33 @@ impl Spares {
     }
 }
 
-impl Thread {
-    fn start(
-        folders: Arc<RunFolders>,
-        ready: Arc<Mutex<Option<(Shape, Guest)>>>,
-    ) -> Option<Thread> {
-        // Room for one request: the first is sent before the thread waits for it, and
-        // one made while the thread is busy is the next to serve, not lost.
-        let (sender, receiver) = sync_channel::<Request>(1);
-        let spawned = std::thread::Builder::new()
-            .name("sandpy-spare".into())
-            .spawn(move || {
-                // Instantiation is async (epoch ticks yield); this thread's own executor.
-                let executor = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(executor) => executor,
-                    Err(e) => {
-                        tracing::warn!("cannot start the spare instance thread's executor: {e}");
-                        return;
-                    }
-                };
-                for request in receiver {
-                    make(&executor, &folders, &ready, request);
-                }
-            });
-        match spawned {
-            Ok(handle) => Some(Thread { sender, handle }),
+/// The thread that makes spares into `ready`, with folders from `folders`.
+fn start(
+    folders: Arc<RunFolders>,
+    ready: Arc<Mutex<Option<(Shape, Guest)>>>,
+) -> Option<HelperThread<Request>> {
+    // Room for one request: the first is sent before the thread waits for it, and one made
+    // while the thread is busy is the next to serve, not lost.
+    HelperThread::start("sandpy-spare", 1, move |receiver| {
+        // Instantiation is async (epoch ticks yield); this thread's own executor.
+        let executor = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(executor) => executor,
             Err(e) => {
-                tracing::warn!("cannot start the spare instance thread; runs make their own: {e}");
-                None
+                tracing::warn!("cannot start the spare instance thread's executor: {e}");
+                return;
             }
+        };
+        for request in receiver {
+            make(&executor, &folders, &ready, request);
         }
-    }
+    })
+    .inspect_err(|e| {
+        tracing::warn!("cannot start the spare instance thread; runs make their own: {e}")
+    })
+    .ok()
 }
 
 /// Make a spare of the request's shape and keep it, unless one of that shape is ready.
@@ -215,12 +202,7 @@ impl Drop for Spares {
     /// Stop the thread, then drop the spare: its folder goes back before the sandbox's
     /// folders are removed.
     fn drop(&mut self) {
-        if let Some(Thread { sender, handle }) = self.thread.take().flatten() {
-            drop(sender);
-            if handle.join().is_err() {
-                tracing::warn!("the spare instance thread panicked");
-            }
-        }
+        drop(self.thread.take());
         drop(self.lock().take());
     }
 }
