@@ -10,10 +10,13 @@ use std::sync::Once;
 const MAX_RSS_MIB: u64 = 300;
 
 /// Runs its arguments as a command and prints its stdout, then the peak RSS in KiB of the
-/// largest process it waited for (`sandpy`; the upstream it starts is far smaller).
+/// largest process it waited for (`sandpy`; the upstream it starts is far smaller); passes
+/// on the command's stderr and exit status.
 const MEASURE: &str = "import resource, subprocess, sys\n\
-p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)\n\
-sys.stdout.write(p.stdout.decode() + '\\n' + str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))";
+p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)\n\
+sys.stderr.buffer.write(p.stderr)\n\
+sys.stdout.write(p.stdout.decode() + '\\n' + str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n\
+sys.exit(p.returncode if p.returncode >= 0 else 128 - p.returncode)";
 
 /// `sandpy run --json -c code` with the hostile server in `mode` as upstream `bad`: the
 /// execution as JSON, and the peak RSS in MiB.
@@ -31,11 +34,10 @@ fn run_against(mode: &[&str], code: &str) -> (Value, u64) {
     let mut args = vec![json!(script)];
     args.extend(mode.iter().map(|m| json!(m)));
     let config = json!({"mcpServers": {"bad": {"command": "python3", "args": args}}});
-    let path = std::env::temp_dir().join(format!(
-        "sandpy-upstream-attack-{}-{}.json",
-        std::process::id(),
-        mode.join("-")
-    ));
+    // A folder of its own: tests of one mode run side by side, and one's removal (or
+    // rewrite) of a shared file left the other's `sandpy` with no config to read.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("sandpy.json");
     std::fs::write(&path, config.to_string()).expect("config");
     let out = Command::new("python3")
         .args(["-c", MEASURE, env!("CARGO_BIN_EXE_sandpy"), "run", "--json"])
@@ -46,9 +48,14 @@ fn run_against(mode: &[&str], code: &str) -> (Value, u64) {
         .stdin(Stdio::null())
         .output()
         .expect("python3");
-    let _ = std::fs::remove_file(&path);
     let text = String::from_utf8_lossy(&out.stdout);
-    let (json, rss) = text.trim().rsplit_once('\n').expect("output and RSS");
+    let Some((json, rss)) = text.trim().rsplit_once('\n') else {
+        panic!(
+            "`sandpy run` printed no result ({}); its stderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
     let execution: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
     let rss_kib: u64 = rss.trim().parse().expect("RSS in KiB");
     eprintln!("{mode:?}: peak RSS {} MiB", rss_kib / 1024);

@@ -69,6 +69,7 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use crate::client::testing::{fake, quick, status};
+    use crate::client::upstream::Timing;
     use crate::client::Hub;
     use sandpy::tools::ToolHost;
     use serde_json::Value;
@@ -89,22 +90,27 @@ mod tests {
                 .map(|t| t.lines().count())
                 .unwrap_or(0)
         };
-        let hub = Hub::start_with(&fake(&args), quick()).await;
+        // Waits of a second and two: a busy machine's pauses stay well inside them.
+        let timing = Timing {
+            backoff: Duration::from_secs(1),
+            ..quick()
+        };
+        let hub = Hub::start_with(&fake(&args), timing).await;
         assert!(status(&hub).starts_with("unavailable"), "{}", status(&hub));
         assert_eq!(count(), 1);
         let missing = ["mcp__fake__ping".to_string()];
 
         hub.prepare(&missing).await;
         assert_eq!(count(), 1, "retried within its backoff");
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::time::sleep(Duration::from_millis(1100)).await;
         hub.prepare(&missing).await;
         assert_eq!(count(), 2, "not retried on use once due");
         assert!(status(&hub).starts_with("unavailable"));
 
         std::fs::write(&need, "").expect("need");
         hub.prepare(&missing).await;
-        assert_eq!(count(), 2, "the second wait is longer (600 ms)");
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert_eq!(count(), 2, "the second wait is longer (2 s)");
+        tokio::time::sleep(Duration::from_millis(2100)).await;
         let listed = hub.list_tools(); // a listing retries in the background
         assert!(listed.is_empty());
         hub.prepare(&[]).await; // and a listing that can wait, waits for it
