@@ -7,7 +7,8 @@ import time
 
 import sandpy
 
-SLEEP = "import time\ntime.sleep(0.5)\n'done'"
+# Runs of a second: their starts, slow on a busy machine, stay small beside them.
+SLEEP = "import time\ntime.sleep(1)\n'done'"
 
 
 def test_runs_from_two_threads_overlap_while_python_keeps_running(sb):
@@ -30,7 +31,7 @@ def test_runs_from_two_threads_overlap_while_python_keeps_running(sb):
     assert [s[2] for s in spans] == ["ok", "ok"]
     (a0, a1, _), (b0, b1, _) = spans
     assert max(a0, b0) < min(a1, b1), "the two runs did not overlap"
-    assert elapsed < 0.95, f"two 0.5 s runs took {elapsed:.2f} s: they ran one after the other"
+    assert elapsed < 1.8, f"two 1 s runs took {elapsed:.2f} s: they ran one after the other"
     assert ticks > 50, f"the main thread ran only {ticks} times during the runs"
 
 
@@ -42,7 +43,7 @@ def test_run_async_runs_overlap_on_one_loop(sb):
 
     elapsed, results = asyncio.run(main())
     assert [r.return_value for r in results] == ["done", "done"]
-    assert elapsed < 0.95, f"two 0.5 s async runs took {elapsed:.2f} s"
+    assert elapsed < 1.8, f"two 1 s async runs took {elapsed:.2f} s"
 
 
 def test_run_async_takes_the_same_arguments(sb):

@@ -1131,7 +1131,7 @@ fn network_boundary_native_runs_meet_the_same_rules_as_webassembly_runs() {
     let (mut server, port) = http_server(&log);
     let network = json!({"network": {
         "allow": [format!("127.0.0.2:{port}"), format!("localhost:{port}")],
-        "limits": {"max_bytes_in": 1_048_576, "request_timeout_ms": 500},
+        "limits": {"max_bytes_in": 1_048_576, "request_timeout_ms": 2000},
     }});
     let config = native_config(dir.path(), &["urllib.request"], network);
     let urls = [

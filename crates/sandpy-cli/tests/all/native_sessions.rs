@@ -56,9 +56,10 @@ fn native_sessions_keep_state_between_cells_and_save_restore_and_fork() {
     let answers = serve(
         &config,
         &json!([
-            // Cell 1 has a one-second limit: the session's process must outlive it.
-            run(json!({"code": first, "session_id": "s", "timeout_ms": 1000})),
-            run(json!({"code": "import time\ntime.sleep(1.5)\n'x' in globals()"})),
+            // Cell 1 has a three-second limit (its time counts the process's start): the
+            // session's process must outlive it.
+            run(json!({"code": first, "session_id": "s", "timeout_ms": 3000})),
+            run(json!({"code": "import time\ntime.sleep(3.5)\n'x' in globals()"})),
             run(json!({"code": second, "session_id": "s"})),
             {"method": "call_tool", "name": "list_sessions", "arguments": {}},
             {"method": "call_tool", "name": "save_session",

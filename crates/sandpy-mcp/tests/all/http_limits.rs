@@ -60,7 +60,7 @@ fn past_the_servers_session_cap_initialize_is_refused_with_503_until_sessions_ex
     block_on(async {
         let address = serve(HttpLimits {
             max_sessions: 3,
-            session_idle: Duration::from_secs(2),
+            session_idle: Duration::from_secs(5),
             ..HttpLimits::default()
         })
         .await;
@@ -75,7 +75,7 @@ fn past_the_servers_session_cap_initialize_is_refused_with_503_until_sessions_ex
             "{refused}"
         );
         // Unused, they expire and give their places back.
-        tokio::time::sleep(Duration::from_secs(4)).await;
+        tokio::time::sleep(Duration::from_secs(8)).await;
         let answer = initialize(address, "d").await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     });

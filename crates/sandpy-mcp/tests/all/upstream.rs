@@ -60,17 +60,15 @@ fn tools_are_named_listed_and_called_sync_async_and_by_namespace() {
 fn gather_runs_upstream_calls_concurrently() {
     block_on(async {
         let hub = Hub::start(&config(&everything())).await;
-        let code = "import asyncio\nawait asyncio.gather(*(call_mcp_tool('mcp__everything__trigger-long-running-operation', \
-                    {'duration': 1, 'steps': 1}) for _ in range(8)))\n'done'";
-        let started = Instant::now();
+        // Timed inside the run: its start, slow on a busy machine, is not in the figure.
+        let code = "import asyncio, time\nstarted = time.monotonic()\n\
+                    await asyncio.gather(*(call_mcp_tool('mcp__everything__trigger-long-running-operation', \
+                    {'duration': 1, 'steps': 1}) for _ in range(8)))\ntime.monotonic() - started";
         let e = run_with_hub(&hub, code, RunOptions::default()).await;
-        let took = started.elapsed();
         assert_eq!(e.status, Status::Ok, "{e:#?}");
         assert_eq!(e.tool_calls, 8);
-        assert!(
-            took < Duration::from_secs(4),
-            "eight 1 s calls took {took:?}: not concurrent"
-        );
+        let took = e.return_value.and_then(|v| v.as_f64()).expect("seconds");
+        assert!(took < 4.0, "eight 1 s calls took {took} s: not concurrent");
         hub.shutdown().await;
     });
 }
@@ -160,8 +158,9 @@ fn a_hanging_tool_times_out_and_the_run_goes_on() {
 fn the_run_timeout_covers_slow_tools() {
     block_on(async {
         let hub = Hub::start(&config(&everything())).await;
+        // The run's time counts its start, which a busy machine slows: 3 s leaves room.
         let options = RunOptions::with_limits(Limits {
-            timeout: Duration::from_millis(800),
+            timeout: Duration::from_secs(3),
             ..Limits::default()
         });
         let e = run_with_hub(&hub, "call_mcp_tool('mcp__everything__trigger-long-running-operation', {'duration': 20, 'steps': 1})", options).await;
@@ -170,7 +169,7 @@ fn the_run_timeout_covers_slow_tools() {
         // ends, naming the tool it was waiting for.
         assert_eq!(
             e.error.expect("an error").message,
-            "the run exceeded its wall-clock limit of 800 ms while waiting for mcp__everything__trigger-long-running-operation"
+            "the run exceeded its wall-clock limit of 3000 ms while waiting for mcp__everything__trigger-long-running-operation"
         );
         hub.shutdown().await;
     });
@@ -276,7 +275,11 @@ fn shutdown_leaves_no_server_running() {
         assert!(processes_with_env(&marker) > 0, "the server runs");
         hub.shutdown().await;
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // Killed processes take a moment to go on a busy machine.
+    let until = Instant::now() + Duration::from_secs(10);
+    while processes_with_env(&marker) > 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(
         processes_with_env(&marker),
         0,
@@ -471,7 +474,7 @@ fn a_run_that_times_out_while_a_server_starts_names_what_it_waited_for() {
             ("await tools.fake.ping()", "the tool servers still starting"),
         ] {
             let options = RunOptions::with_limits(Limits {
-                timeout: Duration::from_millis(800),
+                timeout: Duration::from_secs(3),
                 ..Limits::default()
             });
             let e = run_with_hub(&hub, code, options).await;
@@ -479,7 +482,7 @@ fn a_run_that_times_out_while_a_server_starts_names_what_it_waited_for() {
             assert_eq!(
                 e.error.expect("an error").message,
                 format!(
-                    "the run exceeded its wall-clock limit of 800 ms while waiting for {waited}"
+                    "the run exceeded its wall-clock limit of 3000 ms while waiting for {waited}"
                 )
             );
         }

@@ -227,7 +227,7 @@ fn memory_and_files_of_earlier_runs_are_not_seen_by_a_run_on_an_instance_made_ah
     };
     let sandbox = sandpy::Sandbox::new(config).expect("the runtime loads");
     for round in 0..15 {
-        dirty_then_look(&sandbox, round, Duration::from_millis(50));
+        dirty_then_look(&sandbox, round, Duration::from_millis(200));
     }
     let taken = sandbox.runs_on_instances_made_ahead();
     assert!(

@@ -160,8 +160,9 @@ impl Ticker {
         let thread = std::thread::spawn(move || {
             while !stopped.load(Ordering::Relaxed) {
                 std::thread::sleep(every);
-                engine.increment_epoch();
+                // Counted first: a count read at any moment is never below the epoch.
                 counted.fetch_add(1, Ordering::Relaxed);
+                engine.increment_epoch();
             }
         });
         Ticker {

@@ -38,7 +38,7 @@ fn timeout_stops_busy_loops_sleeps_and_regexes() {
 
 #[test]
 fn output_before_a_timeout_is_kept() {
-    let e = run_with("print('started')\nwhile True: pass", &short(200));
+    let e = run_with("print('started')\nwhile True: pass", &short(1500));
     assert_eq!(e.status, Status::Timeout);
     assert_eq!(e.stdout, "started\n");
 }
@@ -206,7 +206,7 @@ fn a_full_queue_answers_busy_at_once() {
         "the third found the queue full"
     );
     assert!(
-        statuses[2].1 < Duration::from_millis(100),
+        statuses[2].1 < Duration::from_millis(250),
         "and was told at once: {:?}",
         statuses[2].1
     );

@@ -142,7 +142,7 @@ fn an_approval_that_never_comes_ends_the_run_at_its_limit_naming_it() {
         approve: vec!["mcp__fs__*".into()],
         approver: Some(never),
         limit_overrides: sandpy::LimitOverrides {
-            timeout_ms: Some(500),
+            timeout_ms: Some(2000),
             ..Default::default()
         },
         ..RunOptions::default()

@@ -149,7 +149,7 @@ fn a_limit_poisons_the_session_until_reset() {
 #[test]
 fn close_ttl_and_the_session_limit() {
     let limits = SessionLimits {
-        idle_ttl: Duration::from_millis(300),
+        idle_ttl: Duration::from_secs(1),
         max_sessions: 2,
         ..SessionLimits::default()
     };
@@ -171,7 +171,7 @@ fn close_ttl_and_the_session_limit() {
         );
         let ids: Vec<String> = sessions.list().await.into_iter().map(|s| s.id).collect();
         assert_eq!(ids, ["one", "three"]);
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::time::sleep(Duration::from_millis(1300)).await;
         assert!(sessions.list().await.is_empty(), "idle sessions expire");
         let e = sessions.run("one", "'v' in globals()", &opts()).await;
         assert_eq!(

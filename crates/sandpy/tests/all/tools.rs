@@ -5,7 +5,7 @@ use sandpy::tools::{ToolFuture, ToolHost, ToolInfo};
 use sandpy::{Limits, RunOptions, Status};
 use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Real in-process tools: `echo` returns its arguments, `slow` sleeps 100 ms, `sleepy`
 /// sleeps 10 s, `fail` errors.
@@ -73,18 +73,18 @@ fn sync_and_async_calls_and_namespace() {
 
 #[test]
 fn gather_runs_a_batch_concurrently() {
-    let started = Instant::now();
-    let e = run_with("import asyncio\nawait asyncio.gather(*(call_mcp_tool('mcp__local__slow') for _ in range(10)))", &options());
-    assert_eq!(
-        e.return_value,
-        Some(Value::Array(vec![json!("slept"); 10])),
-        "{e:?}"
+    // Timed inside the run: one after another, ten 100 ms calls take a second or more;
+    // the run's start, slow on a busy machine, is not in the figure.
+    let e = run_with(
+        "import asyncio, time\nstarted = time.monotonic()\n\
+         r = await asyncio.gather(*(call_mcp_tool('mcp__local__slow') for _ in range(10)))\n\
+         [r, time.monotonic() - started]",
+        &options(),
     );
-    assert!(
-        started.elapsed() < Duration::from_millis(800),
-        "took {:?}",
-        started.elapsed()
-    );
+    let value = e.return_value.clone().expect("a value");
+    assert_eq!(value[0], json!(vec!["slept"; 10]), "{e:?}");
+    let seconds = value[1].as_f64().expect("seconds");
+    assert!(seconds < 0.9, "the ten calls took {seconds} s");
 }
 
 #[test]
@@ -207,58 +207,60 @@ fn a_slow_tool_fails_with_tool_error_while_the_run_has_time_left() {
 #[test]
 fn a_run_whose_time_ends_during_a_tool_call_names_the_tool() {
     // The tool's own timeout (60 s) is longer than the run has: the run ends, naming the
-    // tool, and the code gets no ToolError to swallow.
+    // tool, and the code gets no ToolError to swallow. The run's time counts its start,
+    // which a busy machine slows: 1.5 s leaves room for it before the calls.
     let e = run_with(
         "try:\n    call_mcp_tool('mcp__local__sleepy')\nexcept ToolError:\n    pass\n'swallowed'",
-        &timed(500, 60_000),
+        &timed(1500, 60_000),
     );
     assert_eq!(e.status, Status::Timeout, "{e:?}");
     assert_eq!(e.return_value, None);
     assert_eq!(
         e.error.expect("an error").message,
-        "the run exceeded its wall-clock limit of 500 ms while waiting for mcp__local__sleepy"
+        "the run exceeded its wall-clock limit of 1500 ms while waiting for mcp__local__sleepy"
     );
-    assert!(e.duration_ms < 3_000.0, "{} ms", e.duration_ms);
+    assert!(e.duration_ms < 5_000.0, "{} ms", e.duration_ms);
 
     // Only the calls still out are named: `slow` answered after 100 ms.
     let e = run_with(
         "import asyncio\nawait asyncio.gather(call_mcp_tool('mcp__local__slow'), \
          call_mcp_tool('mcp__local__sleepy'), call_mcp_tool('mcp__local__sleepy'))",
-        &timed(600, 60_000),
+        &timed(1500, 60_000),
     );
     assert_eq!(
         e.error.expect("an error").message,
-        "the run exceeded its wall-clock limit of 600 ms while waiting for mcp__local__sleepy (2 calls)"
+        "the run exceeded its wall-clock limit of 1500 ms while waiting for mcp__local__sleepy (2 calls)"
     );
 
     // A run that times out outside a tool call names none, even after calling tools.
     let e = run_with(
         "call_mcp_tool('mcp__local__slow')\nwhile True: pass",
-        &timed(400, 60_000),
+        &timed(1500, 60_000),
     );
     assert_eq!(
         e.error.expect("an error").message,
-        "the run exceeded its wall-clock limit of 400 ms"
+        "the run exceeded its wall-clock limit of 1500 ms"
     );
 }
 
 #[test]
 fn the_tool_timeout_is_cut_to_what_the_run_has_left() {
-    // 300 ms of tool timeout, but after sleeping 400 ms the run has only ~200 ms left:
-    // the second call is cut by the run's deadline, not failed by the tool timeout.
+    // 1.5 s of tool timeout, but after sleeping 0.75 s the run has only ~0.75 s left (less
+    // its start): the second call is cut by the run's deadline, not failed by the tool
+    // timeout.
     let e = run_with(
         "import time\ntry:\n    call_mcp_tool('mcp__local__sleepy')\nexcept ToolError as e:\n    print(e)\n\
-         time.sleep(0.4)\ntry:\n    call_mcp_tool('mcp__local__sleepy')\nexcept ToolError as e:\n    print('second', e)",
-        &timed(900, 300),
+         time.sleep(0.75)\ntry:\n    call_mcp_tool('mcp__local__sleepy')\nexcept ToolError as e:\n    print('second', e)",
+        &timed(3000, 1500),
     );
     assert_eq!(e.status, Status::Timeout, "{e:?}");
     assert_eq!(
         e.stdout,
-        "tool mcp__local__sleepy timed out after 300 ms (tool_timeout_ms)\n"
+        "tool mcp__local__sleepy timed out after 1500 ms (tool_timeout_ms)\n"
     );
     assert_eq!(
         e.error.expect("an error").message,
-        "the run exceeded its wall-clock limit of 900 ms while waiting for mcp__local__sleepy"
+        "the run exceeded its wall-clock limit of 3000 ms while waiting for mcp__local__sleepy"
     );
 }
 
