@@ -170,26 +170,60 @@ impl Bench {
     /// and restoring a session.
     pub(crate) fn session(&self) -> anyhow::Result<()> {
         let (rt, sandbox) = (&self.rt, &self.sandbox);
-        let (session_ms, fresh_ms) = rt.block_on(async {
+        let (session_ms, fresh_ms, first_cells_ahead) = rt.block_on(async {
             let cells: Vec<String> = (0..10).map(|i| format!("v{i} = {i} * 2\ntotal = sum(v for k, v in globals().items() if k.startswith('v'))")).collect();
             let mut session_ms = Vec::new();
             let mut fresh_ms = Vec::new();
+            let mut first_cells_ahead = 0;
             for round in 0..20 {
                 let sessions = sandpy::sessions::Sessions::new(sandbox, sandpy::sessions::SessionLimits::default());
+                let ahead = sandbox.runs_on_instances_made_ahead();
                 let t = Instant::now();
                 for cell in &cells {
                     sessions.run(&format!("bench-{round}"), cell, &sandpy::RunOptions::default()).await;
                 }
                 session_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                first_cells_ahead += sandbox.runs_on_instances_made_ahead() - ahead;
                 let t = Instant::now();
                 for cell in &cells {
                     sandbox.run(cell, &Limits::default()).await;
                 }
                 fresh_ms.push(t.elapsed().as_secs_f64() * 1e3);
             }
-            (median(&mut session_ms), median(&mut fresh_ms))
+            (median(&mut session_ms), median(&mut fresh_ms), first_cells_ahead)
         });
         println!("10-cell session end to end: {session_ms:.2} ms (the same 10 cells as fresh runs: {fresh_ms:.2} ms, ratio {:.2}x)", session_ms / fresh_ms);
+        println!(
+            "  sessions whose first cell ran on an instance made ahead: {first_cells_ahead} of 20"
+        );
+        // New sessions a little apart, as agents open them on a server: the first cell's
+        // instance (made after the last session's first cell) is ready, the other core idle.
+        let mut first_cells = rt.block_on(async {
+            let sessions = sandpy::sessions::Sessions::new(
+                sandbox,
+                sandpy::sessions::SessionLimits::default(),
+            );
+            let mut first_cells = Vec::new();
+            for round in 0..100 {
+                std::thread::sleep(RUNS_APART);
+                let t = Instant::now();
+                sessions
+                    .run(
+                        &format!("first-{round}"),
+                        "v = 1",
+                        &sandpy::RunOptions::default(),
+                    )
+                    .await;
+                first_cells.push(t.elapsed().as_secs_f64() * 1e3);
+                sessions.close(&format!("first-{round}"));
+            }
+            first_cells
+        });
+        println!(
+            "  a new session's first cell, sessions {} ms apart: p50 {:.3} ms (n=100)",
+            RUNS_APART.as_millis(),
+            median(&mut first_cells)
+        );
         let (save_ms, bytes, restore_ms) = rt.block_on(async {
             let sessions = sandpy::sessions::Sessions::new(
                 sandbox,

@@ -77,8 +77,9 @@ impl Sandbox {
         std::mem::forget(self);
     }
 
-    /// How many fresh runs took an instance made ahead of them (made after a run that was
-    /// alone answered; see docs/dev/performance.md, "Instances made ahead"): for
+    /// How many runs (fresh runs, and sessions' first runs) took an instance made ahead of
+    /// them (made after a run of their kind that was alone answered; see
+    /// docs/dev/performance.md, "Instances made ahead"): for
     /// benchmarks and tests, as no run can tell.
     pub fn runs_on_instances_made_ahead(&self) -> u64 {
         self.runner.instances_made_ahead_taken()

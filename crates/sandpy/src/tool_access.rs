@@ -5,9 +5,12 @@
 
 use crate::approval::Approval;
 use crate::bindings::ToolCall;
+use crate::execution::Status;
 use crate::options::ToolCallSink;
 use crate::search::{self, ToolSummary};
 use crate::tools::{Allowlist, ToolError, ToolHost, ToolInfo};
+use crate::verdict::Refused;
+use crate::{Limits, RunOptions};
 use futures::stream::{FuturesUnordered, StreamExt};
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +58,44 @@ pub(crate) struct ToolAccess {
 }
 
 impl ToolAccess {
+    /// The tools a run may use under its options (allowlist narrowed by its policy), or
+    /// the run's refusal when the allowlist or approval patterns are invalid.
+    pub(crate) fn for_run(options: &RunOptions, limits: &Limits) -> Result<ToolAccess, Refused> {
+        let policy_tools = options
+            .policy
+            .as_ref()
+            .and_then(|p| p.allowed_tools.as_deref());
+        let allowlist = Allowlist::new(options.allowed_tools.as_deref())
+            .and_then(|l| l.narrow(policy_tools))
+            .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))?;
+        let policy_approve = options.policy.iter().flat_map(|p| &p.approve);
+        let approve: Vec<&String> = options.approve.iter().chain(policy_approve).collect();
+        let approval = Approval::new(&approve, options.approver.clone())
+            .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))?;
+        Ok(ToolAccess {
+            host: options.tools.clone(),
+            allowlist,
+            approval,
+            on_call: options.on_tool_call.clone(),
+            max_calls: limits.tool_calls,
+            max_bytes: limits.tool_result_bytes,
+            tool_timeout: limits.tool_timeout,
+            deadline: None,
+            waiting: Vec::new(),
+            calls: 0,
+            limit_hit: false,
+            recorded: None,
+            replay: None,
+            network: options.network.clone().map(|network| {
+                let narrowed = options
+                    .policy
+                    .as_ref()
+                    .and_then(|p| p.network_allow.clone());
+                crate::network::NetworkAccess::new(network, narrowed)
+            }),
+        })
+    }
+
     /// The tools of the calls still waiting for an answer, in call order.
     pub(crate) fn waiting_for(&self) -> Vec<String> {
         self.waiting.iter().map(|(_, name)| name.clone()).collect()

@@ -2,20 +2,21 @@
 //! prepare (code size, limits, tool access), admit (a run slot), instantiate or reuse the
 //! guest, call it under the limits, collect the verdict and the output files.
 //!
-//! A session is a run that keeps its interpreter ([`Kept`]): a [`Guest`] made on its
-//! first run (on the runtime without the instance pool), or a native tier process; kept
-//! while runs return normally.
+//! A session is a run that keeps its interpreter ([`Kept`], in `kept`); the native tier's
+//! runs are in `native`.
+
+mod kept;
+mod native;
+
+pub(crate) use kept::{Kept, Ran, Reached};
 
 use crate::admission::Admission;
-use crate::approval::Approval;
 use crate::bindings::{GuestOptions, GuestPolicy, Task};
 use crate::execution::{Execution, Status};
-use crate::tool_access::{RecordedCall, ToolAccess};
-use crate::tools::Allowlist;
+use crate::tool_access::ToolAccess;
 use crate::verdict::Refused;
 use crate::wasm::{Disposal, Guest, RunFolders, Runtime, Shape, Spares};
 use crate::{Config, Error, Limits, Policy, RunOptions};
-use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -29,7 +30,7 @@ pub(crate) struct Runner {
     /// The runtime's identity (session snapshots name it), known without loading it.
     runtime_id: String,
     /// The runtime sessions use, loaded on the first session (see [`Runner::session_runtime`]).
-    session_runtime: OnceLock<Result<Runtime, Error>>,
+    session_runtime: OnceLock<Result<Arc<Runtime>, Error>>,
     config: Config,
     admission: Admission,
     folders: Arc<RunFolders>,
@@ -45,61 +46,17 @@ pub(crate) struct Runner {
     /// The next fresh run's instance, made after a run that was alone answered; `None`
     /// with one run at a time, or when the pool has no slot beyond the runs'.
     spares: Option<Spares>,
+    /// The next session's instance, made after a session's first run that was alone
+    /// answered; `None` with one run at a time.
+    session_spares: Option<Spares>,
 }
 
-/// What a session keeps between its runs: the interpreter of the tier its first run
-/// took, once made.
-pub(crate) struct Kept {
-    /// The tier of the session's first run; every later run must ask for the same.
-    tier: Option<crate::Tier>,
-    wasm: crate::wasm::Kept,
-    #[cfg(target_os = "linux")]
-    native: Option<crate::native::NativeSession>,
-}
-
-impl Kept {
-    /// Nothing yet; the interpreter will get `memory_cap` bytes at most.
-    pub(crate) fn new(memory_cap: usize) -> Kept {
-        Kept {
-            tier: None,
-            wasm: crate::wasm::Kept::new(memory_cap),
-            #[cfg(target_os = "linux")]
-            native: None,
-        }
-    }
-
-    /// The tier its runs take, once one ran.
-    pub(crate) fn tier(&self) -> Option<crate::Tier> {
-        self.tier
-    }
-
-    /// The largest size its interpreter reached (the instance's linear memory, the
-    /// process's resident size).
-    pub(crate) fn memory_peak(&self) -> u64 {
-        #[cfg(target_os = "linux")]
-        if let Some(session) = &self.native {
-            return session.memory_peak();
-        }
-        self.wasm.memory_peak()
-    }
-}
-
-/// How far a session's run got, for the session to keep its books.
-pub(crate) enum Reached {
-    /// Refused before it had a run slot: nothing changed.
-    Refused,
-    /// Refused after it had a slot, before the guest was called.
-    Admitted,
-    /// The guest was called and is fit for another call; its tool calls, in order.
-    Fit(Vec<RecordedCall>),
-    /// The guest was called and is not fit for another (trap, timeout, memory cap).
-    Unfit,
-}
-
-/// A session run's execution and how far it got.
-pub(crate) struct Ran {
-    pub execution: Execution,
-    pub reached: Reached,
+/// What a run's new instance is for: it decides the memory cap and whether stdin is read.
+enum InstanceFor {
+    /// A fresh run: the run's memory cap, its stdin.
+    Fresh,
+    /// A session's first run: the session's memory cap, no stdin.
+    Session { memory_cap: usize },
 }
 
 /// A run that passed its checks and holds a run slot.
@@ -136,8 +93,9 @@ impl Runner {
         let spare_slot = config
             .pooled_instances
             .is_none_or(|slots| slots as usize > concurrency);
-        let spares = (concurrency > 1 && spare_slot && !config.leave_instances_to_exit)
-            .then(|| Spares::new(folders.clone()));
+        let ahead = concurrency > 1 && !config.leave_instances_to_exit;
+        let spares = (ahead && spare_slot).then(|| Spares::new("sandpy-spare", folders.clone()));
+        let session_spares = ahead.then(|| Spares::new("sandpy-session-spare", folders.clone()));
         Ok(Runner {
             runtime,
             runtime_id,
@@ -150,6 +108,7 @@ impl Runner {
             left: std::sync::Mutex::new(Vec::new()),
             disposal: (concurrency > 1).then(Disposal::new),
             spares,
+            session_spares,
         })
     }
 
@@ -173,7 +132,7 @@ impl Runner {
         if let Some(refused) = check_code(task, &limits) {
             return Err(refused);
         }
-        let tools = tool_access(options, &limits)?;
+        let tools = ToolAccess::for_run(options, &limits)?;
         let entered = self
             .admission
             .enter(limits.timeout)
@@ -216,7 +175,19 @@ impl Runner {
             Err(refused) => return refused.into(),
         };
         let (limits, deadline) = (&run.limits, run.deadline());
-        let mut guest = match self.fresh_guest(runtime, options, limits, run.tools) {
+        let ahead = self
+            .spares
+            .as_ref()
+            .zip(Shape::of(options, limits, limits.memory_bytes));
+        let made = self.new_guest(
+            runtime,
+            ahead,
+            InstanceFor::Fresh,
+            options,
+            limits,
+            run.tools,
+        );
+        let mut guest = match made {
             Ok(guest) => guest,
             Err(refused) => return refused.into(),
         };
@@ -247,301 +218,50 @@ impl Runner {
             // So is making the next run's instance: a run that executes alone does not
             // share the machine with either.
             disposal.dispose(guest, run.slot);
-            self.make_spare(runtime, options, limits);
+            if let Some((spares, shape)) = ahead {
+                spares.request(runtime, shape);
+            }
         }
         execution
     }
 
-    /// A fresh run's instance: the spare made ahead when it has the run's shape, else
-    /// a new one (instantiated at the run's first call).
-    fn fresh_guest(
+    /// A run's new instance: the one made ahead in `ahead`'s spares when it has the
+    /// run's shape, else one made now (instantiated at the run's first call).
+    fn new_guest(
         &self,
-        runtime: &Arc<Runtime>,
+        runtime: &Runtime,
+        ahead: Option<(&Spares, Shape)>,
+        instance_for: InstanceFor,
         options: &RunOptions,
         limits: &Limits,
         tools: ToolAccess,
     ) -> Result<Guest, Refused> {
-        let shape = Shape::of(options, limits);
-        let spare = self
-            .spares
-            .as_ref()
-            .zip(shape)
-            .and_then(|(spares, shape)| spares.take(shape));
-        match spare {
-            Some(mut guest) => {
-                guest.reuse(tools, limits, options.on_output.clone());
-                Ok(guest)
-            }
-            None => Guest::new(
-                runtime,
-                &self.folders,
-                limits,
-                limits.memory_bytes,
-                options,
-                true,
-                tools,
-            ),
+        if let Some(mut guest) = ahead.and_then(|(spares, shape)| spares.take(shape)) {
+            guest.reuse(tools, limits, options.on_output.clone());
+            return Ok(guest);
         }
-    }
-
-    /// Have the next run's instance made with the shape of this run's (`options`,
-    /// `limits`), if it has one.
-    fn make_spare(&self, runtime: &Arc<Runtime>, options: &RunOptions, limits: &Limits) {
-        let Some((spares, shape)) = self.spares.as_ref().zip(Shape::of(options, limits)) else {
-            return;
+        let (memory_cap, with_stdin) = match instance_for {
+            InstanceFor::Fresh => (limits.memory_bytes, true),
+            InstanceFor::Session { memory_cap } => (memory_cap, false),
         };
-        if let Ok(no_tools) = tool_access(&RunOptions::default(), limits) {
-            spares.request(runtime, shape, no_tools);
-        }
-    }
-
-    /// How many fresh runs took an instance made ahead.
-    pub(crate) fn instances_made_ahead_taken(&self) -> u64 {
-        self.spares.as_ref().map_or(0, Spares::taken)
-    }
-
-    /// Run `task` in a confined fork of the native tier's zygote (started now if this is
-    /// its first run).
-    #[cfg(target_os = "linux")]
-    async fn native_fresh(&self, task: &Task, options: &RunOptions) -> Execution {
-        let (tier, run, inputs) = match self.native_admit(task, options).await {
-            Ok(admitted) => admitted,
-            Err((execution, _)) => return execution,
-        };
-        let guest_options = guest_options(options, false);
-        tier.run(
-            task,
-            &guest_options,
-            &run.limits,
-            run.tools,
-            inputs,
-            run.started,
+        Guest::new(
+            runtime,
+            &self.folders,
+            limits,
+            memory_cap,
+            options,
+            with_stdin,
+            tools,
         )
-        .await
     }
 
-    /// What a native run needs before it starts: the tier (started now if need be, before
-    /// admission: the zygote's imports are not the run's time), a run slot, and its
-    /// checked inputs; or the refusal, and whether it came after the slot was taken.
-    #[cfg(target_os = "linux")]
-    async fn native_admit(
-        &self,
-        task: &Task,
-        options: &RunOptions,
-    ) -> Result<
-        (
-            Arc<crate::native::NativeTier>,
-            Admitted,
-            crate::native::Inputs,
-        ),
-        (Execution, Reached),
-    > {
-        let tier = self.native_tier().await.map_err(|message| {
-            (
-                Execution::refused(Status::InternalError, message),
-                Reached::Refused,
-            )
-        })?;
-        let run = self
-            .admit(task, options)
-            .await
-            .map_err(|refused| (refused.into(), Reached::Refused))?;
-        let inputs = crate::native::Inputs::check(options, &run.limits).map_err(|why| {
-            (
-                Execution::refused(Status::InvalidInput, why),
-                Reached::Admitted,
-            )
-        })?;
-        Ok((tier, run, inputs))
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    async fn native_fresh(&self, _: &Task, _: &RunOptions) -> Execution {
-        Execution::refused(Status::InvalidInput, "the native tier needs Linux".into())
-    }
-
-    /// The native tier, started on first use or when its zygote is gone (off the async
-    /// threads: starting blocks while the zygote imports its packages).
-    #[cfg(target_os = "linux")]
-    pub(crate) async fn native_tier(&self) -> Result<Arc<crate::native::NativeTier>, String> {
-        let mut current = self.native.lock().await;
-        if let Some(tier) = current.as_ref().filter(|tier| tier.is_alive()) {
-            return Ok(tier.clone());
-        }
-        if current.is_some() {
-            tracing::warn!("the native tier's zygote is gone; starting a new one");
-        }
-        let config = self.config.native.clone().unwrap_or_default();
-        let cache_dir = self.config.resolved_cache_dir();
-        let started = tokio::task::spawn_blocking(move || {
-            crate::native::NativeTier::start(&config, &cache_dir)
-        })
-        .await;
-        let tier = match started {
-            Ok(Ok(tier)) => Arc::new(tier),
-            Ok(Err(e)) => return Err(error_chain(&e)),
-            Err(e) => return Err(format!("the native tier's start failed: {e}")),
-        };
-        *current = Some(tier.clone());
-        Ok(tier)
-    }
-
-    /// Run `task` in the session's instance (made now if it has none), journaling its
-    /// tool calls; they are answered from `replay` when given. stdin is always empty.
-    pub(crate) async fn kept(
-        &self,
-        task: Task,
-        options: &RunOptions,
-        kept: &mut Kept,
-        replay: Option<VecDeque<RecordedCall>>,
-    ) -> Ran {
-        let span = run_span(options, true);
-        let ran = self
-            .kept_run(task, options, kept, replay)
-            .instrument(span.clone())
-            .await;
-        span.record("status", ran.execution.status.as_str());
-        ran
-    }
-
-    async fn kept_run(
-        &self,
-        task: Task,
-        options: &RunOptions,
-        kept: &mut Kept,
-        replay: Option<VecDeque<RecordedCall>>,
-    ) -> Ran {
-        let refused = |refused: Refused, reached| Ran {
-            execution: refused.into(),
-            reached,
-        };
-        if let Some(tier) = kept.tier.filter(|&tier| tier != options.tier) {
-            let message = format!(
-                "this session runs on the {} tier; a run of it cannot take the {} tier",
-                tier_name(tier),
-                tier_name(options.tier)
-            );
-            return refused(
-                Refused::new(Status::InvalidInput, message),
-                Reached::Refused,
-            );
-        }
-        if options.tier == crate::Tier::Native {
-            return self.native_cell(task, options, kept, replay).await;
-        }
-        let mut run = match self.admit(&task, options).await {
-            Ok(run) => run,
-            Err(execution) => return refused(execution, Reached::Refused),
-        };
-        let (limits, deadline) = (&run.limits, run.deadline());
-        run.tools.recorded = Some(Vec::new());
-        run.tools.replay = replay;
-        let runtime = match self.session_runtime() {
-            Ok(runtime) => runtime,
-            Err(execution) => return refused(execution, Reached::Admitted),
-        };
-        kept.tier = Some(crate::Tier::Wasm);
-        let kept = &mut kept.wasm;
-        let mut guest = match kept.take() {
-            Some(mut guest) => {
-                guest.reuse(run.tools, limits, options.on_output.clone());
-                guest
-            }
-            None => {
-                let made = Guest::new(
-                    runtime,
-                    &self.folders,
-                    limits,
-                    kept.memory_cap(),
-                    options,
-                    false,
-                    run.tools,
-                );
-                match made {
-                    Ok(guest) => guest,
-                    Err(execution) => return refused(execution, Reached::Admitted),
-                }
-            }
-        };
-        let guest_options = guest_options(options, true);
-        let executed = guest
-            .execute(
-                runtime,
-                &task,
-                options,
-                &guest_options,
-                limits,
-                run.started,
-                deadline,
-            )
-            .await;
-        let (execution, fit) = match executed {
-            Ok(executed) => executed,
-            Err(execution) => {
-                kept.keep(guest);
-                return refused(execution, Reached::Admitted);
-            }
-        };
-        let calls = guest.end_cell();
-        let reached = if fit && execution.status != Status::MemoryLimit {
-            kept.keep(guest);
-            Reached::Fit(calls)
-        } else {
-            Reached::Unfit
-        };
-        Ran { execution, reached }
-    }
-
-    /// Run a session's cell in its native tier process (started now for its first).
-    #[cfg(target_os = "linux")]
-    async fn native_cell(
-        &self,
-        task: Task,
-        options: &RunOptions,
-        kept: &mut Kept,
-        replay: Option<VecDeque<RecordedCall>>,
-    ) -> Ran {
-        let (tier, mut run, inputs) = match self.native_admit(&task, options).await {
-            Ok(admitted) => admitted,
-            Err((execution, reached)) => return Ran { execution, reached },
-        };
-        run.tools.recorded = Some(Vec::new());
-        run.tools.replay = replay;
-        kept.tier = Some(crate::Tier::Native);
-        let (execution, calls) = tier
-            .cell(
-                &mut kept.native,
-                kept.wasm.memory_cap() as u64,
-                &task,
-                &guest_options(options, true),
-                &run.limits,
-                run.tools,
-                inputs,
-                run.started,
-            )
-            .await;
-        let reached = match calls {
-            Some(calls) => Reached::Fit(calls),
-            None => Reached::Unfit,
-        };
-        Ran { execution, reached }
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    async fn native_cell(
-        &self,
-        _: Task,
-        _: &RunOptions,
-        _: &mut Kept,
-        _: Option<VecDeque<RecordedCall>>,
-    ) -> Ran {
-        Ran {
-            execution: Execution::refused(
-                Status::InvalidInput,
-                "the native tier needs Linux".into(),
-            ),
-            reached: Reached::Refused,
-        }
+    /// How many runs (fresh, or a session's first) took an instance made ahead.
+    pub(crate) fn instances_made_ahead_taken(&self) -> u64 {
+        [&self.spares, &self.session_spares]
+            .into_iter()
+            .flatten()
+            .map(Spares::taken)
+            .sum()
     }
 
     /// The identity of what `tier`'s runs get, as a session's snapshot names it (the
@@ -559,25 +279,6 @@ impl Runner {
     /// Remove this process's run folders (see [`crate::Sandbox::release_at_exit`]).
     pub(crate) fn remove_own_folders(&self) {
         crate::wasm::remove_own_folders(&self.config.resolved_scratch_dir());
-    }
-
-    /// The runtime for sessions: the same component on an engine without the instance
-    /// pool. A pooled slot keeps the pages its last instance dirtied resident for the
-    /// next run (what makes fresh runs fast); a session's instance lives long and its
-    /// slot would then hold that memory after the session closed. Without the pool a
-    /// closed session gives its memory back. Loaded on first use (the cached `.cwasm`
-    /// fits both engines).
-    fn session_runtime(&self) -> Result<&Runtime, Refused> {
-        self.session_runtime
-            .get_or_init(|| {
-                let config = Config {
-                    pooled_instances: None,
-                    ..self.config.clone()
-                };
-                Runtime::load(&config, &self.runtime_id)
-            })
-            .as_ref()
-            .map_err(|e| Refused::new(Status::InternalError, error_chain(e)))
     }
 }
 
@@ -610,43 +311,6 @@ fn check_code(task: &Task, limits: &Limits) -> Option<Refused> {
             limits.code_bytes
         );
         Refused::new(Status::InvalidInput, message)
-    })
-}
-
-/// The tools a run may use under its options (allowlist narrowed by its policy).
-fn tool_access(options: &RunOptions, limits: &Limits) -> Result<ToolAccess, Refused> {
-    let policy_tools = options
-        .policy
-        .as_ref()
-        .and_then(|p| p.allowed_tools.as_deref());
-    let allowlist = Allowlist::new(options.allowed_tools.as_deref())
-        .and_then(|l| l.narrow(policy_tools))
-        .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))?;
-    let policy_approve = options.policy.iter().flat_map(|p| &p.approve);
-    let approve: Vec<&String> = options.approve.iter().chain(policy_approve).collect();
-    let approval = Approval::new(&approve, options.approver.clone())
-        .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))?;
-    Ok(ToolAccess {
-        host: options.tools.clone(),
-        allowlist,
-        approval,
-        on_call: options.on_tool_call.clone(),
-        max_calls: limits.tool_calls,
-        max_bytes: limits.tool_result_bytes,
-        tool_timeout: limits.tool_timeout,
-        deadline: None,
-        waiting: Vec::new(),
-        calls: 0,
-        limit_hit: false,
-        recorded: None,
-        replay: None,
-        network: options.network.clone().map(|network| {
-            let narrowed = options
-                .policy
-                .as_ref()
-                .and_then(|p| p.network_allow.clone());
-            crate::network::NetworkAccess::new(network, narrowed)
-        }),
     })
 }
 

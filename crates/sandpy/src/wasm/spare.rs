@@ -1,4 +1,4 @@
-//! An instance made ahead for the next fresh run, off the run's path.
+//! An instance made ahead for the next fresh run or new session, off the run's path.
 //!
 //! Instantiating the guest (its ten linked core modules, their imports and the ~5,700
 //! functions they put in the shared table) was a third or more of a lone fresh
@@ -7,15 +7,18 @@
 //! condition under which its instance goes to [`Disposal`](super::Disposal)), this
 //! thread makes the next run's instance, and the next run of the same [`Shape`] takes it
 //! instead of instantiating. Made after the answer, not during the run: a run never
-//! shares the machine with it.
+//! shares the machine with it. Sessions have their own, on their engine without the
+//! pool: made after a session's first run (the one that made its instance), taken by
+//! the next session's first run.
 //!
-//! A spare is a fresh instance like any other: made from the snapshot in a pool slot that
-//! was reset when its last instance was dropped, with folders handed out only once
-//! checked empty. It holds no run's settings: the taking run puts its own tools, output
-//! cap and time into its store before the guest is first called, and what is fixed when
-//! an instance is made (memory cap, disk quotas, stdin, mounts) is its [`Shape`], which
-//! must match. It holds one pool slot beyond the runs' (made only when the pool has
-//! one more slot than runs may execute at once) and one run folder.
+//! A spare is a fresh instance like any other: made from the snapshot (in a pool slot
+//! that was reset when its last instance was dropped, or in memory of its own), with
+//! folders handed out only once checked empty. It holds no run's settings: the taking
+//! run puts its own tools, output cap and time into its store before the guest is first
+//! called, and what is fixed when an instance is made (memory cap, disk quotas, stdin,
+//! mounts) is its [`Shape`], which must match. A fresh runs' spare holds one pool slot
+//! beyond the runs' (made only when the pool has one more slot than runs may execute at
+//! once); each holds one run folder.
 
 use super::guest::Guest;
 use super::helper_thread::HelperThread;
@@ -36,11 +39,11 @@ pub(crate) struct Shape {
 }
 
 impl Shape {
-    /// The shape of a fresh run with `options` under `limits`; `None` when it brings
-    /// stdin or mounts.
-    pub(crate) fn of(options: &RunOptions, limits: &Limits) -> Option<Shape> {
+    /// The shape of an instance with `memory_cap` for a run with `options` under
+    /// `limits`; `None` when the run brings stdin or mounts.
+    pub(crate) fn of(options: &RunOptions, limits: &Limits, memory_cap: usize) -> Option<Shape> {
         (options.stdin.is_none() && options.mounts.is_empty()).then_some(Shape {
-            memory_bytes: limits.memory_bytes,
+            memory_bytes: memory_cap,
             disk_bytes: limits.disk_bytes,
             output_files_bytes: limits.output_files_bytes,
         })
@@ -59,26 +62,27 @@ impl Shape {
 }
 
 /// The instance made ahead (at most one) and the thread that makes it, started by the
-/// first request.
+/// first request. One per engine: fresh runs' (pooled) and sessions' (not pooled).
 pub(crate) struct Spares {
+    /// The thread's name.
+    name: &'static str,
     folders: Arc<RunFolders>,
     ready: Arc<Mutex<Option<(Shape, Guest)>>>,
     thread: OnceLock<Option<HelperThread<Request>>>,
     taken: AtomicU64,
 }
 
-/// What the thread needs to make a spare: the runtime, the shape, and tool access that
-/// grants nothing (replaced by the taking run's).
+/// What the thread needs to make a spare: the runtime and the shape.
 struct Request {
     runtime: Arc<Runtime>,
     shape: Shape,
-    no_tools: ToolAccess,
 }
 
 impl Spares {
-    /// None made yet; spares take their folders from `folders`.
-    pub(crate) fn new(folders: Arc<RunFolders>) -> Spares {
+    /// None made yet; spares take their folders from `folders`, on a thread called `name`.
+    pub(crate) fn new(name: &'static str, folders: Arc<RunFolders>) -> Spares {
         Spares {
+            name,
             folders,
             ready: Arc::new(Mutex::new(None)),
             thread: OnceLock::new(),
@@ -99,23 +103,22 @@ impl Spares {
     }
 
     /// Have a spare of `shape` made on the thread (next, when it is making one).
-    pub(crate) fn request(&self, runtime: &Arc<Runtime>, shape: Shape, no_tools: ToolAccess) {
+    pub(crate) fn request(&self, runtime: &Arc<Runtime>, shape: Shape) {
         let Some(thread) = self
             .thread
-            .get_or_init(|| start(self.folders.clone(), self.ready.clone()))
+            .get_or_init(|| start(self.name, self.folders.clone(), self.ready.clone()))
         else {
             return;
         };
         let request = Request {
             runtime: runtime.clone(),
             shape,
-            no_tools,
         };
         // Dropped when one is already waiting to be served.
         let _ = thread.try_send(request);
     }
 
-    /// How many fresh runs took a spare.
+    /// How many runs took a spare.
     pub(crate) fn taken(&self) -> u64 {
         self.taken.load(Ordering::Relaxed)
     }
@@ -125,14 +128,15 @@ impl Spares {
     }
 }
 
-/// The thread that makes spares into `ready`, with folders from `folders`.
+/// The thread `name` that makes spares into `ready`, with folders from `folders`.
 fn start(
+    name: &'static str,
     folders: Arc<RunFolders>,
     ready: Arc<Mutex<Option<(Shape, Guest)>>>,
 ) -> Option<HelperThread<Request>> {
     // Room for one request: the first is sent before the thread waits for it, and one made
     // while the thread is busy is the next to serve, not lost.
-    HelperThread::start("sandpy-spare", 1, move |receiver| {
+    HelperThread::start(name, 1, move |receiver| {
         // Instantiation is async (epoch ticks yield); this thread's own executor.
         let executor = match tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -159,11 +163,7 @@ fn make(
     executor: &tokio::runtime::Runtime,
     folders: &Arc<RunFolders>,
     ready: &Mutex<Option<(Shape, Guest)>>,
-    Request {
-        runtime,
-        shape,
-        no_tools,
-    }: Request,
+    Request { runtime, shape }: Request,
 ) {
     let lock = || ready.lock().unwrap_or_else(PoisonError::into_inner);
     if lock()
@@ -173,6 +173,14 @@ fn make(
         return;
     }
     let limits = shape.limits();
+    // Tool access that grants nothing: the taking run puts in its own.
+    let no_tools = match ToolAccess::for_run(&RunOptions::default(), &limits) {
+        Ok(no_tools) => no_tools,
+        Err(refused) => {
+            tracing::debug!("no spare instance: {}", refused.message());
+            return;
+        }
+    };
     let made = Guest::new(
         &runtime,
         folders,

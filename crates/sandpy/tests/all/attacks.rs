@@ -237,6 +237,44 @@ fn memory_and_files_of_earlier_runs_are_not_seen_by_a_run_on_an_instance_made_ah
 }
 
 #[test]
+fn memory_and_files_of_earlier_sessions_are_not_seen_by_a_session_started_on_an_instance_made_ahead(
+) {
+    // After a session's first run that was alone answered, the next session's instance is
+    // made (on the engine without the pool). Each round, one session dirties memory,
+    // module state, globals and files and stays open; the next session's first run looks
+    // for all of it.
+    let sandbox = crate::sandbox_with_two_run_slots();
+    let sessions =
+        sandpy::sessions::Sessions::new(&sandbox, sandpy::sessions::SessionLimits::default());
+    let options = sandpy::RunOptions::default();
+    let leave = format!("{LEAVE_EVERYTHING}\nleaked = 1");
+    let look = LOOK_FOR_LEFTOVERS.replacen("\n(", "\n('leaked' in globals(), ", 1);
+    crate::block_on(async {
+        for round in 0..10 {
+            let e = sessions
+                .run(&format!("dirty-{round}"), &leave, &options)
+                .await;
+            assert_eq!(e.status, Status::Ok, "round {round}: {e:#?}");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let e = sessions
+                .run(&format!("look-{round}"), &look, &options)
+                .await;
+            assert_eq!(
+                e.return_value,
+                Some(json!([false, [], [], []])),
+                "round {round}: an earlier session's state leaked: {e:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    let taken = sandbox.runs_on_instances_made_ahead();
+    assert!(
+        taken >= 10,
+        "only {taken} of 20 sessions started on an instance made ahead"
+    );
+}
+
+#[test]
 fn memory_a_pool_slot_discarded_after_a_heavy_run_starts_from_the_snapshot() {
     // One pooled slot. After a trivial run, a run touches every object reachable from the
     // loaded modules (a reference count on nearly every page of the snapshot's heap, far

@@ -219,11 +219,7 @@ fn a_run_on_an_instance_made_ahead_has_its_own_limits() {
     // While a run that is alone executes, the next run's instance is made with its memory
     // cap and disk quotas (its shape). The next run of that shape takes it and sets its
     // own output cap and time limit; a run of another shape makes its own instance.
-    let config = sandpy::Config {
-        max_concurrent_runs: Some(2),
-        ..sandpy::Config::default()
-    };
-    let sandbox = sandpy::Sandbox::new(config).expect("the runtime loads");
+    let sandbox = crate::sandbox_with_two_run_slots();
     // Runs `code` until one took an instance made ahead (each run has the next one's
     // made), asserting `status` of every run; returns the last run's execution.
     let on_instance_made_ahead = |code: &str, limits: &Limits, status: Status| {
@@ -272,4 +268,52 @@ fn a_run_on_an_instance_made_ahead_has_its_own_limits() {
         before,
         "a run of the default cap took the instance made for 64 MiB"
     );
+}
+
+#[test]
+fn a_session_started_on_an_instance_made_ahead_has_the_sessions_memory_cap() {
+    // Sessions' instances made ahead have the memory cap of the sessions that asked for
+    // them: a session of another cap makes its own, and its cap holds.
+    let sandbox = crate::sandbox_with_two_run_slots();
+    let with_cap = |mib: usize| {
+        let limits = sandpy::sessions::SessionLimits {
+            memory_bytes: mib << 20,
+            ..sandpy::sessions::SessionLimits::default()
+        };
+        sandpy::sessions::Sessions::new(&sandbox, limits)
+    };
+    let (small, large) = (with_cap(64), with_cap(256));
+    let big = "x = bytearray(100 * 1024 * 1024)\nprint('fits')";
+    let options = RunOptions::default();
+    block_on(async {
+        // A first session of the small cap has the next one's instance made.
+        let e = small.run("s0", "1", &options).await;
+        assert_eq!(e.status, Status::Ok, "{e:?}");
+        let mut took = false;
+        for attempt in 1..40 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let before = sandbox.runs_on_instances_made_ahead();
+            let e = small.run(&format!("s{attempt}"), big, &options).await;
+            assert_eq!(e.status, Status::MemoryLimit, "attempt {attempt}: {e:?}");
+            let message = &e.error.as_ref().expect("an error").message;
+            assert!(message.contains(&(64u64 << 20).to_string()), "{message}");
+            if sandbox.runs_on_instances_made_ahead() > before {
+                took = true;
+                break;
+            }
+        }
+        assert!(
+            took,
+            "no session of 64 MiB started on an instance made ahead"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let before = sandbox.runs_on_instances_made_ahead();
+        let e = large.run("l0", big, &options).await;
+        assert_eq!(e.stdout, "fits\n", "{e:?}");
+        assert_eq!(
+            sandbox.runs_on_instances_made_ahead(),
+            before,
+            "a session of 256 MiB took the instance made for 64 MiB"
+        );
+    });
 }

@@ -31,6 +31,16 @@ pub fn sandbox() -> &'static Sandbox {
     SANDBOX.get_or_init(|| Sandbox::new(config).expect("the runtime loads"))
 }
 
+/// A sandbox of its own with two run slots, the fewest with which instances are made ahead
+/// (and the default pool, with slots to spare).
+pub fn sandbox_with_two_run_slots() -> Sandbox {
+    let config = sandpy::Config {
+        max_concurrent_runs: Some(2),
+        ..sandpy::Config::default()
+    };
+    Sandbox::new(config).expect("the runtime loads")
+}
+
 /// Block on a future on a fresh current-thread runtime (epoch yields need no more).
 pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()

@@ -1,0 +1,153 @@
+//! Runs on the native tier: a fresh run in a confined fork of the tier's zygote, a
+//! session's cell in its own kept process, and the tier itself, started on first use.
+
+#[cfg(target_os = "linux")]
+use super::{error_chain, guest_options, Admitted};
+use super::{Kept, Ran, Reached, Runner};
+use crate::bindings::Task;
+use crate::execution::{Execution, Status};
+use crate::tool_access::RecordedCall;
+use crate::RunOptions;
+use std::collections::VecDeque;
+#[cfg(target_os = "linux")]
+use std::sync::Arc;
+
+impl Runner {
+    /// Run `task` in a confined fork of the native tier's zygote (started now if this is
+    /// its first run).
+    #[cfg(target_os = "linux")]
+    pub(super) async fn native_fresh(&self, task: &Task, options: &RunOptions) -> Execution {
+        let (tier, run, inputs) = match self.native_admit(task, options).await {
+            Ok(admitted) => admitted,
+            Err((execution, _)) => return execution,
+        };
+        let guest_options = guest_options(options, false);
+        tier.run(
+            task,
+            &guest_options,
+            &run.limits,
+            run.tools,
+            inputs,
+            run.started,
+        )
+        .await
+    }
+
+    /// What a native run needs before it starts: the tier (started now if need be, before
+    /// admission: the zygote's imports are not the run's time), a run slot, and its
+    /// checked inputs; or the refusal, and whether it came after the slot was taken.
+    #[cfg(target_os = "linux")]
+    async fn native_admit(
+        &self,
+        task: &Task,
+        options: &RunOptions,
+    ) -> Result<
+        (
+            Arc<crate::native::NativeTier>,
+            Admitted,
+            crate::native::Inputs,
+        ),
+        (Execution, Reached),
+    > {
+        let tier = self.native_tier().await.map_err(|message| {
+            (
+                Execution::refused(Status::InternalError, message),
+                Reached::Refused,
+            )
+        })?;
+        let run = self
+            .admit(task, options)
+            .await
+            .map_err(|refused| (refused.into(), Reached::Refused))?;
+        let inputs = crate::native::Inputs::check(options, &run.limits).map_err(|why| {
+            (
+                Execution::refused(Status::InvalidInput, why),
+                Reached::Admitted,
+            )
+        })?;
+        Ok((tier, run, inputs))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) async fn native_fresh(&self, _: &Task, _: &RunOptions) -> Execution {
+        Execution::refused(Status::InvalidInput, "the native tier needs Linux".into())
+    }
+
+    /// The native tier, started on first use or when its zygote is gone (off the async
+    /// threads: starting blocks while the zygote imports its packages).
+    #[cfg(target_os = "linux")]
+    pub(crate) async fn native_tier(&self) -> Result<Arc<crate::native::NativeTier>, String> {
+        let mut current = self.native.lock().await;
+        if let Some(tier) = current.as_ref().filter(|tier| tier.is_alive()) {
+            return Ok(tier.clone());
+        }
+        if current.is_some() {
+            tracing::warn!("the native tier's zygote is gone; starting a new one");
+        }
+        let config = self.config.native.clone().unwrap_or_default();
+        let cache_dir = self.config.resolved_cache_dir();
+        let started = tokio::task::spawn_blocking(move || {
+            crate::native::NativeTier::start(&config, &cache_dir)
+        })
+        .await;
+        let tier = match started {
+            Ok(Ok(tier)) => Arc::new(tier),
+            Ok(Err(e)) => return Err(error_chain(&e)),
+            Err(e) => return Err(format!("the native tier's start failed: {e}")),
+        };
+        *current = Some(tier.clone());
+        Ok(tier)
+    }
+
+    /// Run a session's cell in its native tier process (started now for its first).
+    #[cfg(target_os = "linux")]
+    pub(super) async fn native_cell(
+        &self,
+        task: Task,
+        options: &RunOptions,
+        kept: &mut Kept,
+        replay: Option<VecDeque<RecordedCall>>,
+    ) -> Ran {
+        let (tier, mut run, inputs) = match self.native_admit(&task, options).await {
+            Ok(admitted) => admitted,
+            Err((execution, reached)) => return Ran { execution, reached },
+        };
+        run.tools.recorded = Some(Vec::new());
+        run.tools.replay = replay;
+        kept.tier = Some(crate::Tier::Native);
+        let (execution, calls) = tier
+            .cell(
+                &mut kept.native,
+                kept.wasm.memory_cap() as u64,
+                &task,
+                &guest_options(options, true),
+                &run.limits,
+                run.tools,
+                inputs,
+                run.started,
+            )
+            .await;
+        let reached = match calls {
+            Some(calls) => Reached::Fit(calls),
+            None => Reached::Unfit,
+        };
+        Ran { execution, reached }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) async fn native_cell(
+        &self,
+        _: Task,
+        _: &RunOptions,
+        _: &mut Kept,
+        _: Option<VecDeque<RecordedCall>>,
+    ) -> Ran {
+        Ran {
+            execution: Execution::refused(
+                Status::InvalidInput,
+                "the native tier needs Linux".into(),
+            ),
+            reached: Reached::Refused,
+        }
+    }
+}
