@@ -10,10 +10,17 @@ host's.
 
 Redirects are the library's to follow (`urllib.request` does): each hop is a new request
 that the host checks like the first.
+
+A refusal by the operator's rules (the allowlist, a policy, a limit) is a
+`PermissionError`, never a `ConnectionError` that retry loops would take for a passing
+failure. The `socket` module's own ways out (making a socket, resolving a name) fail as
+they always did, but say why and where HTTP goes instead.
 """
 
+import errno
 import http.client
 import io
+import socket
 
 from componentize_py_types import Err
 from wit_world.imports import network as host
@@ -94,6 +101,45 @@ def _unchunk(body: bytes) -> bytes:
     return bytes(out)
 
 
+NO_SOCKETS = "sandpy: no sockets; HTTP(S) to allowed hosts goes through urllib.request / http.client"
+
+
+class NoSockets(socket.gaierror, PermissionError):
+    """A name lookup in the sandbox: a `socket.gaierror` for code that catches those, and a
+    `PermissionError` like every other refusal."""
+
+
+def _refuse_sockets() -> None:
+    """Make the `socket` module's refusals say why: sockets are closed in both tiers (no
+    WASI sockets; the native tier's seccomp filter), so the host's message replaces the
+    bare `[Errno 2]` or `gaierror -4`. Nothing here is trusted for security."""
+    opened = socket.socket.__init__
+
+    def __init__(self: socket.socket, *args: object, **kwargs: object) -> None:
+        try:
+            opened(self, *args, **kwargs)  # type: ignore[arg-type]
+        except OSError:
+            raise PermissionError(errno.EACCES, NO_SOCKETS) from None
+
+    socket.socket.__init__ = __init__  # type: ignore[method-assign]
+    for name in ("getaddrinfo", "gethostbyname", "gethostbyname_ex", "gethostbyaddr", "getnameinfo"):
+        original = getattr(socket, name, None)
+        if original is not None:
+            setattr(socket, name, _explained(original))
+
+
+def _explained(lookup: object) -> object:
+    def explained(*args: object, **kwargs: object) -> object:
+        try:
+            return lookup(*args, **kwargs)  # type: ignore[operator]
+        except OSError:
+            raise NoSockets(errno.EACCES, NO_SOCKETS) from None
+
+    explained.__name__ = getattr(lookup, "__name__", "lookup")
+    explained.__doc__ = getattr(lookup, "__doc__", None)
+    return explained
+
+
 def _error(error: object) -> OSError:
     message = f"sandpy network: {error.value}"  # type: ignore[attr-defined]
     if isinstance(error, host.FetchError_Refused):
@@ -141,6 +187,7 @@ def install() -> None:
         # `urllib.request`'s https handler makes an ssl context it would hand to the
         # connection, which does not use one.
         http.client._create_https_context = lambda http_version: None  # type: ignore[attr-defined]
+    _refuse_sockets()
 
 
 install()

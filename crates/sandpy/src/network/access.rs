@@ -2,7 +2,7 @@
 //! tiers hand the guest's requests to [`NetworkAccess::fetch`].
 
 use super::address::is_internal;
-use super::allow::{AllowRule, Destination, Host};
+use super::allow::{confined, AllowRule, Destination, Host};
 use super::{Network, Secret};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
@@ -74,6 +74,46 @@ const HOST_SET: &[&str] = &[
     "upgrade",
 ];
 
+/// Headers that tell a server behind a proxy what the proxy saw (the client, the host, the
+/// scheme) or which method or path to use instead: from the code they would steer the
+/// request past what was checked. Dropped, with every `X-Forwarded-*`.
+const FORWARDING: &[&str] = &[
+    "forwarded",
+    "via",
+    "x-real-ip",
+    "x-client-ip",
+    "client-ip",
+    "true-client-ip",
+    "x-cluster-client-ip",
+    "x-originating-ip",
+    "x-remote-ip",
+    "x-remote-addr",
+    "x-host",
+    "x-original-host",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-original-uri",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    "front-end-https",
+    "x-url-scheme",
+];
+
+/// Whether the host drops the code's header `name` (lowercase).
+fn dropped(name: &str) -> bool {
+    HOST_SET.contains(&name) || FORWARDING.contains(&name) || name.starts_with("x-forwarded-")
+}
+
+/// Headers of the code's that would let it read a secret's value back in pieces or
+/// compressed (past the scrubbing): dropped from a request that carries a secret, whose
+/// `Accept-Encoding` the host sets to `identity`.
+const SECRET_UNSAFE: &[&str] = &["accept-encoding", "range", "if-range"];
+
+/// What a request's record says until its answer comes: a run that ends first (its time
+/// limit, a cancellation) leaves it so.
+const NOT_COMPLETED: &str = "did not complete: the run ended before the answer came";
+
 /// One run's network: the rules, the policy's narrower list, the counts against the
 /// limits and the requests made.
 #[derive(Clone)]
@@ -85,7 +125,7 @@ pub(crate) struct NetworkAccess {
     pub deadline: Option<Instant>,
     bytes_out: u64,
     bytes_in: u64,
-    /// The requests made (and refused), in order.
+    /// The requests made (and refused), in order; each is recorded before it is sent.
     pub made: Vec<NetworkRequest>,
 }
 
@@ -107,7 +147,8 @@ impl NetworkAccess {
         usize::try_from(self.network.rules().limits.max_bytes_out).unwrap_or(usize::MAX)
     }
 
-    /// Check, make and record one request.
+    /// Check, make and record one request. The record is in [`Self::made`] before the
+    /// request is sent, so a run that ends while it waits still shows it.
     pub(crate) async fn fetch(&mut self, request: Request) -> Result<Response, FetchError> {
         let limit = self.network.rules().limits.max_requests;
         if self.made.len() >= limit {
@@ -116,29 +157,28 @@ impl NetworkAccess {
                 "the run made its {limit} requests (sandpy.network.limits.max_requests)"
             )));
         }
-        let mut record = NetworkRequest {
+        let index = self.made.len();
+        self.made.push(NetworkRequest {
             method: request.method.clone(),
             url: shown_url(&request.url),
             status: None,
             bytes_out: 0,
             bytes_in: 0,
-            error: None,
-        };
-        let result = self.exchange(request, &mut record).await;
-        if let Err(FetchError::Refused(e) | FetchError::Timeout(e) | FetchError::Failed(e)) =
-            &result
-        {
-            record.error = Some(e.clone());
+            error: Some(NOT_COMPLETED.into()),
+        });
+        let result = self.exchange(request, index).await;
+        if let Some(record) = self.made.get_mut(index) {
+            record.error = match &result {
+                Ok(_) => None,
+                Err(FetchError::Refused(e) | FetchError::Timeout(e) | FetchError::Failed(e)) => {
+                    Some(e.clone())
+                }
+            };
         }
-        self.made.push(record);
         result
     }
 
-    async fn exchange(
-        &mut self,
-        request: Request,
-        record: &mut NetworkRequest,
-    ) -> Result<Response, FetchError> {
+    async fn exchange(&mut self, request: Request, index: usize) -> Result<Response, FetchError> {
         let rules = self.network.rules();
         let limits = &rules.limits;
         let url = reqwest::Url::parse(&request.url)
@@ -146,40 +186,40 @@ impl NetworkAccess {
         let method = reqwest::Method::from_bytes(request.method.as_bytes())
             .map_err(|_| FetchError::Refused(format!("{:?} is not a method", request.method)))?;
         let destination = destination(&url, method.as_str())?;
-        record.url = format!(
-            "{}://{}:{}{}",
-            destination.scheme, destination.host, destination.port, destination.path
-        );
-        let listed = rules.allow.iter().any(|r| r.allows(&destination));
-        let narrowed = self
-            .narrowed
-            .as_ref()
-            .is_none_or(|list| list.iter().any(|r| r.allows(&destination)));
-        if !listed || !narrowed {
-            let by = if listed {
-                "the policy's `network_allow`"
-            } else {
-                "sandpy.network.allow"
-            };
-            return Err(FetchError::Refused(format!(
-                "{method} {} is not allowed by {by}",
-                record.url
-            )));
+        let shown = destination.to_string();
+        if let Some(record) = self.made.get_mut(index) {
+            record.url = shown.clone();
         }
+        check(&rules.allow, self.narrowed.as_deref(), &destination)?;
+        let carries = rules.secrets.iter().any(|s| {
+            s.sends_to(&destination)
+                && request
+                    .headers
+                    .iter()
+                    .any(|(_, v)| v.contains(&s.placeholder()))
+        });
         let mut headers = reqwest::header::HeaderMap::new();
+        // Counted as the code wrote it: the size of a secret's value is never told.
         let mut size = request.method.len() + request.url.len() + 12 + request.body.len();
         for (name, value) in &request.headers {
-            if HOST_SET.contains(&name.to_ascii_lowercase().as_str()) {
+            let lower = name.to_ascii_lowercase();
+            if dropped(&lower) || (carries && SECRET_UNSAFE.contains(&lower.as_str())) {
                 continue;
             }
-            let value = with_secrets(value, &rules.secrets, &destination);
             size += name.len() + value.len() + 4;
+            let value = with_secrets(value, &rules.secrets, &destination);
             let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| FetchError::Refused(format!("{name:?} is not a header name")))?;
             let value = reqwest::header::HeaderValue::from_str(&value).map_err(|_| {
                 FetchError::Refused(format!("the value of header {name} is not a header value"))
             })?;
             headers.append(name, value);
+        }
+        if carries {
+            headers.insert(
+                reqwest::header::ACCEPT_ENCODING,
+                reqwest::header::HeaderValue::from_static("identity"),
+            );
         }
         let size = size as u64;
         if self.bytes_out + size > limits.max_bytes_out {
@@ -189,33 +229,62 @@ impl NetworkAccess {
                 limits.max_bytes_out
             )));
         }
+        let client = self.network.client(
+            destination.scheme,
+            reachable(&rules.allow, self.narrowed.as_deref(), &destination),
+        )?;
         let timeout = crate::limits::own_timeout(self.deadline, limits.request_timeout);
         self.bytes_out += size;
-        record.bytes_out = size;
+        if let Some(record) = self.made.get_mut(index) {
+            record.bytes_out = size;
+        }
         let remaining = limits.max_bytes_in - self.bytes_in;
-        let client = self.network.client(destination.scheme).clone();
         let sent = client
-            .request(method, url)
+            .request(method.clone(), url.clone())
             .headers(headers)
             .body(request.body)
             .send();
+        let (allow, narrowed) = (&rules.allow, self.narrowed.as_deref());
         let exchange = async {
-            let mut response = sent.await.map_err(|e| FetchError::Failed(failure(&e)))?;
+            let mut response = sent
+                .await
+                .map_err(|e| failure(&e, allow, narrowed, &destination))?;
             let status = response.status();
             let mut headers = Vec::new();
             let mut received = 0u64;
             for (name, value) in response.headers() {
                 received += (name.as_str().len() + value.len() + 4) as u64;
-                let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-                headers.push((name.as_str().to_string(), value));
+                headers.push((name.as_str().to_string(), value.as_bytes().to_vec()));
             }
             let too_big = |received: u64| {
+                // Sizes of an answer to a request with a secret could tell its length.
+                let size = if carries {
+                    String::new()
+                } else {
+                    format!(" ({received} bytes or more)")
+                };
                 FetchError::Refused(format!(
-                    "the response ({received} bytes or more) would pass the run's {} bytes \
-                     in (sandpy.network.limits.max_bytes_in)",
+                    "the response{size} would pass the run's {} bytes in \
+                     (sandpy.network.limits.max_bytes_in)",
                     limits.max_bytes_in
                 ))
             };
+            if carries {
+                let encoding = response
+                    .headers()
+                    .get(reqwest::header::CONTENT_ENCODING)
+                    .map(|v| {
+                        String::from_utf8_lossy(v.as_bytes())
+                            .trim()
+                            .to_ascii_lowercase()
+                    });
+                if let Some(encoding) = encoding.filter(|e| !e.is_empty() && e != "identity") {
+                    return Err(FetchError::Refused(format!(
+                        "the answer to a request that carries a secret came encoded \
+                         (Content-Encoding: {encoding}), which the host cannot scrub"
+                    )));
+                }
+            }
             if let Some(length) = response.content_length() {
                 if received + length > remaining {
                     return Err(too_big(received + length));
@@ -225,7 +294,7 @@ impl NetworkAccess {
             while let Some(chunk) = response
                 .chunk()
                 .await
-                .map_err(|e| FetchError::Failed(failure(&e)))?
+                .map_err(|e| failure(&e, allow, narrowed, &destination))?
             {
                 received += chunk.len() as u64;
                 if received > remaining {
@@ -238,8 +307,7 @@ impl NetworkAccess {
         let answered = match timeout {
             Some(timeout) => tokio::time::timeout(timeout, exchange).await.map_err(|_| {
                 FetchError::Timeout(format!(
-                    "no whole answer from {} within {} ms (sandpy.network.limits.request_timeout_ms)",
-                    record.url,
+                    "no whole answer from {shown} within {} ms (sandpy.network.limits.request_timeout_ms)",
                     timeout.as_millis()
                 ))
             })?,
@@ -248,23 +316,84 @@ impl NetworkAccess {
         };
         let (status, headers, body, received) = answered?;
         self.bytes_in += received;
-        record.bytes_in = received;
-        record.status = Some(status.as_u16());
+        if let Some(record) = self.made.get_mut(index) {
+            record.bytes_in = received;
+            record.status = Some(status.as_u16());
+        }
         let secrets = &rules.secrets;
         Ok(Response {
             status: status.as_u16(),
             reason: status.canonical_reason().unwrap_or("").to_string(),
             headers: headers
                 .into_iter()
-                .map(|(name, value)| (name, scrub_text(value, secrets)))
+                // The length of an answer that echoes a secret would tell the value's.
+                .filter(|(name, _)| !(carries && name == "content-length"))
+                .map(|(name, value)| {
+                    let value = scrub(value, secrets);
+                    (name, String::from_utf8_lossy(&value).into_owned())
+                })
                 .collect(),
             body: scrub(body, secrets),
         })
     }
 }
 
+/// Whether the operator's list, and the policy's when there is one, allow `to`; the
+/// refusal names the list that refused.
+pub(super) fn check(
+    allow: &[AllowRule],
+    narrowed: Option<&[AllowRule]>,
+    to: &Destination<'_>,
+) -> Result<(), FetchError> {
+    let by = if !allow.iter().any(|r| r.allows(to)) {
+        "sandpy.network.allow"
+    } else if narrowed.is_some_and(|list| !list.iter().any(|r| r.allows(to))) {
+        "the policy's `network_allow`"
+    } else {
+        return Ok(());
+    };
+    let mut message = format!("{} {to} is not allowed by {by}", to.method);
+    if !confined(to.path) {
+        message.push_str(
+            " (a URL pattern never matches a path with an encoded `/`, `\\` or `%`, or a \
+             `.` or `..` segment)",
+        );
+    }
+    Err(FetchError::Refused(message))
+}
+
+/// The internal addresses a name in `to` may resolve to and still be reached: those an
+/// entry of the operator's list names that allows `to` with the address in place of the
+/// name (its port, method and path included), and that the policy's list allows so too.
+pub(super) fn reachable(
+    allow: &[AllowRule],
+    narrowed: Option<&[AllowRule]>,
+    to: &Destination<'_>,
+) -> Vec<IpAddr> {
+    if matches!(to.host, Host::Ip(_)) {
+        return Vec::new();
+    }
+    let mut addresses: Vec<IpAddr> = allow
+        .iter()
+        .filter_map(AllowRule::address)
+        .filter(|ip| {
+            let by_address = Destination {
+                host: Host::Ip(*ip),
+                ..*to
+            };
+            check(allow, narrowed, &by_address).is_ok()
+        })
+        .collect();
+    addresses.sort();
+    addresses.dedup();
+    addresses
+}
+
 /// The parts of `url` the rules look at; only http and https.
-fn destination<'a>(url: &'a reqwest::Url, method: &'a str) -> Result<Destination<'a>, FetchError> {
+pub(super) fn destination<'a>(
+    url: &'a reqwest::Url,
+    method: &'a str,
+) -> Result<Destination<'a>, FetchError> {
     let scheme = url.scheme();
     if scheme != "http" && scheme != "https" {
         return Err(FetchError::Refused(format!(
@@ -297,53 +426,44 @@ fn shown_url(url: &str) -> String {
     url[..end].chars().take(2048).collect()
 }
 
-/// `value` with each placeholder of a secret whose hosts include `to` replaced by the
-/// secret's value; other placeholders stay as they are.
+/// `value` with each placeholder of a secret that goes to `to` replaced by the secret's
+/// value; other placeholders stay as they are.
 fn with_secrets(value: &str, secrets: &[Secret], to: &Destination<'_>) -> String {
     let mut value = value.to_string();
     for secret in secrets {
         let placeholder = secret.placeholder();
-        if value.contains(&placeholder) && secret.hosts.iter().any(|h| h.allows(to)) {
+        if value.contains(&placeholder) && secret.sends_to(to) {
             value = value.replace(&placeholder, &secret.value);
         }
     }
     value
 }
 
-/// `body` with every secret's value replaced by its placeholder.
+/// `body` with every secret's value replaced by its placeholder, in the forms a server
+/// or the code's request could turn it into (see [`super::scrub`]).
 fn scrub(body: Vec<u8>, secrets: &[Secret]) -> Vec<u8> {
-    let mut body = body;
-    for secret in secrets {
-        let (value, placeholder) = (secret.value.as_bytes(), secret.placeholder());
-        if body.windows(value.len()).any(|w| w == value) {
-            let mut out = Vec::with_capacity(body.len());
-            let mut rest = &body[..];
-            while let Some(at) = rest.windows(value.len()).position(|w| w == value) {
-                out.extend_from_slice(&rest[..at]);
-                out.extend_from_slice(placeholder.as_bytes());
-                rest = &rest[at + value.len()..];
-            }
-            out.extend_from_slice(rest);
-            body = out;
-        }
-    }
-    body
-}
-
-fn scrub_text(text: String, secrets: &[Secret]) -> String {
-    secrets.iter().fold(text, |text, secret| {
-        text.replace(&secret.value, &secret.placeholder())
+    secrets.iter().fold(body, |body, secret| {
+        super::scrub::scrub(
+            body,
+            secret.value.as_bytes(),
+            secret.placeholder().as_bytes(),
+        )
     })
 }
 
-/// What went wrong, as a sentence: a rejected certificate says why and what to do, a
-/// refused address says which.
-fn failure(error: &reqwest::Error) -> String {
+/// What went wrong: a rejected certificate says why and what to do; a name that resolved
+/// only to internal addresses is a refusal that names the list that refused it.
+fn failure(
+    error: &reqwest::Error,
+    allow: &[AllowRule],
+    narrowed: Option<&[AllowRule]>,
+    to: &Destination<'_>,
+) -> FetchError {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
     let mut last = error.to_string();
     while let Some(current) = cause {
         if let Some(rustls::Error::InvalidCertificate(reason)) = current.downcast_ref() {
-            return format!(
+            return FetchError::Failed(format!(
                 "the TLS certificate of {} was rejected: {}",
                 error.url().map_or("the server".into(), |u| u
                     .host_str()
@@ -355,10 +475,10 @@ fn failure(error: &reqwest::Error) -> String {
                     "`sandpy.network.ca_file`",
                     "the URL"
                 )
-            );
+            ));
         }
         if let Some(refused) = current.downcast_ref::<InternalAddress>() {
-            return refused.0.clone();
+            return FetchError::Refused(refused.explain(allow, narrowed, to));
         }
         last = current.to_string();
         // An `io::Error`'s `source` skips the error it wraps (rustls's, in a handshake).
@@ -369,27 +489,67 @@ fn failure(error: &reqwest::Error) -> String {
             None => current.source(),
         };
     }
-    if error.is_connect() {
+    FetchError::Failed(if error.is_connect() {
         format!("cannot connect: {last}")
     } else {
         last
-    }
+    })
 }
 
 /// A name resolved only to addresses code may not reach.
 #[derive(Debug)]
-struct InternalAddress(String);
+struct InternalAddress {
+    host: String,
+    refused: Vec<IpAddr>,
+}
+
+impl InternalAddress {
+    /// The refusal as the code reads it: which addresses, and which list refused them.
+    fn explain(
+        &self,
+        allow: &[AllowRule],
+        narrowed: Option<&[AllowRule]>,
+        to: &Destination<'_>,
+    ) -> String {
+        let by_operator = self.refused.iter().any(|ip| {
+            let by_address = Destination {
+                host: Host::Ip(*ip),
+                ..*to
+            };
+            allow.iter().any(|r| r.allows(&by_address))
+        });
+        let by = if by_operator && narrowed.is_some() {
+            "the policy's `network_allow`"
+        } else {
+            "sandpy.network.allow"
+        };
+        format!("{} {to}: {self}; refused by {by}", to.method)
+    }
+}
 
 impl std::fmt::Display for InternalAddress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        let list: Vec<String> = self.refused.iter().map(IpAddr::to_string).collect();
+        write!(
+            f,
+            "{} resolves to {}: internal addresses (loopback, private, link-local, metadata) \
+             are reached only when an allowlist entry names the address (and allows this \
+             port, method and path)",
+            self.host,
+            if list.is_empty() {
+                "no address".to_string()
+            } else {
+                list.join(", ")
+            }
+        )
     }
 }
 
 impl std::error::Error for InternalAddress {}
 
 /// Resolves names on the host and keeps only the addresses code may reach: public ones,
-/// and internal ones an allowlist entry names.
+/// and the internal ones of `reachable`. A client (and so its kept connections) serves
+/// only requests whose own reachable addresses are these (`Network::client`).
 pub(super) struct CheckedResolver {
     reachable: Vec<IpAddr>,
 }
@@ -416,14 +576,8 @@ impl reqwest::dns::Resolve for CheckedResolver {
                             .any(|r| r.to_canonical() == ip.to_canonical())
                 });
             if kept.is_empty() {
-                let list: Vec<String> = refused.iter().map(|a| a.ip().to_string()).collect();
-                let message =
-                    format!(
-                    "{host} resolves to {}: internal addresses (loopback, private, link-local, \
-                     metadata) are reached only when sandpy.network.allow names the address",
-                    if list.is_empty() { "no address".to_string() } else { list.join(", ") }
-                );
-                return Err(Box::new(InternalAddress(message)) as _);
+                let refused = refused.iter().map(|a| a.ip()).collect();
+                return Err(Box::new(InternalAddress { host, refused }) as _);
             }
             Ok(Box::new(kept.into_iter()) as reqwest::dns::Addrs)
         })
@@ -434,31 +588,66 @@ impl reqwest::dns::Resolve for CheckedResolver {
 mod tests {
     use super::*;
 
+    fn to(scheme: &'static str, host: &'static str, port: u16) -> Destination<'static> {
+        Destination {
+            method: "GET",
+            scheme,
+            host: Host::Name(host),
+            port,
+            path: "/",
+        }
+    }
+
     #[test]
-    fn secrets_go_only_to_their_hosts_and_are_scrubbed_from_answers() {
+    fn secrets_go_only_to_their_hosts_over_https_and_are_scrubbed_from_answers() {
         let hosts = vec![AllowRule::parse("api.github.com").unwrap()];
         let secret = Secret::new("GH", "s3cr3t-value".into(), hosts).unwrap();
-        let secrets = [secret];
-        let to = |host| Destination {
-            method: "GET",
-            scheme: "https",
-            host: Host::Name(host),
-            port: 443,
-            path: "/",
-        };
+        let secrets = [secret.clone()];
         let header = "Bearer sandpy-secret:GH";
+        let github = to("https", "api.github.com", 443);
         assert_eq!(
-            with_secrets(header, &secrets, &to("api.github.com")),
+            with_secrets(header, &secrets, &github),
             "Bearer s3cr3t-value"
         );
-        assert_eq!(with_secrets(header, &secrets, &to("evil.example")), header);
+        for other in [
+            to("https", "evil.example", 443),
+            to("http", "api.github.com", 80),
+            to("https", "api.github.com", 8443),
+        ] {
+            assert_eq!(with_secrets(header, &secrets, &other), header, "{other}");
+        }
+        let http = [secret.allow_http(true)];
         assert_eq!(
-            scrub(b"you sent s3cr3t-value, s3cr3t-value".to_vec(), &secrets),
+            with_secrets(header, &http, &to("http", "api.github.com", 80)),
+            "Bearer s3cr3t-value"
+        );
+        assert_eq!(
+            with_secrets(header, &http, &to("http", "api.github.com", 8080)),
+            header
+        );
+        assert_eq!(
+            scrub(b"you sent s3cr3t-value, s3cr3t%2dvalue".to_vec(), &secrets),
             b"you sent sandpy-secret:GH, sandpy-secret:GH"
         );
-        assert_eq!(
-            scrub_text("x s3cr3t-value".into(), &secrets),
-            "x sandpy-secret:GH"
-        );
+    }
+
+    #[test]
+    fn forwarding_headers_are_dropped_as_host_is() {
+        for name in [
+            "host",
+            "x-forwarded-host",
+            "x-forwarded-for",
+            "x-forwarded-proto",
+            "x-forwarded-port",
+            "forwarded",
+            "x-original-url",
+            "x-rewrite-url",
+            "x-http-method-override",
+            "x-method-override",
+            "x-http-method",
+        ] {
+            assert!(dropped(name), "{name}");
+        }
+        assert!(!dropped("authorization") && !dropped("x-mine"));
     }
 }

@@ -7,6 +7,11 @@
 //! `*` in the path matches any characters, `/` included; the query is not matched).
 //! A host name never matches an IP literal: code reaches an address given by number only
 //! when an entry names that address.
+//!
+//! A URL pattern confines the path only if the server reads the path as the pattern does,
+//! so a pattern never matches a path a server could read as another: one with an encoded
+//! separator (`%2f`, `%5c`), an encoded `%` (`%25`, decoded twice by some servers), a NUL,
+//! or a `.`/`..` segment in any spelling (`%2e%2e`, `..;` as Tomcat reads it).
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -44,13 +49,24 @@ pub struct AllowRuleError {
 }
 
 /// The parts of a request a rule is matched against.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Destination<'a> {
     pub method: &'a str,
     pub scheme: &'a str,
     pub host: Host<'a>,
     pub port: u16,
     pub path: &'a str,
+}
+
+impl fmt::Display for Destination<'_> {
+    /// `scheme://host:port/path`, as the audit record and the refusals show it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}://{}:{}{}",
+            self.scheme, self.host, self.port, self.path
+        )
+    }
 }
 
 /// A request's host: a name (lowercase, no trailing dot) or an address.
@@ -160,19 +176,25 @@ impl AllowRule {
         host_ok
             && self.port.is_none_or(|port| port == to.port)
             && self.method.as_deref().is_none_or(|m| m == to.method)
-            && self
-                .url
-                .as_ref()
-                .is_none_or(|(scheme, path)| scheme == to.scheme && glob(path, to.path))
+            && self.url.as_ref().is_none_or(|(scheme, path)| {
+                scheme == to.scheme && glob(path, to.path) && confined(to.path)
+            })
     }
 
     /// The address this entry names, if it is an IP literal: a host name that resolves to
-    /// it may be reached even when it is a private or loopback address.
+    /// it may be reached even when it is a private or loopback address, when this entry
+    /// allows the request with that address in place of the name (its port, method and
+    /// path too).
     pub(crate) fn address(&self) -> Option<IpAddr> {
         match self.target {
-            Target::Ip(ip) => Some(ip),
+            Target::Ip(ip) => Some(ip.to_canonical()),
             _ => None,
         }
+    }
+
+    /// The port it names; a URL pattern names its scheme's default when it names none.
+    pub(crate) fn port(&self) -> Option<u16> {
+        self.port
     }
 
     /// Whether it names hosts only (no method, no URL pattern): the forms a secret's
@@ -235,6 +257,47 @@ fn split_port(authority: &str) -> Result<(&str, Option<u16>), String> {
 /// The same address, an IPv4-mapped IPv6 address counting as its IPv4 address.
 fn same_address(a: IpAddr, b: IpAddr) -> bool {
     a.to_canonical() == b.to_canonical()
+}
+
+/// Whether a server reads `path` (as the URL parser left it) as the same path: no encoded
+/// separator (`%2f`, `%5c`) or backslash, no encoded `%` (a second decoding), no NUL, and
+/// no segment that is `.` or `..` once decoded (a `;` parameter cut off, as Tomcat does).
+pub(crate) fn confined(path: &str) -> bool {
+    if path.contains('\\') {
+        return false;
+    }
+    path.split('/').all(|segment| {
+        let decoded = percent_decode(segment);
+        if decoded.iter().any(|b| matches!(b, b'/' | b'\\' | b'%' | 0)) {
+            return false;
+        }
+        let name = match decoded.iter().position(|&b| b == b';') {
+            Some(at) => &decoded[..at],
+            None => &decoded[..],
+        };
+        name != b"." && name != b".."
+    })
+}
+
+/// `text` with each `%XX` (either case) decoded once; a `%` without two hex digits stays.
+pub(crate) fn percent_decode(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |at: usize| bytes.get(at).and_then(|b| (*b as char).to_digit(16));
+        match (bytes[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(high), Some(low)) => {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+            }
+            (byte, ..) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// `*` matches any run of characters; everything else matches itself.
@@ -310,6 +373,36 @@ mod tests {
         assert!(rule("* http://h:8000").allows(&to("DELETE", "http", "h", 8000, "/a/b")));
         assert!(rule("GET https://h/a/*/c").allows(&get("h", 443, "/a/x/y/c")));
         assert!(!rule("GET https://h/a/*/c").allows(&get("h", 443, "/a/x/y/cd")));
+    }
+
+    #[test]
+    fn a_url_pattern_never_matches_a_path_a_server_reads_as_another() {
+        let pattern = AllowRule::parse("GET https://h/simple/*").unwrap();
+        let get = |path| to("GET", "https", "h", 443, path);
+        assert!(pattern.allows(&get("/simple/numpy/")));
+        assert!(pattern.allows(&get("/simple/a%20b/c.d/..e/")));
+        for path in [
+            "/simple/..%2fadmin/secret.txt",
+            "/simple/..%2Fadmin",
+            "/simple/%2e%2e%2fadmin",
+            "/simple/%2E%2e%5Cadmin",
+            "/simple/..%5cadmin",
+            "/simple/x/../../admin",
+            "/simple/./x",
+            "/simple/%2e/x",
+            "/simple/.%2E/x",
+            "/simple/..;/admin",
+            "/simple/%2e%2e;x=1/admin",
+            "/simple/%252e%252e%252fadmin",
+            "/simple/a%00.txt",
+            "/simple/a\\..\\admin",
+        ] {
+            assert!(!pattern.allows(&get(path)), "{path}");
+        }
+        // A host entry allows any path: it confines nothing, so it checks nothing.
+        assert!(AllowRule::parse("h")
+            .unwrap()
+            .allows(&get("/simple/..%2fadmin")));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! ```json
 //! "network": {
 //!   "allow": ["api.github.com", "*.example.com:443", "GET https://pypi.org/simple/*"],
-//!   "secrets": { "GITHUB_TOKEN": { "env": "GH_TOKEN", "hosts": ["api.github.com"] } },
+//!   "secrets": { "GITHUB_TOKEN": { "env": "GH_TOKEN", "hosts": ["api.github.com"] },
+//!                "LOCAL_KEY": { "env": "LOCAL_KEY", "hosts": ["10.0.0.7:8080"], "allow_http": true } },
 //!   "limits": { "max_requests": 100, "max_bytes_out": 16777216, "max_bytes_in": 67108864,
 //!               "request_timeout_ms": 30000 },
 //!   "ca_file": "internal-ca.pem"
@@ -35,6 +36,9 @@ pub(crate) struct RawNetwork {
 struct RawSecret {
     env: String,
     hosts: Vec<AllowRule>,
+    /// Plain `http` requests get the value too (default: `https` only).
+    #[serde(default)]
+    allow_http: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -59,7 +63,7 @@ impl RawNetwork {
                 (key.clone(), message)
             })?;
             let secret = Secret::new(&name, value, raw.hosts).map_err(|e| (key, e.to_string()))?;
-            secrets.push(secret);
+            secrets.push(secret.allow_http(raw.allow_http));
         }
         let defaults = NetworkLimits::default();
         let raw = self.limits;

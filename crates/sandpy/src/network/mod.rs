@@ -18,6 +18,9 @@ mod access;
 mod address;
 mod allow;
 mod config;
+#[cfg(test)]
+mod proptests;
+mod scrub;
 
 pub use access::NetworkRequest;
 pub(crate) use access::{FetchError, NetworkAccess, Request};
@@ -25,6 +28,8 @@ pub use allow::{AllowRule, AllowRuleError};
 pub(crate) use config::RawNetwork;
 
 use crate::tls::CaFile;
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,12 +55,19 @@ pub struct NetworkRules {
 
 /// A value code uses by its placeholder: `os.environ[name]` is `sandpy-secret:NAME`, and
 /// the host puts the value in its place in the headers of requests to `hosts` only.
+///
+/// Defaults: over `https` only, and only to the port a `hosts` entry names (443 when it
+/// names none); [`Secret::allow_http`] lets it go over plain `http` too (port 80 when the
+/// entry names none).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret {
     /// The environment variable the code sees (`GITHUB_TOKEN`).
     pub name: String,
     /// Hosts (host forms of [`AllowRule`]) whose requests get the value.
     pub hosts: Vec<AllowRule>,
+    /// Whether plain `http` requests get the value too (default `false`: anyone on the
+    /// path would read it).
+    pub allow_http: bool,
     value: String,
 }
 
@@ -99,8 +111,30 @@ impl Secret {
         Ok(Secret {
             name: name.to_string(),
             hosts,
+            allow_http: false,
             value,
         })
+    }
+
+    /// The same secret, sent over plain `http` too when `allow` (the config's
+    /// `allow_http`).
+    pub fn allow_http(mut self, allow: bool) -> Secret {
+        self.allow_http = allow;
+        self
+    }
+
+    /// Whether a request to `to` gets the value: its scheme is `https` (or `http` when
+    /// allowed), and an entry of `hosts` allows it on the port that entry names, or on
+    /// the scheme's default port when it names none.
+    pub(crate) fn sends_to(&self, to: &allow::Destination<'_>) -> bool {
+        let default_port = match to.scheme {
+            "https" => 443,
+            "http" if self.allow_http => 80,
+            _ => return false,
+        };
+        self.hosts
+            .iter()
+            .any(|h| h.allows(to) && h.port().unwrap_or(default_port) == to.port)
     }
 
     /// What the code sees instead of the value.
@@ -115,6 +149,7 @@ impl std::fmt::Debug for Secret {
         f.debug_struct("Secret")
             .field("name", &self.name)
             .field("hosts", &self.hosts)
+            .field("allow_http", &self.allow_http)
             .field("value", &"<secret>")
             .finish()
     }
@@ -168,16 +203,24 @@ pub struct Network {
 
 struct Inner {
     rules: NetworkRules,
-    /// For `http://`: a connection per request.
-    http: reqwest::Client,
-    /// For `https://`: connections kept for the next request to the same host.
-    https: reqwest::Client,
+    tls: rustls::ClientConfig,
+    /// A client per scheme and set of internal addresses its requests may reach (see
+    /// [`Network::client`]); the one with none is made with the network.
+    clients: std::sync::Mutex<HashMap<ClientKey, reqwest::Client>>,
 }
+
+/// Whether `https`, and the internal addresses a name may resolve to.
+type ClientKey = (bool, Vec<IpAddr>);
+
+/// Clients kept at most: one per distinct set of internal addresses (a handful of
+/// address entries make a handful); past it a request gets a client of its own.
+const MAX_CLIENTS: usize = 64;
 
 impl Network {
     /// The clients for `rules`: TLS trusting the system roots and `rules.ca_file`, names
-    /// resolved by the host with internal addresses refused (unless `allow` names them),
-    /// no redirects followed, no proxy from the host's environment, HTTP/1.1.
+    /// resolved by the host with internal addresses refused (unless an entry names the
+    /// address for the request's port, method and path), no redirects followed, no proxy
+    /// from the host's environment, HTTP/1.1.
     ///
     /// `https` connections are kept for the next request to the same host (90 s idle at
     /// most): a TLS handshake per request would cost a round trip or two to a real API.
@@ -187,25 +230,17 @@ impl Network {
     pub fn new(rules: NetworkRules) -> Result<Network, NetworkError> {
         let tls =
             crate::tls::client_config(true, rules.ca_file.as_ref()).map_err(NetworkError::Tls)?;
-        let reachable: Vec<_> = rules.allow.iter().filter_map(AllowRule::address).collect();
-        let resolver = access::CheckedResolver::new(reachable);
-        let client = |pooled: usize| {
-            reqwest::Client::builder()
-                .tls_backend_preconfigured(tls.clone())
-                .dns_resolver(resolver.clone())
-                .redirect(reqwest::redirect::Policy::none())
-                .no_proxy()
-                .http1_only()
-                // As Python sends them (`Authorization`), for servers that care.
-                .http1_title_case_headers()
-                .pool_max_idle_per_host(pooled)
-                .pool_idle_timeout(std::time::Duration::from_secs(90))
-                .build()
-                .map_err(NetworkError::Client)
-        };
-        let (http, https) = (client(0)?, client(usize::MAX)?);
+        let mut clients = HashMap::new();
+        for https in [false, true] {
+            let client = build_client(&tls, https, Vec::new()).map_err(NetworkError::Client)?;
+            clients.insert((https, Vec::new()), client);
+        }
         Ok(Network {
-            inner: Arc::new(Inner { rules, http, https }),
+            inner: Arc::new(Inner {
+                rules,
+                tls,
+                clients: std::sync::Mutex::new(clients),
+            }),
         })
     }
 
@@ -258,14 +293,47 @@ impl Network {
             .collect()
     }
 
-    /// The client for a URL of `scheme`.
-    fn client(&self, scheme: &str) -> &reqwest::Client {
-        if scheme == "https" {
-            &self.inner.https
-        } else {
-            &self.inner.http
+    /// The client for a URL of `scheme` whose name may resolve to the internal addresses
+    /// `reachable` (and to public ones). A client's kept connections serve only requests
+    /// with the same reachable addresses: a connection made for one run's request to an
+    /// internal address never serves a request whose port or policy does not allow it.
+    fn client(&self, scheme: &str, reachable: Vec<IpAddr>) -> Result<reqwest::Client, FetchError> {
+        let key = (scheme == "https", reachable);
+        let mut clients = self
+            .inner
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(client) = clients.get(&key) {
+            return Ok(client.clone());
         }
+        let client = build_client(&self.inner.tls, key.0, key.1.clone())
+            .map_err(|e| FetchError::Failed(format!("cannot set up the HTTP client: {e}")))?;
+        if clients.len() < MAX_CLIENTS {
+            clients.insert(key, client.clone());
+        }
+        Ok(client)
     }
+}
+
+/// A client whose resolver keeps public addresses and `reachable` ones; `https` ones keep
+/// connections (see [`Network::new`]).
+fn build_client(
+    tls: &rustls::ClientConfig,
+    https: bool,
+    reachable: Vec<IpAddr>,
+) -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls.clone())
+        .dns_resolver(access::CheckedResolver::new(reachable))
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .http1_only()
+        // As Python sends them (`Authorization`), for servers that care.
+        .http1_title_case_headers()
+        .pool_max_idle_per_host(if https { usize::MAX } else { 0 })
+        .pool_idle_timeout(std::time::Duration::from_secs(90))
+        .build()
 }
 
 impl std::fmt::Debug for Network {

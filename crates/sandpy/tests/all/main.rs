@@ -10,6 +10,8 @@ mod language;
 mod limits;
 mod live;
 mod network;
+// The allowlist, secrets and the audit record attacked from outside (issue 40).
+mod network_attacks;
 mod policy;
 mod results;
 mod search;

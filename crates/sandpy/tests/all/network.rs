@@ -11,18 +11,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const SECRET: &str = "s3cret-VALUE-never-in-the-sandbox";
+pub(crate) const SECRET: &str = "s3cret-VALUE-never-in-the-sandbox";
 
 /// A real server on 0.0.0.0 (so 127.0.0.1 and 127.0.0.2 are two hosts), killed on drop.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     log: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl Server {
-    fn start(tls: Option<(&Path, &Path)>) -> Server {
+    pub(crate) fn start(tls: Option<(&Path, &Path)>) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join("requests.jsonl");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/http_server.py");
@@ -48,7 +48,7 @@ impl Server {
     }
 
     /// What the server received: one JSON object per request.
-    fn received(&self) -> Vec<Value> {
+    pub(crate) fn received(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         text.lines()
             .map(|l| serde_json::from_str(l).expect("json line"))
@@ -63,14 +63,14 @@ impl Drop for Server {
     }
 }
 
-fn rules(allow: &[String]) -> NetworkRules {
+pub(crate) fn rules(allow: &[String]) -> NetworkRules {
     NetworkRules {
         allow: allow.iter().map(|a| AllowRule::parse(a).unwrap()).collect(),
         ..NetworkRules::default()
     }
 }
 
-fn run_on(code: &str, rules: NetworkRules) -> Execution {
+pub(crate) fn run_on(code: &str, rules: NetworkRules) -> Execution {
     let options = RunOptions {
         network: Some(Network::new(rules).expect("the network sets up")),
         ..RunOptions::default()
@@ -78,14 +78,14 @@ fn run_on(code: &str, rules: NetworkRules) -> Execution {
     run_with(code, &options)
 }
 
-fn run_ok_on(code: &str, rules: NetworkRules) -> Execution {
+pub(crate) fn run_ok_on(code: &str, rules: NetworkRules) -> Execution {
     let execution = run_on(code, rules);
     assert_eq!(execution.status, Status::Ok, "{execution:#?}");
     execution
 }
 
 /// A program that tries each URL and prints `ok STATUS` or the exception's type and text.
-fn try_each(urls: &[String]) -> String {
+pub(crate) fn try_each(urls: &[String]) -> String {
     format!(
         r#"
 import urllib.request
@@ -272,8 +272,9 @@ fn network_boundary_names_that_resolve_to_internal_addresses_are_refused() {
         rules(&[format!("localhost:{port}")]),
     );
     assert!(
-        by_name.stdout.starts_with("ConnectionError")
-            && by_name.stdout.contains("localhost resolves to"),
+        by_name.stdout.starts_with("PermissionError")
+            && by_name.stdout.contains("localhost resolves to")
+            && by_name.stdout.contains("refused by sandpy.network.allow"),
         "{}",
         by_name.stdout
     );
@@ -295,8 +296,10 @@ fn network_boundary_secrets_go_only_to_their_hosts_and_never_come_back() {
     let server = Server::start(None);
     let port = server.port;
     let mut rules = rules(&[format!("127.0.0.1:{port}"), format!("127.0.0.2:{port}")]);
-    let hosts = vec![AllowRule::parse("127.0.0.1").unwrap()];
-    rules.secrets = vec![Secret::new("API_TOKEN", SECRET.into(), hosts).unwrap()];
+    // Over plain http only because the entry says so (`allow_http`), to the port it names.
+    let hosts = vec![AllowRule::parse(&format!("127.0.0.1:{port}")).unwrap()];
+    let secret = Secret::new("API_TOKEN", SECRET.into(), hosts).unwrap();
+    rules.secrets = vec![secret.allow_http(true)];
     let code = format!(
         r#"
 import json, os, urllib.request
@@ -461,29 +464,51 @@ fn network_policy_narrows_the_network_and_never_widens_it() {
     );
 }
 
+/// An https server with a certificate for `names` from a CA the test makes, and that CA
+/// as the operator's `ca_file`.
+pub(crate) struct TlsServer {
+    pub(crate) server: Server,
+    pub(crate) ca: sandpy::tls::CaFile,
+    _dir: tempfile::TempDir,
+}
+
+impl TlsServer {
+    pub(crate) fn start(names: &[&str]) -> TlsServer {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let dir = tempfile::tempdir().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().unwrap();
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let leaf_key = KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let leaf = CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&leaf_key, &issuer)
+            .unwrap();
+        let (cert, key, ca_file) = (
+            dir.path().join("cert.pem"),
+            dir.path().join("key.pem"),
+            dir.path().join("ca.pem"),
+        );
+        std::fs::write(&cert, leaf.pem()).unwrap();
+        std::fs::write(&key, leaf_key.serialize_pem()).unwrap();
+        std::fs::write(&ca_file, ca.pem()).unwrap();
+        let server = Server::start(Some((&cert, &key)));
+        let ca = sandpy::tls::CaFile::read(&ca_file).unwrap();
+        TlsServer {
+            server,
+            ca,
+            _dir: dir,
+        }
+    }
+}
+
 #[test]
 fn https_is_done_by_the_host_with_the_operator_trust() {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    let dir = tempfile::tempdir().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().unwrap();
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&leaf_key, &issuer)
-        .unwrap();
-    let (cert, key, ca_file) = (
-        dir.path().join("cert.pem"),
-        dir.path().join("key.pem"),
-        dir.path().join("ca.pem"),
-    );
-    std::fs::write(&cert, leaf.pem()).unwrap();
-    std::fs::write(&key, leaf_key.serialize_pem()).unwrap();
-    std::fs::write(&ca_file, ca.pem()).unwrap();
-    let server = Server::start(Some((&cert, &key)));
+    let tls = TlsServer::start(&["127.0.0.1"]);
+    let server = &tls.server;
     let urls = [format!("https://127.0.0.1:{}/echo", server.port)];
     let allow = [format!("127.0.0.1:{}", server.port)];
     let untrusted = run_ok_on(&try_each(&urls), rules(&allow));
@@ -494,7 +519,7 @@ fn https_is_done_by_the_host_with_the_operator_trust() {
         untrusted.stdout
     );
     let mut trusted = rules(&allow);
-    trusted.ca_file = Some(sandpy::tls::CaFile::read(&ca_file).unwrap());
+    trusted.ca_file = Some(tls.ca.clone());
     let twice = [urls[0].clone(), urls[0].clone()];
     assert_eq!(
         run_ok_on(&try_each(&twice), trusted).stdout,
