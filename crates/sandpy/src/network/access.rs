@@ -203,10 +203,14 @@ impl NetworkAccess {
         let mut size = request.method.len() + request.url.len() + 12 + request.body.len();
         for (name, value) in &request.headers {
             let lower = name.to_ascii_lowercase();
-            if dropped(&lower) || (carries && SECRET_UNSAFE.contains(&lower.as_str())) {
+            if dropped(&lower) {
                 continue;
             }
+            // Counted as written, so the count is the same with or without a secret.
             size += name.len() + value.len() + 4;
+            if carries && SECRET_UNSAFE.contains(&lower.as_str()) {
+                continue;
+            }
             let value = with_secrets(value, &rules.secrets, &destination);
             let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| FetchError::Refused(format!("{name:?} is not a header name")))?;

@@ -143,7 +143,6 @@ fn base64_forms(value: &[u8]) -> Vec<Vec<u8>> {
 mod tests {
     use super::*;
     use base64::engine::general_purpose::{STANDARD, URL_SAFE};
-    use base64::Engine as _;
 
     const VALUE: &str = "tok+en/with=odd chars~";
     const PLACEHOLDER: &str = "sandpy-secret:T";
