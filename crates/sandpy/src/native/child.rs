@@ -53,9 +53,13 @@ pub(crate) fn report_failure(report: &OwnedFd, message: String) {
 
 /// Write `done` to the host's report socket.
 pub(crate) fn write_report(report: &OwnedFd, done: &Report) {
-    let Ok(bytes) = serde_json::to_vec(done) else {
-        return;
-    };
+    if let Ok(bytes) = serde_json::to_vec(done) {
+        write_all(report, &bytes);
+    }
+}
+
+/// Write all of `bytes` to `report` (a blocking socket; the host reads it as it comes).
+pub(crate) fn write_all(report: &OwnedFd, bytes: &[u8]) {
     let mut written = 0;
     while written < bytes.len() {
         // SAFETY: a write from a valid buffer to an owned descriptor.

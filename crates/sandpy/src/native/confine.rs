@@ -188,6 +188,12 @@ fn fd_path(fd: &OwnedFd) -> PathBuf {
 }
 
 fn bind_read_only(source: &Path, target: &Path) -> Result<(), ConfineError> {
+    bind(source, target, MsFlags::MS_NODEV)
+}
+
+/// A bind of `source` at `target`, read-only, no set-uid, and `extra` (`MS_NODEV` for all
+/// but the four devices, which open only where devices may be opened).
+fn bind(source: &Path, target: &Path, extra: MsFlags) -> Result<(), ConfineError> {
     let step = || format!("bind {}", target.display());
     mount(
         Some(source),
@@ -201,11 +207,7 @@ fn bind_read_only(source: &Path, target: &Path) -> Result<(), ConfineError> {
         None::<&str>,
         target,
         None::<&str>,
-        MsFlags::MS_BIND
-            | MsFlags::MS_REMOUNT
-            | MsFlags::MS_RDONLY
-            | MsFlags::MS_NOSUID
-            | MsFlags::MS_NODEV,
+        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | extra,
         None::<&str>,
     )
     .map_err(failed(format!("read-only {}", target.display())))
@@ -234,8 +236,15 @@ fn tmpfs_with_inodes(
     .map_err(failed(format!("tmpfs {}", target.display())))
 }
 
-/// The devices a run has: reading zeros and randomness, writing to nowhere.
+/// The devices a run has: reading zeros and randomness, writing to nowhere. Bound without
+/// `nodev` (every other bind has it), so that they open; Landlock lets them be read and
+/// written, nothing else under `/dev`.
 pub(crate) const DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"];
+
+/// Most tasks (threads: a run cannot fork) a run or a session's process has at once:
+/// `RLIMIT_NPROC`, counted by the kernel per user in the run's own user namespace, so
+/// per run. A thread past it is refused (`EAGAIN`; Python's error names the limit).
+pub(crate) const MAX_TASKS: u64 = 128;
 
 /// Build the run's root from `sources`, the devices, `/tmp` and `/output`, and move
 /// into it; the host's root is then out of reach (detached, not hidden).
@@ -292,7 +301,13 @@ pub(crate) fn build_root(sources: &[Source], request: &RunRequest) -> Result<(),
                     std::fs::create_dir_all(parent).map_err(failed("mkdir"))?;
                 }
                 std::fs::File::create(&at).map_err(failed(format!("touch {}", at.display())))?;
-                bind_read_only(&fd_path(fd), &at)?;
+                let device = DEVICES.iter().any(|device| path == Path::new(device));
+                let nodev = if device {
+                    MsFlags::empty()
+                } else {
+                    MsFlags::MS_NODEV
+                };
+                bind(&fd_path(fd), &at, nodev)?;
             }
         }
     }
@@ -401,6 +416,7 @@ fn set_limits(request: &RunRequest, zygote_vm_bytes: u64) -> Result<(), ConfineE
         (Resource::RLIMIT_CORE, 0, 0),
         (Resource::RLIMIT_CPU, seconds, cpu_hard),
         (Resource::RLIMIT_MSGQUEUE, 0, 0),
+        (Resource::RLIMIT_NPROC, MAX_TASKS, MAX_TASKS),
         (Resource::RLIMIT_MEMLOCK, 0, 0),
     ];
     for (resource, soft, hard) in limits {

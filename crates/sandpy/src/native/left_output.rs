@@ -1,6 +1,9 @@
-//! The files a run left under `/output` when it did not send them itself: the zygote reads
-//! them from a run it is about to kill at its deadline, through `/proc/<pid>/root`, so that
-//! a timed-out run returns its files as it does in the WebAssembly tier.
+//! The files a run left under `/output`, read by the zygote through `/proc/<pid>/root` at
+//! every end where the process is still there: once the run answered (it is stopped
+//! first), and at its deadline, so that a timed-out run returns its files as it does in
+//! the WebAssembly tier. The run never reports its files itself: what its code can write
+//! (the channel) is never authority over what the host returns. A session's `/output` is
+//! then emptied ([`empty`]) for its next cell.
 //!
 //! The run's `/output` is its own tmpfs and the run may still be changing it, so nothing
 //! in it is trusted: each name is opened on its own relative to its folder's descriptor
@@ -13,6 +16,7 @@ use super::protocol::ReportFile;
 use nix::dir::Dir;
 use nix::fcntl::{open, openat, OFlag};
 use nix::sys::stat::{fstat, Mode, SFlag};
+use nix::unistd::{unlinkat, UnlinkatFlags};
 use std::io::Read;
 use std::os::fd::OwnedFd;
 
@@ -36,13 +40,7 @@ pub(crate) fn report_bytes(output_files_bytes: u64) -> usize {
 /// The regular files under the `/output` of run `pid` (which must still be alive), at most
 /// `cap` bytes of content in all, sorted by name.
 pub(crate) fn read(pid: i32, cap: u64) -> Vec<ReportFile> {
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let root = open(
-        format!("/proc/{pid}/root").as_str(),
-        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    );
-    let Ok(output) = root.and_then(|root| openat(&root, "output", flags, Mode::empty())) else {
+    let Some(output) = open_output(pid) else {
         return Vec::new();
     };
     let mut walk = Walk {
@@ -54,6 +52,57 @@ pub(crate) fn read(pid: i32, cap: u64) -> Vec<ReportFile> {
     walk.folder(output, String::new(), 0);
     walk.files.sort_by(|a, b| a.name.cmp(&b.name));
     walk.files
+}
+
+/// The `/output` folder of run `pid`, opened without following a link.
+fn open_output(pid: i32) -> Option<OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let root = open(
+        format!("/proc/{pid}/root").as_str(),
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    );
+    root.and_then(|root| openat(&root, "output", flags, Mode::empty()))
+        .ok()
+}
+
+/// Remove what is under the `/output` of run `pid` (which must be stopped), each name
+/// under its folder's descriptor, never following a link, within the walk's bounds;
+/// what cannot be removed stays (and is returned again with the next cell).
+pub(crate) fn empty(pid: i32) {
+    if let Some(output) = open_output(pid) {
+        let mut entries = 0;
+        remove_within(output, 0, &mut entries);
+    }
+}
+
+fn remove_within(folder: OwnedFd, depth: usize, entries: &mut usize) {
+    let Ok(mut dir) = Dir::from_fd(folder) else {
+        return;
+    };
+    let mut names = Vec::new();
+    for entry in dir.iter().flatten() {
+        let name = entry.file_name();
+        if name.to_bytes() == b"." || name.to_bytes() == b".." {
+            continue;
+        }
+        *entries += 1;
+        if *entries > MAX_ENTRIES {
+            break;
+        }
+        names.push(name.to_owned());
+    }
+    for name in names {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        if depth < MAX_DEPTH {
+            if let Ok(inner) = openat(&dir, name.as_c_str(), flags, Mode::empty()) {
+                remove_within(inner, depth + 1, entries);
+                let _ = unlinkat(&dir, name.as_c_str(), UnlinkatFlags::RemoveDir);
+                continue;
+            }
+        }
+        let _ = unlinkat(&dir, name.as_c_str(), UnlinkatFlags::NoRemoveDir);
+    }
 }
 
 struct Walk {

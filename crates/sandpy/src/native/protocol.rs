@@ -4,14 +4,23 @@
 //!   [`RunRequest`] per run with the run's descriptors attached ([`RunFds`]);
 //!   zygote -> host: one [`ZygoteStatus`].
 //! - zygote -> host (the run's report socket): one [`Report`] when the run ended without
-//!   the host hanging up first, then EOF. host -> zygote on the same socket, for a session
-//!   (a run that serves one task after another): each cell's time limit as it starts,
-//!   which the zygote acknowledges with [`CELL_STARTED`] once the limit is in force, and
-//!   [`BETWEEN_CELLS`] once the cell answered ([`cell_limit`], eight bytes each); the
-//!   host's hang-up ends the run.
+//!   the host hanging up first, then EOF. host -> zygote on the same socket
+//!   ([`cell_limit`], eight bytes each): [`ANSWERED`] once the run sent its outcome, which
+//!   the zygote answers with [`CELL_ENDED`] and a [`Collected`] frame ([`collected_frame`]):
+//!   it stopped the process (`SIGSTOP`), read its `/output` and its peak size from the
+//!   kernel; a one-shot run is then killed, a session's process stays stopped until its
+//!   next cell. For a session (a run that serves one task after another): each later
+//!   cell's time limit as it starts, which the zygote acknowledges with [`CELL_STARTED`]
+//!   once the process runs again under that limit; the host's hang-up ends the run.
 //! - run <-> host (the run's channel, one JSON line each): the task
 //!   ([`task_line`]), then [`GuestMessage`]s from the run, each but the outcome
 //!   answered with one line; a session's run then reads its next task.
+//!
+//! Everything on the channel is written by the run, whose code may write to it: it is
+//! read as hostile input ([`GuestMessage`]: unknown fields refused, lengths bounded by
+//! [`GuestOutcome::check`]) and is never authority over what the host reports of the run:
+//! the files under `/output` and the memory peak come from the zygote, which reads them
+//! from the kernel.
 
 use super::Layer;
 use crate::bindings::{GuestOptions, Task};
@@ -68,12 +77,39 @@ pub(crate) struct RunRequest {
 /// starts otherwise, or EOF instead: the process has ended).
 pub(crate) const CELL_STARTED: u8 = 0x06;
 
-/// What a session's report socket carries between cells instead of a time limit.
-pub(crate) const BETWEEN_CELLS: u64 = u64::MAX;
+/// What the host sends on the report socket instead of a time limit once the run sent
+/// its outcome: stop it and collect what it left.
+pub(crate) const ANSWERED: u64 = u64::MAX;
 
-/// The message that starts a session's cell with a limit of `ms` (or [`BETWEEN_CELLS`]).
+/// The zygote's answer to [`ANSWERED`]: this byte, the frame's length (eight bytes, little
+/// endian), then a [`Collected`] as JSON. A report (JSON, `{`) instead means that the run
+/// ended before it could be collected.
+pub(crate) const CELL_ENDED: u8 = 0x07;
+
+/// The message that starts a session's cell with a limit of `ms` (or [`ANSWERED`]).
 pub(crate) fn cell_limit(ms: u64) -> [u8; 8] {
     ms.to_le_bytes()
+}
+
+/// What the zygote took from a run that answered, while it was stopped.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct Collected {
+    /// Whether the whole process stopped (a session is kept only then).
+    pub stopped: bool,
+    /// The process's peak resident size (`VmHWM`), in bytes.
+    pub max_rss_bytes: u64,
+    /// The files under its `/output` (a session's `/output` is emptied after).
+    pub files: Vec<ReportFile>,
+}
+
+/// [`CELL_ENDED`], the length and the JSON of `collected`.
+pub(crate) fn collected_frame(collected: &Collected) -> Vec<u8> {
+    let json = serde_json::to_vec(collected).unwrap_or_else(|_| b"{}".to_vec());
+    let mut frame = Vec::with_capacity(json.len() + 9);
+    frame.push(CELL_ENDED);
+    frame.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    frame.extend_from_slice(&json);
+    frame
 }
 
 /// The descriptors a run request carries, in this order.
@@ -139,7 +175,7 @@ pub(crate) struct ReportFile {
 
 /// A message from the child on the channel.
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub(crate) enum GuestMessage {
     CallTools(Vec<GuestToolCall>),
     ListTools,
@@ -151,31 +187,33 @@ pub(crate) enum GuestMessage {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct GuestToolCall {
     pub name: String,
     pub arguments: String,
 }
 
-/// The guest's outcome (`wit_world.imports.types.Outcome`, as `sandpy_native` writes it),
-/// with the files it left under `/output` and its peak resident size.
+/// The guest's outcome (`wit_world.imports.types.Outcome`, as `sandpy_native` writes it):
+/// the code's value, error and policy violations, nothing else. What the run left under
+/// `/output` and its memory peak are not the run's to say: an outcome naming them is
+/// refused (unknown fields).
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct GuestOutcome {
     value: Option<GuestValue>,
     error: Option<GuestError>,
     violations: Vec<GuestViolationLine>,
-    #[serde(default)]
-    pub files: Vec<ReportFile>,
-    #[serde(default)]
-    pub max_rss_bytes: u64,
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 enum GuestValue {
     Json(String),
     Repr(String),
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct GuestError {
     type_name: String,
     message: String,
@@ -183,11 +221,61 @@ struct GuestError {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct GuestViolationLine {
     line: u32,
     column: u32,
     rule: String,
     message: String,
+}
+
+/// Longest exception type name (dotted) an outcome may carry.
+const MAX_TYPE_NAME: usize = 256;
+/// Most policy violations an outcome may carry.
+const MAX_VIOLATIONS: usize = 1_000;
+/// Longest rule name of a violation.
+const MAX_RULE: usize = 64;
+/// Longest message of a violation.
+const MAX_VIOLATION_MESSAGE: usize = 4_096;
+
+impl GuestOutcome {
+    /// Why this outcome is not one the guest's runner writes, if it is not: each field
+    /// bounded, the type a dotted name, each rule a plain name.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if let Some(error) = &self.error {
+            let name = &error.type_name;
+            let plain = |part: &str| {
+                !part.is_empty() && part.chars().all(|c| c.is_alphanumeric() || c == '_')
+            };
+            if name.len() > MAX_TYPE_NAME || !name.split('.').all(plain) {
+                return Err(format!(
+                    "an error type must be a dotted name of at most {MAX_TYPE_NAME} bytes"
+                ));
+            }
+        }
+        if self.violations.len() > MAX_VIOLATIONS {
+            return Err(format!("more than {MAX_VIOLATIONS} policy violations"));
+        }
+        for violation in &self.violations {
+            let rule = &violation.rule;
+            if rule.is_empty()
+                || rule.len() > MAX_RULE
+                || !rule
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                return Err(format!(
+                    "a violation's rule must be a name of at most {MAX_RULE} bytes"
+                ));
+            }
+            if violation.message.len() > MAX_VIOLATION_MESSAGE {
+                return Err(format!(
+                    "a violation's message is over {MAX_VIOLATION_MESSAGE} bytes"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl From<GuestOutcome> for crate::bindings::Outcome {

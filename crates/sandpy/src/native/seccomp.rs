@@ -2,8 +2,9 @@
 //! scikit-learn make while computing, reading and writing files and running threads.
 //! Anything else fails with `EPERM`: no `socket()`, no exec, no new processes (threads
 //! only), no namespaces, ptrace, mounts, bpf, io_uring, keys, perf or userfaultfd, no
-//! change to the CPU time limit. A system call of another architecture (`int 0x80`) kills
-//! the process.
+//! change to the CPU time limit, no `SIGCONT` (the zygote holds a session's process
+//! stopped between cells). A system call of another architecture (`int 0x80`) kills the
+//! process.
 //!
 //! Compiled once, in the zygote; each child only loads it.
 
@@ -102,11 +103,7 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_rt_sigpending,
     libc::SYS_rt_sigtimedwait,
     libc::SYS_rt_sigsuspend,
-    libc::SYS_rt_sigqueueinfo,
     libc::SYS_sigaltstack,
-    libc::SYS_kill,
-    libc::SYS_tgkill,
-    libc::SYS_tkill,
     // threads and time
     libc::SYS_futex,
     libc::SYS_set_robust_list,
@@ -279,6 +276,24 @@ impl Filters {
                 )?])?,
             ],
         );
+        // Signals within the run (Landlock scopes them to it), but never `SIGCONT`: the
+        // zygote stops the process once it answered, and a thread of the run sending it
+        // would cancel the stop. (argument: the signal's position)
+        for (call, signal_arg) in [
+            (libc::SYS_kill, 1),
+            (libc::SYS_tkill, 1),
+            (libc::SYS_tgkill, 2),
+            (libc::SYS_rt_sigqueueinfo, 1),
+        ] {
+            rules.insert(
+                call,
+                vec![SeccompRule::new(vec![condition(
+                    signal_arg,
+                    SeccompCmpOp::Ne,
+                    libc::SIGCONT as u64,
+                )?])?],
+            );
+        }
         // Naming threads, reading the name, and what loading another seccomp filter takes
         // (filters only ever narrow: the second one below is loaded under the first).
         rules.insert(

@@ -1,7 +1,15 @@
 //! Serving one native run: its channel (task, tool calls, outcome), its output read under
 //! the cap as it is written, the zygote's report, and what the run is given (`Inputs`).
+//!
+//! The channel is written by the run, and so by its code: each line is hostile input,
+//! checked before it is believed, and the outcome is only the code's value or error.
+//! What the run left under `/output` and its memory peak come from the zygote, which
+//! stops the answered run and reads them from the kernel (`collect`).
 
-use super::protocol::{task_line, Ended, GuestMessage, GuestOutcome, Report, ReportFile};
+use super::protocol::{
+    cell_limit, task_line, Collected, Ended, GuestMessage, GuestOutcome, Report, ReportFile,
+    ANSWERED, CELL_ENDED,
+};
 use crate::bindings::{GuestOptions, Task, ToolCall};
 use crate::execution::Execution;
 use crate::files::OutputFile;
@@ -114,6 +122,9 @@ pub(super) struct RunEnd {
     pub(super) end: NativeEnd,
     pub(super) files: Vec<ReportFile>,
     pub(super) max_rss_bytes: u64,
+    /// The run answered and the zygote stopped its whole process: a session's process
+    /// may be kept for its next cell.
+    pub(super) stopped: bool,
 }
 
 impl RunEnd {
@@ -122,6 +133,7 @@ impl RunEnd {
             end,
             files: Vec::new(),
             max_rss_bytes: 0,
+            stopped: false,
         }
     }
 }
@@ -138,6 +150,45 @@ const REPORT_GRACE: Duration = Duration::from_secs(2);
 
 /// Bytes read at a time from each stream (four buffers per run, faulted in per run).
 const CHUNK: usize = 16 << 10;
+
+/// How long the zygote may take to stop a run that answered and read its `/output`.
+const COLLECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether `name` may name a file of `/output`: relative, `/`-separated, no empty, `.` or
+/// `..` part and no NUL (the zygote reads names from the run's folders, which cannot hold
+/// others; checked again here, where the name leaves the host).
+pub(super) fn output_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != ".." && !part.contains('\0'))
+}
+
+/// Ask the zygote to stop the run that answered and collect what it left (see
+/// [`ANSWERED`]); `None` when the run ended first or the zygote did not answer in time.
+async fn collect(report: &mut tokio::net::UnixStream, cap: usize) -> Option<Collected> {
+    let asked = async {
+        report.write_all(&cell_limit(ANSWERED)).await?;
+        let mut kind = [0u8; 1];
+        report.read_exact(&mut kind).await?;
+        if kind[0] != CELL_ENDED {
+            return Ok(None); // the run's final report: it ended before it was stopped
+        }
+        let mut length = [0u8; 8];
+        report.read_exact(&mut length).await?;
+        let length = u64::from_le_bytes(length);
+        if length > cap as u64 {
+            return Ok(None);
+        }
+        let mut json = vec![0u8; length as usize];
+        report.read_exact(&mut json).await?;
+        Ok::<_, std::io::Error>(serde_json::from_slice(&json).ok())
+    };
+    tokio::time::timeout(COLLECT_TIMEOUT, asked)
+        .await
+        .ok()?
+        .ok()?
+}
 
 impl<'a> Run<'a> {
     pub(super) fn new(tools: ToolAccess, limits: &'a Limits, inputs: &Inputs) -> Run<'a> {
@@ -158,9 +209,18 @@ impl<'a> Run<'a> {
             ended.max_rss_bytes,
             started.elapsed(),
         );
+        // The zygote read them under the run's `/output` size; the same checks again here.
+        let mut left = self.limits.output_files_bytes;
         execution.files = ended
             .files
             .into_iter()
+            .filter(|f| output_name_ok(&f.name))
+            .filter(|f| {
+                let size = f.content.len() as u64;
+                let fits = size <= left;
+                left = left.saturating_sub(if fits { size } else { 0 });
+                fits
+            })
             .map(|f| OutputFile::new(f.name, f.content))
             .collect();
         if let Some(network) = self.tools.network.take() {
@@ -170,18 +230,16 @@ impl<'a> Run<'a> {
     }
 
     /// The longest channel message the host holds: a batch of calls with arguments at
-    /// their cap, or an outcome with texts at the output cap and `/output`'s files,
-    /// base64, each with room for JSON escapes.
+    /// their cap, or an outcome with texts at the output cap, each with room for JSON
+    /// escapes (an outcome carries no files: the zygote reads them).
     fn max_message(&self) -> usize {
         let limits = self.limits;
-        let files = (limits.output_files_bytes as usize).saturating_mul(2);
         // A request's body and headers, base64 and JSON-escaped.
         let network_out = self.tools.network.as_ref().map_or(0, |n| n.max_bytes_out());
         limits
             .tool_result_bytes
             .saturating_mul(4)
             .saturating_add(limits.output_bytes.saturating_mul(4))
-            .saturating_add(files)
             .saturating_add(network_out.saturating_mul(2))
             .saturating_add(1 << 20)
     }
@@ -352,7 +410,7 @@ impl<'a> Run<'a> {
                 }
             }
         }
-        if let Some(mut outcome) = outcome {
+        if let Some(outcome) = outcome {
             // The program flushed its output before it sent the outcome: what is left is
             // in the pipes now. The process's end is not waited for (the report socket is
             // dropped below, which makes the zygote end what is left of the run). Read
@@ -370,13 +428,21 @@ impl<'a> Run<'a> {
                     }
                 }
             }
-            let files = std::mem::take(&mut outcome.files);
-            let max_rss_bytes = outcome.max_rss_bytes;
             let end = stopped.unwrap_or_else(|| NativeEnd::Outcome(outcome.into()));
+            // What the run left and its peak, from the zygote: unless the run ended
+            // already (its report came), it is stopped and read now.
+            let answered = matches!(end, NativeEnd::Outcome(_));
+            let collected = if answered && report_open && report_bytes.is_empty() {
+                collect(report, report_cap).await
+            } else {
+                None
+            };
+            let collected = collected.unwrap_or_default();
             return RunEnd {
                 end,
-                files,
-                max_rss_bytes,
+                files: collected.files,
+                max_rss_bytes: collected.max_rss_bytes,
+                stopped: collected.stopped,
             };
         }
         if let Some(end) = stopped {
@@ -404,6 +470,7 @@ impl<'a> Run<'a> {
             end,
             files: report.files,
             max_rss_bytes: report.max_rss_bytes,
+            stopped: false,
         }
     }
 
@@ -419,6 +486,7 @@ impl<'a> Run<'a> {
         let internal = |e: wasmtime::Error| NativeEnd::Internal(e.to_string());
         let answer = match message {
             GuestMessage::Outcome(reported) => {
+                reported.check().map_err(NativeEnd::Channel)?;
                 *outcome = Some(reported);
                 return Ok(());
             }

@@ -1,8 +1,10 @@
 //! A session's process on the native tier: a confined fork of the zygote that keeps its
-//! interpreter from one cell to the next, told by the host when each cell starts (with
-//! its time limit) and ends.
+//! interpreter from one cell to the next. Between cells it is stopped (`SIGSTOP`, by the
+//! zygote once the cell answered), so that nothing a cell left running uses the CPU; the
+//! host tells the zygote when the next cell starts (with its time limit), and the zygote
+//! lets it go on.
 
-use super::protocol::{cell_limit, BETWEEN_CELLS, CELL_STARTED};
+use super::protocol::{cell_limit, CELL_STARTED};
 use super::serve::{Inputs, Run, RunEnd, Streams};
 use super::tier::NativeTier;
 use crate::bindings::{GuestOptions, Task};
@@ -35,7 +37,8 @@ impl NativeSession {
     }
 
     /// Tell the zygote that a cell starts with `limits.timeout`, and wait until its limits
-    /// are in force; fails when the process ended since its last cell.
+    /// are in force and the process runs again; fails when the process ended since its
+    /// last cell.
     pub(super) async fn start_cell(&mut self, limits: &Limits) -> Result<(), NativeEnd> {
         let ms = limits.timeout.as_millis().min(u64::MAX as u128 - 1) as u64;
         let report = &mut self.streams.report;
@@ -55,13 +58,6 @@ impl NativeSession {
                 CELL_START_TIMEOUT.as_secs()
             ))),
         }
-    }
-
-    /// Tell the zygote that the cell answered, so that the process waits for the next
-    /// one without a deadline; false when it cannot be told.
-    pub(super) async fn end_cell(&mut self) -> bool {
-        let idle = cell_limit(BETWEEN_CELLS);
-        self.streams.report.write_all(&idle).await.is_ok()
     }
 }
 
@@ -109,14 +105,13 @@ impl NativeTier {
             }
             Err(end) => (RunEnd::without(end), None),
         };
-        let answered = matches!(ended.end, NativeEnd::Outcome(_));
+        // Kept only when the zygote stopped the whole process once the cell answered.
+        let answered = matches!(ended.end, NativeEnd::Outcome(_)) && ended.stopped;
         let memory_peak = ended.max_rss_bytes;
         let execution = run.execution(ended, started);
         if let Some(mut session) = session {
-            let fit = answered
-                && execution.status != Status::MemoryLimit
-                && !execution.output_truncated
-                && session.end_cell().await;
+            let fit =
+                answered && execution.status != Status::MemoryLimit && !execution.output_truncated;
             if fit {
                 session.memory_peak = session.memory_peak.max(memory_peak);
                 *kept = Some(session);

@@ -4,8 +4,8 @@
 //! code.
 
 use super::protocol::{
-    Ended, Report, ReportFile, RunFds, RunRequest, ZygoteSetup, ZygoteStatus, BETWEEN_CELLS,
-    CELL_STARTED,
+    collected_frame, Collected, Ended, Report, ReportFile, RunFds, RunRequest, ZygoteSetup,
+    ZygoteStatus, ANSWERED, CELL_STARTED,
 };
 use super::python::CApi;
 use super::seccomp::Filters;
@@ -299,8 +299,8 @@ struct Supervised {
 }
 
 impl Supervised {
-    /// Read what the host wrote on the report socket: a session's cell limits. False
-    /// when the host hung up.
+    /// Read what the host wrote on the report socket: [`ANSWERED`], and a session's cell
+    /// limits. False when the host hung up.
     fn read_from_host(&mut self) -> bool {
         let mut bytes = [0u8; 64];
         // SAFETY: a non-blocking read into a valid buffer.
@@ -319,25 +319,53 @@ impl Supervised {
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
             );
         }
-        if n == 0 || !self.session {
+        if n == 0 {
             return false;
         }
         self.from_host.extend_from_slice(&bytes[..n as usize]);
         while let Some((limit, _)) = self.from_host.split_first_chunk::<8>() {
             let ms = u64::from_le_bytes(*limit);
             self.from_host.drain(..8);
-            self.start_cell(ms);
+            if ms == ANSWERED {
+                self.collect();
+            } else if self.session && !self.abandoned {
+                self.start_cell(ms);
+            }
         }
         true
     }
 
-    /// Start a session's cell with a limit of `ms` (its deadline, and its CPU time on
-    /// top of what the run used so far), or end one ([`BETWEEN_CELLS`]).
-    fn start_cell(&mut self, ms: u64) {
-        if ms == BETWEEN_CELLS {
-            self.deadline = None;
+    /// The run answered: stop the whole process, so that nothing it left running (a
+    /// thread that ignores `SIGXCPU`) uses the CPU after its cell, and tell the host what
+    /// the kernel says it left: the files under its `/output` (then emptied, for a
+    /// session's next cell) and its peak resident size. A one-shot run is then killed; a
+    /// session's process stays stopped until its next cell starts.
+    fn collect(&mut self) {
+        if self.abandoned {
             return;
         }
+        self.deadline = None;
+        let stopped = stop(self.pid);
+        let files = super::left_output::read(self.pid, self.output_files_bytes);
+        if self.session && stopped {
+            super::left_output::empty(self.pid);
+        }
+        let collected = Collected {
+            stopped,
+            max_rss_bytes: peak_rss(self.pid),
+            files,
+        };
+        super::child::write_all(&self.report, &collected_frame(&collected));
+        if !self.session || !stopped {
+            // Nothing is reported of it any more: the host has what it needs.
+            self.abandoned = true;
+            self.kill();
+        }
+    }
+
+    /// Start a session's cell with a limit of `ms`: its deadline, and its CPU time on
+    /// top of what the run used so far; then let the stopped process go on.
+    fn start_cell(&mut self, ms: u64) {
         self.deadline = Some(deadline_in(ms));
         let mut limit = libc::rlimit {
             rlim_cur: 0,
@@ -353,6 +381,8 @@ impl Supervised {
                 libc::prlimit(self.pid, libc::RLIMIT_CPU, &limit, std::ptr::null_mut());
             }
         }
+        // SAFETY: SIGCONT to our own (unreaped) child, stopped since its last cell.
+        unsafe { libc::kill(self.pid, libc::SIGCONT) };
         // The host sends the cell's task once the limits are in force: a cell must not
         // run under the last one's CPU limit.
         // SAFETY: a one-byte write from a valid buffer to an owned descriptor.
@@ -492,6 +522,61 @@ fn spawn_run(
         output_files_bytes: request.output_files_bytes,
         files: Vec::new(),
     })
+}
+
+/// How long the zygote waits for a run's every thread to stop.
+const STOP_WAIT: Duration = Duration::from_secs(1);
+
+/// Stop process `pid` (our child) and wait until all of its threads are stopped (its
+/// group stop is reported); false when that did not happen within [`STOP_WAIT`]. The
+/// run cannot undo it: seccomp refuses it `SIGCONT`.
+fn stop(pid: i32) -> bool {
+    // SAFETY: SIGSTOP to our own (unreaped) child.
+    if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
+        return false;
+    }
+    let until = Instant::now() + STOP_WAIT;
+    loop {
+        // SAFETY: an all-zero siginfo is valid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on our own child with a valid out-pointer; only a stop is
+        // reported (and consumed): the exit is reaped later.
+        let n = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WSTOPPED | libc::WNOHANG,
+            )
+        };
+        // SAFETY: si_pid is set by waitid when it reported a child.
+        if n == 0 && unsafe { info.si_pid() } == pid {
+            return true;
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return false;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The peak resident size of process `pid` in bytes, as the kernel counts it (`VmHWM`).
+fn peak_rss(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map_or(0, |kib| kib.saturating_mul(1024))
 }
 
 /// The instant `ms` from now (a year for a limit past any run's life).

@@ -9,30 +9,43 @@ outcome.
 """
 
 import base64
-import contextlib
 import gc
 import importlib
 import json
 import os
 import random
 import resource
-import shutil
 import site
-import stat
 import sys
 import tempfile
 
 from sandpy_channel import CHANNEL_FD, read, write
 
-OUTPUT_DIR = "/output"
+# The guest code's modules besides this one: imported at boot, so that the runs need no
+# path to the guest folder (a host cache path) on `sys.path`.
+GUEST_MODULES = (
+    "sandpy_channel",
+    "componentize_py_types",
+    "wit_world",
+    "wit_world.imports",
+    "wit_world.imports.types",
+    "wit_world.imports.tools",
+    "wit_world.imports.network",
+    "sandpy_guest",
+    "sandpy_guest.event_loop",
+    "sandpy_guest.network",
+    "sandpy_guest.packages",
+    "sandpy_guest.policy",
+    "sandpy_guest.tools",
+    "sandpy_guest.runner",
+)
 
 
 def boot(site_dirs: list[str], preimport: list[str]) -> None:
     """Set up the zygote: packages' folders, the guest code, the configured imports.
     A failure is written to the control socket (fd 3) and ends the process."""
     try:
-        for folder in site_dirs:
-            site.addsitedir(folder)
+        _only_environment_packages(site_dirs)
         # Packages first: they read the environment the zygote set (one BLAS thread),
         # which importing the runner then empties for the runs.
         for name in preimport:
@@ -43,6 +56,9 @@ def boot(site_dirs: list[str], preimport: list[str]) -> None:
         # What the runner sets up once per interpreter is done here, once for every run
         # (each run's own part is in `run`): fewer pages for each fork to copy.
         runner._prepare_interpreter()
+        for name in GUEST_MODULES:
+            importlib.import_module(name)
+        _forget_guest_folder()
     except BaseException as exc:  # noqa: BLE001 - reported to the host, which refuses to start
         message = f"{type(exc).__name__}: {exc}"
         os.write(CHANNEL_FD, json.dumps({"error": message}).encode())
@@ -51,6 +67,33 @@ def boot(site_dirs: list[str], preimport: list[str]) -> None:
     # from walking (and so copying) it in each child.
     gc.collect()
     gc.freeze()
+
+
+def _only_environment_packages(site_dirs: list[str]) -> None:
+    """`sys.path`: the standard library and the environment's package folders only. The
+    embedded interpreter starts from the base installation, whose `site` added the base's
+    own site-packages (a venv made without system site packages must not see them)."""
+    environment = {os.path.realpath(folder) for folder in site_dirs}
+    base_sites = set(site.getsitepackages([sys.base_prefix, sys.base_exec_prefix]))
+    user_site = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
+    for entry in list(sys.path):
+        real = os.path.realpath(entry)
+        is_site = os.path.basename(real) in ("site-packages", "dist-packages")
+        if real not in environment and (entry in base_sites or entry == user_site or is_site):
+            sys.path.remove(entry)
+            sys.path_importer_cache.pop(entry, None)
+    for folder in site_dirs:
+        site.addsitedir(folder)
+
+
+def _forget_guest_folder() -> None:
+    """The guest code is imported: its folder (under the host's cache folder) leaves
+    `sys.path`, so that the runs see no host path but the Python's and the venv's."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    for entry in list(sys.path):
+        if os.path.abspath(entry) == folder:
+            sys.path.remove(entry)
+            sys.path_importer_cache.pop(entry, None)
 
 
 def _light_preload() -> None:
@@ -121,15 +164,19 @@ def _reseed() -> None:
 
 
 def run() -> None:
-    """Run the task the host sends, in this (confined) child, and send its outcome."""
+    """Run the task the host sends, in this (confined) child, and send its outcome; then
+    wait: the zygote stops the process, reads its /output and ends it (`read` ends the
+    process when the host hangs up)."""
     _start()
     _answer(read())
+    read()
 
 
 def serve() -> None:
     """A session: run each task the host sends, one after another in the same
-    interpreter, until the host hangs up (then `read` ends the process). Each cell gets
-    the files it left under /output, which is then emptied."""
+    interpreter, until the host hangs up (then `read` ends the process). Between cells
+    the zygote holds the process stopped; it hands each cell's /output files to the host
+    and empties the folder."""
     _start()
     while True:
         _answer(read())
@@ -140,9 +187,35 @@ def _start() -> None:
     from sandpy_guest import packages
 
     os.chdir("/tmp")  # the run's scratch folder (the zygote prepared the rest)
+    _name_thread_limit()
     packages.use_mounted()
     tempfile._name_sequence = None  # type: ignore[attr-defined]
     _reseed()
+
+
+def _name_thread_limit() -> None:
+    """A thread the kernel refuses raises an error that says why: the run's task limit
+    (RLIMIT_NPROC in its own user namespace), or its memory cap (RLIMIT_AS), which each
+    thread's stack counts against."""
+    import threading
+
+    limit = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    for name in ("_start_new_thread", "_start_joinable_thread"):
+        start = getattr(threading, name, None)
+        if start is None:
+            continue
+
+        def bounded(*args, _start=start, **kwargs):  # type: ignore[no-untyped-def]
+            try:
+                return _start(*args, **kwargs)
+            except RuntimeError as exc:
+                if threading.active_count() >= limit:
+                    why = f"a native run may have at most {limit} threads at once"
+                else:
+                    why = "each thread's stack counts against the run's memory cap"
+                raise RuntimeError(f"{exc} (sandpy: {why})") from None
+
+        setattr(threading, name, bounded)
 
 
 def _answer(request: object) -> None:
@@ -152,13 +225,9 @@ def _answer(request: object) -> None:
     assert isinstance(request, dict)
     _write_inputs(request.get("files", []))
     outcome = runner.execute(_task(request["task"]), _options(request["options"]))
-    message = _encode(outcome)
-    # With the outcome, what the host would otherwise wait for the process's end to learn:
-    # the files under /output (its size cap bounds them; taken, so that the next cell
-    # of a session starts with it empty) and the peak resident size.
-    message["files"] = _take_output_files()
-    message["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    write({"outcome": message})
+    # Only the code's outcome: the files under /output and the memory peak are read by
+    # the zygote, never taken from the run.
+    write({"outcome": _encode(outcome)})
 
 
 def _write_inputs(files: list[dict[str, str]]) -> None:
@@ -168,28 +237,3 @@ def _write_inputs(files: list[dict[str, str]]) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as out:
             out.write(base64.b64decode(file["content_base64"]))
-
-
-def _take_output_files() -> list[dict[str, str]]:
-    """The regular files under /output, read; then everything under it is removed."""
-    files = []
-    for folder, _, names in os.walk(OUTPUT_DIR):
-        for name in names:
-            path = os.path.join(folder, name)
-            try:
-                if not stat.S_ISREG(os.lstat(path).st_mode):
-                    continue
-                with open(path, "rb") as file:
-                    content = file.read()
-            except OSError:
-                continue
-            relative = os.path.relpath(path, OUTPUT_DIR)
-            files.append({"name": relative, "content_base64": base64.b64encode(content).decode()})
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(OUTPUT_DIR):
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
-    return files
