@@ -6,6 +6,9 @@
 //! sessions, through [`Sessions::of`]. Another tenant's session is answered exactly like a
 //! missing one, so that ids cannot be probed. The per-tenant caps keep one client from
 //! taking every slot; a refusal names the cap it met ([`SessionCap`]).
+//!
+//! Idle sessions are closed on time: a reaper thread wakes at the next session's expiry
+//! and drops it (a native session's process then ends), as well as on every access.
 
 pub use crate::session::{Cell, Session, SessionError, SessionSnapshot};
 
@@ -13,7 +16,8 @@ use crate::execution::{Execution, Status};
 use crate::{RunOptions, Sandbox};
 use serde::Serialize;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// What [`TenantSessions::list`] reports of one session.
@@ -124,7 +128,8 @@ pub enum SessionCap {
 /// and each tenant the default [`TenantQuota`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionLimits {
-    /// A session idle this long is closed (checked on every access).
+    /// A session idle this long is closed (by a reaper thread on time, and on every
+    /// access).
     pub idle_ttl: Duration,
     /// Sessions alive at once, all tenants together; a new one beyond it is `busy`.
     pub max_sessions: usize,
@@ -248,13 +253,71 @@ impl Owners {
 
     /// Drop every session idle `ttl` or longer that no call is using.
     fn expire(&mut self, ttl: Duration) {
+        drop(self.take_expired(ttl));
+    }
+
+    /// Take out every session idle `ttl` or longer that no call is using (the caller
+    /// drops them, outside the lock).
+    fn take_expired(&mut self, ttl: Duration) -> Vec<Arc<Entry>> {
         let mut count = 0;
+        let mut expired = Vec::new();
         self.by_tenant.retain(|_, sessions| {
-            sessions.retain(|_, entry| entry.idle() < ttl || Arc::strong_count(entry) > 1);
+            sessions.retain(|_, entry| {
+                let keep = entry.idle() < ttl || Arc::strong_count(entry) > 1;
+                if !keep {
+                    expired.push(entry.clone());
+                }
+                keep
+            });
             count += sessions.len();
             !sessions.is_empty()
         });
         self.count = count;
+        expired
+    }
+
+    /// How long until the next session is idle `ttl`, if any session is held.
+    fn next_expiry(&self, ttl: Duration) -> Option<Duration> {
+        self.by_tenant
+            .values()
+            .flat_map(HashMap::values)
+            .map(|entry| ttl.saturating_sub(entry.idle()))
+            .min()
+    }
+}
+
+/// The sessions of a set and its reaper's bell.
+struct Shared {
+    owners: Mutex<Owners>,
+    /// Rung when the set is dropped, so that the reaper leaves.
+    wake: Condvar,
+    closed: AtomicBool,
+}
+
+/// The shortest a reaper waits between two looks.
+const REAPER_MIN_WAIT: Duration = Duration::from_millis(10);
+
+/// Close `shared`'s sessions as they reach `ttl` idle, until the set is dropped. A
+/// session in use is looked at again a `ttl` later (its call touches it as it ends).
+fn reap(shared: Arc<Shared>, ttl: Duration) {
+    let mut owners = shared.owners.lock().unwrap_or_else(|e| e.into_inner());
+    while !shared.closed.load(Ordering::Acquire) {
+        let expired = owners.take_expired(ttl);
+        if !expired.is_empty() {
+            // Dropped without the lock held: a native session's process is ended.
+            drop(owners);
+            drop(expired);
+            owners = shared.owners.lock().unwrap_or_else(|e| e.into_inner());
+            continue;
+        }
+        let wait = owners
+            .next_expiry(ttl)
+            .unwrap_or(ttl)
+            .clamp(REAPER_MIN_WAIT, ttl.max(REAPER_MIN_WAIT));
+        owners = match shared.wake.wait_timeout(owners, wait) {
+            Ok((owners, _)) => owners,
+            Err(poisoned) => poisoned.into_inner().0,
+        };
     }
 }
 
@@ -262,17 +325,38 @@ impl Owners {
 pub struct Sessions {
     sandbox: Sandbox,
     limits: SessionLimits,
-    owners: Mutex<Owners>,
+    shared: Arc<Shared>,
     local: Tenant,
 }
 
+impl Drop for Sessions {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.wake.notify_all();
+    }
+}
+
 impl Sessions {
-    /// An empty set over `sandbox`.
+    /// An empty set over `sandbox`, with its reaper thread (without one, when the thread
+    /// cannot be started, idle sessions are closed on the next access only).
     pub fn new(sandbox: &Sandbox, limits: SessionLimits) -> Sessions {
+        let shared = Arc::new(Shared {
+            owners: Mutex::new(Owners::default()),
+            wake: Condvar::new(),
+            closed: AtomicBool::new(false),
+        });
+        let reaper = shared.clone();
+        let ttl = limits.idle_ttl;
+        let started = std::thread::Builder::new()
+            .name("sandpy-session-reaper".into())
+            .spawn(move || reap(reaper, ttl));
+        if let Err(e) = started {
+            tracing::warn!("no session reaper ({e}): idle sessions close on the next access");
+        }
         Sessions {
             sandbox: sandbox.clone(),
             limits,
-            owners: Mutex::new(Owners::default()),
+            shared,
             local: Tenant::local(),
         }
     }
@@ -324,7 +408,7 @@ impl Sessions {
     }
 
     fn owners(&self) -> std::sync::MutexGuard<'_, Owners> {
-        self.owners.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.owners.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Close sessions idle longer than the TTL.
