@@ -37,12 +37,18 @@ pub(crate) fn status_code(status: Status) -> u8 {
 /// Exit code of a usage or setup error (`error:` printed on stderr); clap also uses 2.
 pub(crate) const USAGE: u8 = 2;
 
+/// Exit code when whoever reads stdout closed it (`sandpy run script.py | head`): the
+/// command ends quietly with 128 + SIGPIPE, the status the shell shows for other Unix
+/// tools stopped by a closed pipe.
+pub(crate) const CLOSED_PIPE: u8 = 141;
+
 /// Print an error the uv way (`error:`, one `Caused by:` per source) and pick the code.
 pub(crate) fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Run(status)) => ExitCode::from(status_code(status)),
         Ok(Outcome::Violations) => ExitCode::from(1),
+        Err(error) if closed_pipe(&error) => ExitCode::from(CLOSED_PIPE),
         Err(error) => {
             eprintln!("error: {error}");
             for cause in error.chain().skip(1) {
@@ -54,6 +60,15 @@ pub(crate) fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
             ExitCode::from(USAGE)
         }
     }
+}
+
+/// Whether `error` is a write to a pipe whose reader is gone.
+pub(crate) fn closed_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// What to do about an error, where sandpy can tell more than the error says.

@@ -125,7 +125,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
         super::run::print_execution(&execution, args.json)?;
         if !args.json {
             if let Some(value) = &execution.return_value {
-                println!("{value}");
+                outln!("{value}")?;
             }
         }
         args.files.save_outputs(&execution)?;

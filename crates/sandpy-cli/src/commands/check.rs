@@ -34,13 +34,16 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     if args.json {
         let report =
             serde_json::json!({"file": filename, "policy": policy.name, "violations": violations});
-        println!("{report}");
+        outln!("{report}")?;
     } else {
         for v in &violations {
-            println!(
+            outln!(
                 "{filename}:{}:{}: {}: {}",
-                v.line, v.column, v.rule, v.message
-            );
+                v.line,
+                v.column,
+                v.rule,
+                v.message
+            )?;
         }
     }
     Ok(if violations.is_empty() {

@@ -5,6 +5,7 @@
 use crate::exit::Outcome;
 use sandpy::RunOptions;
 use sandpy_mcp::{ConfigFile, ServerSpec};
+use std::io::Write as _;
 
 /// The reference server the demo starts (pinned, so the demo is repeatable).
 const EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
@@ -69,10 +70,14 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
         execution
     });
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&execution)?);
+        outln!("{}", serde_json::to_string_pretty(&execution)?)?;
     } else {
         let bounded = sandpy::model_output::ModelOutput::default().bound(&execution);
-        print!("{}", sandpy_mcp::summarize(&bounded));
+        write!(
+            std::io::stdout().lock(),
+            "{}",
+            sandpy_mcp::summarize(&bounded)
+        )?;
     }
     Ok(Outcome::Run(execution.status))
 }

@@ -1,5 +1,14 @@
 //! The command line: one subcommand per file.
 
+/// `println!` that returns the write's error instead of panicking: a closed pipe
+/// (`sandpy run script.py | head`) then ends the command quietly (`exit::finish`).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
 mod approve;
 mod batch_lines;
 mod bench;
@@ -126,8 +135,11 @@ pub(crate) fn print_and_exit(json: bool, streamed: bool) -> sandpy::OnOverrun {
         } else {
             run::print_execution(&execution, json)
         };
-        if let Err(e) = printed {
-            eprintln!("error: cannot print the run's result: {e}");
+        match printed {
+            Err(e) if !crate::exit::closed_pipe(&e) => {
+                eprintln!("error: cannot print the run's result: {e}");
+            }
+            _ => {}
         }
         std::process::exit(i32::from(crate::exit::status_code(execution.status)));
     })

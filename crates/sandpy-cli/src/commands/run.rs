@@ -134,7 +134,7 @@ impl Program {
 /// Print an execution: as one JSON object, or the way Python would have printed.
 pub(super) fn print_execution(execution: &Execution, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string(execution)?);
+        outln!("{}", serde_json::to_string(execution)?)?;
         Ok(())
     } else {
         print_human(execution)
@@ -209,9 +209,9 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     if args.list_modules {
         let report = rt.block_on(sandbox.module_report())?;
         if args.json {
-            println!("{}", serde_json::to_string(&report)?);
+            outln!("{}", serde_json::to_string(&report)?)?;
         } else {
-            print_module_report(&report);
+            print_module_report(&report)?;
         }
         return Ok(Outcome::Success);
     }
@@ -285,18 +285,19 @@ fn print_error_line(execution: &Execution) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_module_report(report: &sandpy::ModuleReport) {
+fn print_module_report(report: &sandpy::ModuleReport) -> std::io::Result<()> {
     let packages = if report.packages.is_empty() {
         "none".to_string()
     } else {
         report.packages.join(", ")
     };
-    println!("Third-party packages: {packages}");
-    println!(
+    outln!("Third-party packages: {packages}")?;
+    outln!(
         "{} stdlib modules available. Absent:",
         report.available.len()
-    );
+    )?;
     for (name, reason) in &report.absent {
-        println!("  {name:<24} {reason}");
+        outln!("  {name:<24} {reason}")?;
     }
+    Ok(())
 }

@@ -128,3 +128,56 @@ fn every_whole_documented_command_runs() {
         );
     }
 }
+
+/// The README's first command, `cargo run --release -- demo`, names no binary: cargo runs
+/// it only when the workspace's default members have exactly one (it once had two, and
+/// the command failed at once on a fresh clone). Asked of `cargo metadata`, not assumed.
+#[test]
+fn the_readmes_first_command_has_one_binary_to_run() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let first = readme
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|block| block.lines().next())
+        .expect("a sh block in the README");
+    let command = first.split('#').next().unwrap_or_default().trim();
+    assert_eq!(
+        command, "cargo run --release -- demo",
+        "the README's first command"
+    );
+    let out = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(&root)
+        .output()
+        .expect("cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let defaults = metadata["workspace_default_members"]
+        .as_array()
+        .expect("default members");
+    let binaries: Vec<&str> = metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .filter(|package| defaults.contains(&package["id"]))
+        .flat_map(|package| package["targets"].as_array().into_iter().flatten())
+        .filter(|target| {
+            target["kind"]
+                .as_array()
+                .is_some_and(|k| k.contains(&"bin".into()))
+        })
+        .filter_map(|target| target["name"].as_str())
+        .collect();
+    assert_eq!(binaries, ["sandpy"], "what `cargo run` can choose from");
+}

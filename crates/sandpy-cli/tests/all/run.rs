@@ -1,6 +1,6 @@
 //! `sandpy run`: output, exit codes per status, JSON, inputs, errors a person can act on.
 
-use crate::{run, sandpy_with_stdin};
+use crate::{run, sandpy, sandpy_with_stdin};
 use serde_json::{json, Value};
 
 #[test]
@@ -774,4 +774,57 @@ fn a_killed_batch_worker_loses_no_line() {
         }
     }
     assert_eq!(lost, 1, "exactly the killed worker's line: {stdout}");
+}
+
+/// `sandpy ... | head`: whoever reads stdout is gone before the command writes. The command
+/// ends quietly (no panic, no backtrace, no `error:`), as other Unix tools do.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("scorer.py");
+    std::fs::write(&file, SCORER).expect("write");
+    let inputs = dir.path().join("inputs.jsonl");
+    let lines: Vec<String> = (0..400).map(|i| format!("[{i}, 1]")).collect();
+    std::fs::write(&inputs, lines.join("\n") + "\n").expect("write");
+    let many_lines = "for i in range(20000): print(i)\n[0] * 1000";
+    let commands: [&[&str]; 4] = [
+        &["run", "-c", many_lines],
+        &["run", "--json", "-c", many_lines],
+        &[
+            "call",
+            file.to_str().expect("path"),
+            "score",
+            "--args",
+            "[1, 1]",
+        ],
+        &[
+            "call",
+            file.to_str().expect("path"),
+            "score",
+            "--args-file",
+            inputs.to_str().expect("path"),
+        ],
+    ];
+    for args in commands {
+        let mut child = sandpy()
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("sandpy");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("panicked")
+                && !stderr.contains("Broken pipe")
+                && !stderr.contains("error:"),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            matches!(out.status.code(), Some(0 | 141)),
+            "{args:?}: ended by {:?}, {stderr}",
+            out.status
+        );
+    }
 }
