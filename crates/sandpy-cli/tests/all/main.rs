@@ -9,6 +9,8 @@ mod hostile_clients;
 mod live;
 mod load;
 mod native;
+/// Attacks on the native tier's channel, session bounds, devices and path.
+mod native_attacks;
 mod native_sessions;
 mod packages;
 mod run;

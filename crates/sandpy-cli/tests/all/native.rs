@@ -40,7 +40,7 @@ pub(super) fn native_venv() -> &'static PathBuf {
 
 /// A config file in `dir` for the native tier with the test venv and `extra` keys of
 /// the `sandpy` section.
-fn native_config(dir: &Path, preimport: &[&str], extra: Value) -> String {
+pub(super) fn native_config(dir: &Path, preimport: &[&str], extra: Value) -> String {
     let mut sandpy = json!({
         "tier": "native",
         "native": {"venv": native_venv(), "preimport": preimport},
@@ -54,7 +54,12 @@ fn native_config(dir: &Path, preimport: &[&str], extra: Value) -> String {
 }
 
 /// Run `code` in the native tier with `args` and `layers_off`: exit code and execution.
-fn native_run(config: &str, code: &str, args: &[&str], layers_off: &str) -> (i32, Value) {
+pub(super) fn native_run(
+    config: &str,
+    code: &str,
+    args: &[&str],
+    layers_off: &str,
+) -> (i32, Value) {
     let out = sandpy()
         .args(["run", "--json", "--config", config])
         .args(args)
@@ -92,7 +97,11 @@ def raw(number, *args):
 /// own root switched off the runs cannot read a Python installed under a private folder.
 const ATTACK_MODULES: &[&str] = &["ctypes", "errno", "json", "socket", "subprocess"];
 
-fn attacks(config: &str, body: &str, layers_off: &str) -> serde_json::Map<String, Value> {
+pub(super) fn attacks(
+    config: &str,
+    body: &str,
+    layers_off: &str,
+) -> serde_json::Map<String, Value> {
     let code = format!("{ATTEMPT}\n{body}\nfound");
     let (exit, execution) = native_run(config, &code, &[], layers_off);
     assert_eq!(exit, 0, "{execution}");

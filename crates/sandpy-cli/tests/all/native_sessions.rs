@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// A config file in `dir` for a server whose default tier is native (a request may name
 /// either), with saved sessions under `dir`.
-fn server_config(dir: &Path) -> String {
+pub(super) fn server_config(dir: &Path) -> String {
     let file = json!({"sandpy": {
         "tier": "native",
         "native": {"venv": native_venv(), "preimport": ["numpy"], "per_run": true},
@@ -20,7 +20,7 @@ fn server_config(dir: &Path) -> String {
 }
 
 /// Send `requests` to `sandpy serve --config config` over stdio: the answers, in order.
-fn serve(config: &str, requests: &Value) -> Vec<Value> {
+pub(super) fn serve(config: &str, requests: &Value) -> Vec<Value> {
     let target = [
         "stdio",
         env!("CARGO_BIN_EXE_sandpy"),
@@ -34,11 +34,11 @@ fn serve(config: &str, requests: &Value) -> Vec<Value> {
 }
 
 /// A `run_python` request.
-fn run(arguments: Value) -> Value {
+pub(super) fn run(arguments: Value) -> Value {
     json!({"method": "call_tool", "name": "run_python", "arguments": arguments})
 }
 
-fn result(answer: &Value) -> &Value {
+pub(super) fn result(answer: &Value) -> &Value {
     &answer["structuredContent"]
 }
 
