@@ -14,6 +14,7 @@ mod network;
 mod packages;
 mod process;
 mod programs;
+mod served;
 mod tools;
 
 use std::path::PathBuf;
@@ -59,11 +60,12 @@ pub struct Args {
 type Part = fn(&Bench) -> anyhow::Result<()>;
 
 /// The parts, in the order a full run measures them.
-const PARTS: [(&str, Part); 13] = [
+const PARTS: [(&str, Part); 14] = [
     ("hello", Bench::hello),
     ("files", Bench::files),
     ("stream", Bench::stream),
     ("session", Bench::session),
+    ("served", Bench::served),
     ("process", Bench::process),
     ("cpu", Bench::cpu),
     ("tools", Bench::tools),

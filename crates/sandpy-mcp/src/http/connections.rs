@@ -188,6 +188,12 @@ pub(crate) async fn serve(
             },
             _ = shutdown.cancelled() => break,
         };
+        // A response goes out in several writes (headers, the SSE events): with Nagle's
+        // algorithm each write after the first waits for the client's delayed ACK (40 ms on
+        // Linux) on every request of a kept-alive connection after the first few.
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::warn!("setting TCP_NODELAY on the connection from {peer} failed: {error}");
+        }
         let served = Arc::new(AtomicBool::new(false));
         let evict = CancellationToken::new();
         let id = {

@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 const CLIENTS: [&str; 8] = ["a", "b", "c", "d", "t", "other", "greedy", "third"];
 
 /// Serve on a free loopback port, with a tenant for each of [`CLIENTS`], within `limits`.
-async fn serve(limits: HttpLimits) -> SocketAddr {
+pub(crate) async fn serve(limits: HttpLimits) -> SocketAddr {
     let tenants: Vec<String> = CLIENTS
         .iter()
         .map(|name| format!(r#""{name}": {{"token": "{name}"}}"#))

@@ -7,6 +7,7 @@
 mod audit;
 mod hostile_upstream;
 mod http_limits;
+mod keep_alive;
 mod server;
 mod tenants;
 mod tls;
