@@ -8,10 +8,12 @@
 //! that embeds the configured Python (`python`). Per run the zygote clones a process
 //! straight into new namespaces (`child`), which builds the run's filesystem, confines
 //! itself (`confine`, `seccomp`) and runs the code, while the zygote supervises it (time
-//! limit, the host's hang-up; the files of a run it ends at its deadline: `left_output`).
-//! The run's only way out is its channel to the host (`protocol`, served by `host`). A
-//! session's run serves one cell after another (`session::NativeSession`); the zygote moves
-//! its deadline and CPU limit as each cell starts.
+//! limit, the host's hang-up). The run's only way out is its channel to the host
+//! (`protocol`, served by `serve`), and nothing it writes there is authority over what
+//! the host reports: once it answered (and at its deadline) the zygote stops it and reads
+//! its `/output` and peak size from the kernel (`left_output`). A session's run serves one
+//! cell after another (`session::NativeSession`), stopped between cells; the zygote moves
+//! its deadline and CPU limit and lets it go on as each cell starts.
 //!
 //! What it shares with the host is the kernel: see the security model in docs/guide/security.md.
 
@@ -66,7 +68,8 @@ pub fn main_if_requested() {}
 #[serde(rename_all = "snake_case")]
 pub enum Layer {
     /// The run's own root: only the Python installation, packages, guest code and four
-    /// devices, read-only (off: the host's root, with a private `/tmp`).
+    /// devices (`null`, `zero`, `random`, `urandom`), read-only (off: the host's root,
+    /// with a private `/tmp`).
     Root,
     /// Landlock: file access, TCP, signal and abstract-socket scoping.
     Landlock,
