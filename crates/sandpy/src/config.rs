@@ -126,9 +126,13 @@ impl Config {
         if let Some(dir) = std::env::var_os("SANDPY_CACHE_DIR") {
             return PathBuf::from(dir);
         }
-        dirs::cache_dir()
-            .unwrap_or_else(std::env::temp_dir)
-            .join("sandpy")
+        match dirs::cache_dir() {
+            Some(dir) => dir.join("sandpy"),
+            // No home: a folder of this user's own, never one that another user could
+            // have made first (it holds native code this process loads).
+            None => std::env::temp_dir()
+                .join(format!("sandpy-cache-{}", nix::unistd::geteuid().as_raw())),
+        }
     }
 
     /// The runtime component file in use, if not the built-in one.
@@ -145,7 +149,7 @@ impl Config {
         }
         match std::env::var_os("SANDPY_SCRATCH_DIR") {
             Some(dir) => PathBuf::from(dir),
-            None => std::env::temp_dir().join("sandpy"),
+            None => crate::private_folder::default_scratch_base(),
         }
     }
 

@@ -10,6 +10,15 @@
 use serde::{Deserialize, Serialize};
 use std::path::{Component, Path, PathBuf};
 
+pub use crate::private_folder::FolderError;
+
+/// Make `path` a folder of this user's alone (mode 0700), or refuse it if another user
+/// owns it, can write in it, or put a link in its place: for folders a front end keeps
+/// beside sandpy's own (saved sessions), which are reopened by path.
+pub fn private_folder(path: &Path) -> Result<(), FolderError> {
+    crate::private_folder::ensure(path, crate::private_folder::Use::Private)
+}
+
 /// Where the scratch folder appears in the guest (also the working directory).
 pub const SCRATCH_DIR: &str = "/tmp";
 /// Files the program writes under this folder are returned in [`crate::Execution::files`].

@@ -79,6 +79,7 @@ mod options;
 mod output;
 pub mod packages;
 mod policy;
+mod private_folder;
 mod run;
 mod sandbox;
 mod search;

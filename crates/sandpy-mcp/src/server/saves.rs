@@ -6,8 +6,9 @@
 //! folder must be a real folder; a save is written to a new file (`create_new`, which
 //! never follows a link) and renamed over the name (which replaces a link, not its
 //! target); a read opens the name only if it is not a link, and checks that the file it
-//! opened is the one it looked at (no swap in between). `save_dir` itself may be a link:
-//! the operator chose it.
+//! opened is the one it looked at (no swap in between). `save_dir` itself may be a link
+//! (the operator chose it); the folder it names must be this user's alone (mode 0700, made
+//! so if missing), so that no other user can plant anything in it in the first place.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -28,6 +29,9 @@ pub(crate) enum SaveError {
         #[source]
         source: std::io::Error,
     },
+    /// `save_dir` is not this user's alone (another user owns it or can write in it).
+    #[error(transparent)]
+    NotPrivate(sandpy::files::FolderError),
     /// A link (or something else than a file or folder) was found where a save goes.
     #[error("{} is a link or not a plain file or folder; saved sessions never follow links", .0.display())]
     Link(PathBuf),
@@ -73,10 +77,9 @@ impl SaveDir {
     /// The folder `root` (the config's `save_dir`), or its `tenant` subfolder; made if
     /// missing, refused if that subfolder is a link.
     pub(crate) fn open(root: &Path, tenant: Option<&str>) -> Result<SaveDir, SaveError> {
-        std::fs::create_dir_all(root).map_err(|source| SaveError::Folder {
-            path: root.into(),
-            source,
-        })?;
+        // The folder a link names is the one checked: the operator chose the link.
+        let resolved = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+        sandpy::files::private_folder(&resolved).map_err(SaveError::NotPrivate)?;
         let Some(tenant) = tenant else {
             return Ok(SaveDir { path: root.into() });
         };

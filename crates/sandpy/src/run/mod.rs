@@ -81,7 +81,17 @@ impl Admitted {
 impl Runner {
     /// Load the runtime and set up admission and run folders for `config`.
     pub(crate) fn new(config: Config) -> Result<Runner, Error> {
-        crate::wasm::sweep_stale(&config.resolved_scratch_dir());
+        let scratch = config.resolved_scratch_dir();
+        // Another user's folder (or a link) is refused here; one that cannot be made yet
+        // (a read-only file system) fails each run instead, as `internal_error`, so that a
+        // server still starts and says why in every answer.
+        match crate::private_folder::ensure(&scratch, crate::private_folder::Use::Private) {
+            Err(crate::private_folder::FolderError::Io { path, source }) => {
+                tracing::warn!("the scratch folder `{}`: {source}", path.display());
+            }
+            checked => checked?,
+        }
+        crate::wasm::sweep_stale(&scratch);
         let runtime_id = Runtime::id_of(&config)?;
         let runtime = OnceLock::new();
         let concurrency = config.concurrency();

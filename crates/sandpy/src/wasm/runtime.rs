@@ -245,6 +245,8 @@ fn load_component(
     source: Option<&Path>,
 ) -> Result<Component, Error> {
     let dir = path.parent().unwrap_or(Path::new("."));
+    // What is in the cache is loaded as native code: only from a folder no one else writes.
+    crate::private_folder::ensure(dir, crate::private_folder::Use::Trusted)?;
     if path.exists() {
         // SAFETY: the file was written by `precompile_component` of an engine whose
         // compatibility hash is in its name; wasmtime also checks its header and refuses

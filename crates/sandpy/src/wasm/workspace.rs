@@ -89,8 +89,9 @@ impl RunFolders {
     /// it if the process dies) and `kind`.
     fn new_folder(&self, kind: &str) -> Result<tempfile::TempDir, String> {
         let base = &self.base;
-        std::fs::create_dir_all(base)
-            .map_err(|e| format!("cannot create the scratch folder `{}`: {e}", base.display()))?;
+        // Checked at each new folder: made again if something removed it (a cleaner of /tmp).
+        crate::private_folder::ensure(base, crate::private_folder::Use::Private)
+            .map_err(|e| e.to_string())?;
         tempfile::Builder::new()
             .prefix(&format!("run-{}-{kind}", std::process::id()))
             .tempdir_in(base)

@@ -13,6 +13,7 @@ mod network;
 // The allowlist, secrets and the audit record attacked from outside (issue 40).
 mod network_attacks;
 mod policy;
+mod scratch_attacks;
 mod results;
 mod search;
 mod sessions;
