@@ -4,7 +4,7 @@
 //! The allowlist is applied here, on the host: the guest only ever sees and reaches the
 //! tools it allows, whatever its Python does.
 
-pub use crate::approval::{ApprovalFuture, ApprovalRequest, Approver, Decision};
+pub use crate::approval::{ApprovalFuture, ApprovalRequest, Approver, Decision, Unshowable};
 pub use crate::search::{search, ToolSummary};
 pub use crate::tool_access::RecordedCall;
 
@@ -58,7 +58,16 @@ impl From<&str> for ToolError {
 ///
 /// `call_tool` gets arguments that passed the allowlist and size limits; it returns the
 /// result as JSON, or the tool's own error message (raised in Python as `ToolError`).
-/// Calls of one batch run concurrently, so the future should not block a thread.
+///
+/// Time limits: the sandbox awaits each call's future under the call's `tool_timeout_ms`
+/// and the run's deadline, and drops it when either ends (a dropped future is the call
+/// cancelled: the run ends at its deadline naming the tools it was waiting for, and its
+/// run slot is free again). That only works while the future yields: calls of one batch
+/// run concurrently on the thread that drives the run, so neither `call_tool` nor its
+/// future may block a thread. Blocking work goes on a thread of its own (e.g.
+/// `tokio::task::spawn_blocking`, or a bounded pool, as the Python package runs its
+/// synchronous host tools), whose answer the future awaits: at the deadline the run
+/// ends, and the thread finishes on its own with nobody waiting for its answer.
 pub trait ToolHost: Send + Sync + 'static {
     /// Every tool this host offers (the allowlist filters it per run).
     fn list_tools(&self) -> Vec<ToolInfo>;

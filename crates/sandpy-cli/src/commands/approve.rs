@@ -41,11 +41,14 @@ fn ask(request: &ApprovalRequest) -> Decision {
             )),
         );
     }
-    let arguments = request.shown_arguments(SHOWN_ARGUMENTS);
+    let arguments = match request.shown_arguments(SHOWN_ARGUMENTS) {
+        Ok(arguments) => arguments,
+        Err(why) => return Decision::unshown(tool, &why),
+    };
     let mut stderr = std::io::stderr().lock();
     let _ = write!(
         stderr,
-        "sandpy: the program wants to call {tool} with {arguments}\nAllow? [y/N] "
+        "sandpy: the program wants to call {tool} with\n{arguments}Allow? [y/N] "
     );
     let _ = stderr.flush();
     let mut answer = String::new();

@@ -169,6 +169,49 @@ fn calls_needing_approval_are_refused_when_the_client_cannot_be_asked_or_never_a
     );
 }
 
+/// The approval prompt attacked by the code: an argument padded past the prompt's size
+/// that sorts first (the person once saw `[... 167 more bytes]` and approved an `a` they
+/// never saw), and more argument names than a prompt can show (refused, not asked).
+#[test]
+fn approval_prompt_shows_every_argument_and_refuses_what_it_cannot_show() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = approving_config(dir.path());
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        text.replace("mcp__everything__echo", "mcp__everything__get-sum"),
+    )
+    .expect("config");
+    let target = serve(&config);
+    let target: Vec<&str> = target.iter().map(String::as_str).collect();
+    let code = "out = [call_mcp_tool('mcp__everything__get-sum', {'_note': 'harmless ' + ' ' * 2100, 'a': 1000000, 'b': 2})]
+many = {f'k{i:04}': i for i in range(300)}
+many.update(a=1, b=2)
+try:
+    out.append(call_mcp_tool('mcp__everything__get-sum', many))
+except ToolError as e:
+    out.append(str(e))
+out";
+    let requests = json!([{"method": "call_tool", "name": "run_python",
+                           "arguments": {"code": code}}]);
+    let env = [("MCP_CLIENT_ELICIT", "accept,accept")];
+    let (out, status, stderr) = mcp_client_with(&target, &requests, &env);
+    assert_eq!(status, 0, "{out}\n{stderr}");
+    let asked = out[0]["_elicitations"].as_array().expect("elicitations");
+    assert_eq!(asked.len(), 1, "the second call is not asked about: {out}");
+    let prompt = asked[0].as_str().expect("text");
+    assert!(prompt.contains("\"a\": 1000000\n"), "{prompt}");
+    assert!(prompt.contains("\"b\": 2\n"), "{prompt}");
+    assert!(prompt.contains("\"_note\": \"harmless"), "{prompt}");
+    let value = &out[0]["structuredContent"]["return_value"];
+    assert!(value[0].to_string().contains("1000002"), "{out}");
+    let refusal = value[1].as_str().expect("a refusal");
+    assert!(
+        refusal.contains("its arguments cannot be shown to be approved"),
+        "{refusal}"
+    );
+}
+
 /// `sandpy run --approve` asks on the terminal; without one it refuses.
 #[test]
 fn run_asks_on_the_terminal_and_refuses_without_one() {

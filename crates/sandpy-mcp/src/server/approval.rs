@@ -6,7 +6,7 @@
 use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
 use rmcp::service::{ElicitationMode, Peer};
 use rmcp::RoleServer;
-use sandpy::tools::{ApprovalFuture, ApprovalRequest, Approver, Decision};
+use sandpy::tools::{ApprovalFuture, ApprovalRequest, Approver, Decision, Unshowable};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -35,9 +35,13 @@ async fn ask(peer: &Peer<RoleServer>, request: &ApprovalRequest) -> Decision {
             )),
         );
     }
+    let message = match message(request) {
+        Ok(message) => message,
+        Err(unshowable) => return Decision::unshown(tool, &unshowable),
+    };
     let params = ElicitRequestParams::FormElicitationParams {
         meta: None,
-        message: message(request),
+        message,
         requested_schema: ElicitationSchema::new(BTreeMap::new()),
     };
     match peer.create_elicitation(params).await {
@@ -59,13 +63,14 @@ async fn ask(peer: &Peer<RoleServer>, request: &ApprovalRequest) -> Decision {
     }
 }
 
-/// What the user reads: the tool and its arguments, cut to a readable size.
-fn message(request: &ApprovalRequest) -> String {
-    let arguments = request.shown_arguments(SHOWN_ARGUMENTS);
-    format!(
+/// What the user reads: the tool and every argument, each value cut to a readable size;
+/// arguments that cannot all be shown are not asked about.
+fn message(request: &ApprovalRequest) -> Result<String, Unshowable> {
+    let arguments = request.shown_arguments(SHOWN_ARGUMENTS)?;
+    Ok(format!(
         "The sandboxed program wants to call {}. Allow it?\nArguments:\n{arguments}",
         request.tool
-    )
+    ))
 }
 
 #[cfg(test)]
@@ -78,9 +83,9 @@ mod tests {
             tool: "mcp__fs__write_file".into(),
             arguments: serde_json::json!({"content": "é".repeat(3000)}),
         };
-        let text = message(&request);
+        let text = message(&request).expect("shown");
         assert!(text.contains("mcp__fs__write_file"));
         assert!(text.len() < SHOWN_ARGUMENTS + 200, "{}", text.len());
-        assert!(text.ends_with("more bytes]"));
+        assert!(text.ends_with("more bytes]\n"));
     }
 }
