@@ -353,3 +353,52 @@ pub(crate) fn task_line(
     bytes.push(b'\n');
     bytes
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{GuestMessage, GuestOutcome};
+
+    fn outcome(json: &str) -> Result<GuestOutcome, String> {
+        let message: GuestMessage = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        let GuestMessage::Outcome(outcome) = message else {
+            return Err("not an outcome".into());
+        };
+        outcome.check().map(|()| outcome)
+    }
+
+    #[test]
+    fn an_outcome_is_only_the_codes_value_error_and_violations() {
+        let plain = r#"{"outcome": {"value": {"Json": "1"}, "error": null, "violations": []}}"#;
+        assert!(outcome(plain).is_ok());
+        let error = r#"{"outcome": {"value": null, "violations": [],
+            "error": {"type_name": "numpy.linalg.LinAlgError", "message": "m", "traceback": ""}}}"#;
+        assert!(outcome(error).is_ok());
+        for (json, refusal) in [
+            (
+                r#"{"outcome": {"value": null, "error": null, "violations": [], "files": []}}"#,
+                "unknown field `files`",
+            ),
+            (
+                r#"{"outcome": {"value": null, "error": null, "violations": [], "max_rss_bytes": 1}}"#,
+                "unknown field `max_rss_bytes`",
+            ),
+            (
+                r#"{"outcome": {"value": {"Pickle": "x"}, "error": null, "violations": []}}"#,
+                "unknown variant `Pickle`",
+            ),
+            (
+                r#"{"outcome": {"value": null, "violations": [],
+                    "error": {"type_name": "a..b", "message": "", "traceback": ""}}}"#,
+                "an error type must be a dotted name",
+            ),
+            (
+                r#"{"outcome": {"value": null, "error": null, "violations":
+                    [{"line": 1, "column": 0, "rule": "no rule", "message": ""}]}}"#,
+                "a violation's rule must be a name",
+            ),
+        ] {
+            let refused = outcome(json).err().unwrap_or_default();
+            assert!(refused.contains(refusal), "{json}: {refused}");
+        }
+    }
+}

@@ -542,3 +542,27 @@ async fn cancelled(cancel: Option<&tokio_util::sync::CancellationToken>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::output_name_ok;
+
+    #[test]
+    fn output_names_stay_inside_output() {
+        for name in ["a.txt", "charts/a.csv", "x..y", ".hidden"] {
+            assert!(output_name_ok(name), "{name}");
+        }
+        for name in [
+            "",
+            "/etc/abs.txt",
+            "../../etc/cron.d/x",
+            "a/../../b",
+            "a//b",
+            "./a",
+            "a/",
+            "a\0b",
+        ] {
+            assert!(!output_name_ok(name), "{name:?}");
+        }
+    }
+}
