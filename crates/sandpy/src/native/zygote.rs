@@ -536,6 +536,8 @@ fn stop(pid: i32) -> bool {
         return false;
     }
     let until = Instant::now() + STOP_WAIT;
+    // Usually a few microseconds: looked at again soon at first, then less often.
+    let mut pause = Duration::from_micros(20);
     loop {
         // SAFETY: an all-zero siginfo is valid.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
@@ -559,7 +561,8 @@ fn stop(pid: i32) -> bool {
         if Instant::now() >= until {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(2));
     }
 }
 
