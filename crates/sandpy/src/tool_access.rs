@@ -140,8 +140,10 @@ impl ToolAccess {
             .collect()
     }
 
-    /// Check one call before it leaves the sandbox.
-    fn admit(&self, call: &ToolCall) -> Result<serde_json::Value, String> {
+    /// Check one call before it leaves the sandbox. `budget` is what the batch's
+    /// arguments may still take on the host once parsed; the call's share is taken from
+    /// it before its arguments are parsed.
+    fn admit(&self, call: &ToolCall, budget: &mut usize) -> Result<serde_json::Value, String> {
         let Some(host) = &self.host else {
             return Err("no tools are configured for this sandbox".into());
         };
@@ -159,6 +161,15 @@ impl ToolAccess {
                 self.max_bytes
             ));
         }
+        let held = held_bytes(&call.arguments);
+        if held > *budget {
+            let limit = batch_budget(self.max_bytes);
+            return Err(format!(
+                "arguments of {} would take about {held} bytes on the host once parsed, more than the {} bytes left of the batch's limit of {limit} bytes ({BATCH_BUDGET_FACTOR} times tool_result_bytes)",
+                call.name, *budget
+            ));
+        }
+        *budget -= held;
         match serde_json::from_str(&call.arguments) {
             Ok(value @ serde_json::Value::Object(_)) => Ok(value),
             Ok(_) => Err(format!("arguments of {} must be a JSON object", call.name)),
@@ -222,8 +233,9 @@ impl ToolAccess {
         }
         let mut results: Vec<Option<Result<serde_json::Value, String>>> = vec![None; calls.len()];
         let mut pending = FuturesUnordered::new();
+        let mut budget = batch_budget(access.max_bytes);
         for (i, call) in calls.iter().enumerate() {
-            let (arguments, host) = match (access.admit(call), &access.host) {
+            let (arguments, host) = match (access.admit(call, &mut budget), &access.host) {
                 (Ok(arguments), Some(host)) => (arguments, host.clone()),
                 (Err(reason), host) => {
                     if let Some(host) = host {
@@ -383,6 +395,58 @@ impl ToolAccess {
     }
 }
 
+/// How many times the per-argument size cap (`tool_result_bytes`) the arguments of one
+/// batch may take on the host once parsed, all calls together.
+const BATCH_BUDGET_FACTOR: usize = 16;
+
+/// What one JSON value is taken to hold on the host once parsed, besides its text: a
+/// `serde_json::Value` is 32 bytes, a Python object for it (a host tool's argument) more.
+const VALUE_BYTES: usize = 32;
+
+/// What the arguments of one batch may take on the host once parsed.
+fn batch_budget(max_bytes: usize) -> usize {
+    max_bytes.saturating_mul(BATCH_BUDGET_FACTOR)
+}
+
+/// What `json` takes on the host once parsed, about: its text and [`VALUE_BYTES`] per
+/// value. Counted on the text, before anything is parsed: `[[],[],...]` is 2 bytes of
+/// text per value but a list object per value on the host, so the text's size alone
+/// does not bound it.
+fn held_bytes(json: &str) -> usize {
+    let (mut values, mut in_string, mut escaped, mut in_scalar) = (0usize, false, false, false);
+    for byte in json.bytes() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => {
+                in_string = true;
+                in_scalar = false;
+                values += 1;
+            }
+            b'[' | b'{' => {
+                in_scalar = false;
+                values += 1;
+            }
+            b',' | b':' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r' => in_scalar = false,
+            _ if in_scalar => {}
+            _ => {
+                in_scalar = true;
+                values += 1;
+            }
+        }
+    }
+    values
+        .saturating_mul(VALUE_BYTES)
+        .saturating_add(json.len())
+}
+
 /// A tool's error message as the guest gets it: one over `max_bytes` is replaced by a
 /// message naming the tool, the size and the limit, and its start.
 fn bound_error(tool: &str, message: String, max_bytes: usize) -> String {
@@ -399,4 +463,21 @@ fn bound_error(tool: &str, message: String, max_bytes: usize) -> String {
         &message[..end],
         message.len() - end
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_bytes_counts_values_outside_strings() {
+        assert_eq!(held_bytes("{}"), VALUE_BYTES + 2);
+        assert_eq!(held_bytes(r#"{"a": [1, 22, true]}"#), 6 * VALUE_BYTES + 20);
+        // Brackets, commas and escaped quotes inside a string are its text, not values.
+        let text = r#"{"k": "[[],[],\"{,}\"]"}"#;
+        assert_eq!(held_bytes(text), 3 * VALUE_BYTES + text.len());
+        // Two bytes of text per value: sixteen times that on the host.
+        let nested = format!("{{\"a\": [{}[]]}}", "[],".repeat(1000));
+        assert_eq!(held_bytes(&nested), 1004 * VALUE_BYTES + nested.len());
+    }
 }

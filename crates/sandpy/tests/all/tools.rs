@@ -303,3 +303,120 @@ fn tool_results_and_arguments_have_a_size_cap() {
     );
     assert_eq!(v[2], json!({"a": "ok"}));
 }
+
+#[test]
+fn a_batch_whose_arguments_expand_on_the_host_is_refused_before_it_is_parsed() {
+    // Each argument is under the 1000-byte cap, but `[[],[],...]` is 2 bytes of text per
+    // list on the host: the batch's budget (16 times the cap) refuses the calls that
+    // would pass it, before their arguments are parsed; the first ones still go.
+    let options = RunOptions {
+        limits: Limits {
+            tool_result_bytes: 1000,
+            ..Limits::default()
+        },
+        ..options()
+    };
+    let code = "import asyncio\nargs = {'a': [[] for _ in range(200)]}\n\
+                async def one():\n    try:\n        return len((await call_mcp_tool('mcp__local__echo', args))['a'])\n\
+                \x20   except ToolError as e:\n        return str(e)\n\
+                await asyncio.gather(*(one() for _ in range(14)))";
+    let e = run_with(code, &options);
+    let v = e.return_value.expect("value");
+    let answers = v.as_array().expect("a list");
+    let passed = answers.iter().filter(|a| **a == json!(200)).count();
+    // 200 lists, the outer list, the object and its key: 203 values of 32 bytes and
+    // 600-800 bytes of text, so two calls fit in 16000 bytes and three do not.
+    assert_eq!(passed, 2, "{v}");
+    assert!(
+        answers[2..].iter().all(|a| a
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("arguments of mcp__local__echo would take about ")),
+        "{v}"
+    );
+    assert!(answers[passed]
+        .as_str()
+        .unwrap_or_default()
+        .ends_with("of the batch's limit of 16000 bytes (16 times tool_result_bytes)"));
+}
+
+/// A host whose `wait` call does blocking work, moved off the run's thread as
+/// [`ToolHost::call_tool`] asks: on a thread of its own, which waits until released (or
+/// 20 s) and then counts itself finished.
+struct BlockingTools {
+    release: std::sync::Mutex<Vec<std::sync::mpsc::Sender<()>>>,
+    finished: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ToolHost for BlockingTools {
+    fn list_tools(&self) -> Vec<ToolInfo> {
+        vec![ToolInfo {
+            name: "mcp__blocking__wait".into(),
+            description: "blocks a thread".into(),
+            input_schema: json!({"type": "object"}),
+        }]
+    }
+
+    fn call_tool(&self, _name: &str, _arguments: Value) -> ToolFuture {
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        if let Ok(mut senders) = self.release.lock() {
+            senders.push(release);
+        }
+        let finished = self.finished.clone();
+        std::thread::spawn(move || {
+            let _ = released.recv_timeout(Duration::from_secs(20));
+            finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = answer.send(json!("finished"));
+        });
+        Box::pin(async move { answered.await.map_err(|_| "no answer".into()) })
+    }
+}
+
+#[test]
+fn a_host_call_that_blocks_a_thread_ends_at_the_run_deadline_and_frees_the_slot() {
+    let host = Arc::new(BlockingTools {
+        release: std::sync::Mutex::new(Vec::new()),
+        finished: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+    });
+    let options = RunOptions {
+        limits: Limits {
+            timeout: Duration::from_millis(1500),
+            tool_timeout: Duration::from_secs(60),
+            ..Limits::default()
+        },
+        tools: Some(host.clone()),
+        ..RunOptions::default()
+    };
+    // Two run slots, three runs: two wait on the tool until their deadline, the third gets
+    // a slot when they end, not when the tool's threads do.
+    let sandbox = crate::sandbox_with_two_run_slots();
+    let waits =
+        "try:\n    call_mcp_tool('mcp__blocking__wait')\nexcept ToolError:\n    pass\n'swallowed'";
+    let started = std::time::Instant::now();
+    let (first, second, third) = crate::block_on(async {
+        let third = async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            sandbox.run_with("'third'", &RunOptions::default()).await
+        };
+        futures::join!(
+            sandbox.run_with(waits, &options),
+            sandbox.run_with(waits, &options),
+            third
+        )
+    });
+    let elapsed = started.elapsed();
+    for e in [&first, &second] {
+        assert_eq!(e.status, Status::Timeout, "{e:?}");
+        assert_eq!(
+            e.error.as_ref().map(|error| error.message.as_str()),
+            Some("the run exceeded its wall-clock limit of 1500 ms while waiting for mcp__blocking__wait")
+        );
+    }
+    assert_eq!(third.return_value, Some(json!("third")), "{third:?}");
+    assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+    // The tool's threads were still blocked when the runs ended; released, they finish and
+    // their answers go nowhere.
+    assert_eq!(host.finished.load(std::sync::atomic::Ordering::SeqCst), 0);
+    host.release.lock().map(|mut s| s.clear()).ok();
+}
