@@ -45,6 +45,13 @@ pyo3::create_exception!(
     "A session could not be saved, restored or forked (e.g. its journal passed its cap, or a replayed run ended differently)."
 );
 
+pyo3::create_exception!(
+    sandpy,
+    ToolError,
+    PyException,
+    "Raised by a host tool to fail with a message the sandboxed code may read: its text becomes the guest's `ToolError`. Any other exception passes only its type and the tool's name (unless the Sandbox was made with `tool_error_messages=True`)."
+);
+
 /// A `SandboxError` with `message`.
 pub(crate) fn sandbox_error(message: String) -> PyErr {
     SandboxError::new_err(message)
@@ -116,6 +123,67 @@ where
 {
     let rt = runtime()?;
     without_gil(py, move || rt.block_on(future))
+}
+
+/// A run's `future` to its end on sandpy's runtime, with the GIL released (see
+/// [`without_gil`]), checking for signals every 50 ms: a Ctrl-C (or any signal handler
+/// that raises) cancels the run through `stop`, waits for it to end (a session's run
+/// then poisons it, as a timeout does) and raises. A `KeyboardInterrupt` or `SystemExit`
+/// a host tool raised is raised here too.
+pub(crate) fn wait_run<F>(py: Python<'_>, future: F, stop: &tools::RunStop) -> PyResult<F::Output>
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
+    let rt = runtime()?;
+    let token = stop.token.clone();
+    let waited = without_gil(py, move || {
+        rt.block_on(async move {
+            tokio::pin!(future);
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
+            loop {
+                tokio::select! {
+                    out = &mut future => return Ok(out),
+                    _ = tick.tick() => {
+                        if let Err(signal) = Python::attach(|py| py.check_signals()) {
+                            token.cancel();
+                            let _ = (&mut future).await;
+                            return Err(signal);
+                        }
+                    }
+                }
+            }
+        })
+    })?;
+    stop.outcome(waited?)
+}
+
+/// A run's `future` as a coroutine on the running asyncio loop (a coroutine, so that
+/// `asyncio.create_task` takes it): the run is a task on sandpy's runtime; cancelling the
+/// awaiting task cancels the run through `stop` (it ends `cancelled`, a session's run
+/// poisoning it as a timeout does, its host calls cancelled). A `KeyboardInterrupt` or
+/// `SystemExit` a host tool raised is raised by the await.
+pub(crate) fn run_coroutine<'py, F, T>(
+    py: Python<'py>,
+    future: F,
+    stop: std::sync::Arc<tools::RunStop>,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    let rt = runtime()?;
+    let cancel = stop.token.clone().drop_guard();
+    let task = rt.spawn(future);
+    let awaitable = pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        let out = task.await;
+        let _ = cancel.disarm();
+        let out = out.map_err(|e| sandbox_error(format!("the run's task failed: {e}")))?;
+        stop.outcome(out)
+    })?;
+    py.import("sandpy._host")?
+        .getattr("awaited")?
+        .call1((awaitable,))
 }
 
 /// The library's settings for this process: progress messages on Python's stderr.
@@ -213,6 +281,7 @@ fn _sandpy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SandboxError", py.get_type::<SandboxError>())?;
     m.add("ConfigError", py.get_type::<ConfigError>())?;
     m.add("SessionError", py.get_type::<SessionError>())?;
+    m.add("ToolError", py.get_type::<ToolError>())?;
     m.add_class::<shared::PySandbox>()?;
     m.add_class::<session::PySession>()?;
     m.add_class::<execution::PyExecution>()?;

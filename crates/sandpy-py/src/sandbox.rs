@@ -6,7 +6,7 @@ use crate::convert::{parse_policy, py_to_json, type_name, RunArgs};
 use crate::execution::{PyExecution, PyViolation};
 use crate::session::PySession;
 use crate::shared::{PySandbox, Shared};
-use crate::{block_on, config_error, runtime, sandbox_error, without_gil};
+use crate::{block_on, config_error, run_coroutine, runtime, sandbox_error, wait_run, without_gil};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
@@ -39,7 +39,8 @@ fn native_launcher(py: Python<'_>, python: &std::path::Path) -> PyResult<Vec<std
 #[pymethods]
 impl PySandbox {
     #[new]
-    #[pyo3(signature = (config=None, policy=None, mounts=None, tier=None, allow_hosts=None))]
+    #[pyo3(signature = (config=None, policy=None, mounts=None, tier=None, allow_hosts=None, *, tool_threads=16, tool_error_messages=false))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         config: Option<PathBuf>,
@@ -47,7 +48,13 @@ impl PySandbox {
         mounts: Option<&Bound<'_, PyDict>>,
         tier: Option<&str>,
         allow_hosts: Option<Vec<String>>,
+        tool_threads: usize,
+        tool_error_messages: bool,
     ) -> PyResult<PySandbox> {
+        if tool_threads == 0 {
+            return Err(PyValueError::new_err("tool_threads must be at least 1"));
+        }
+        let host = crate::tools::HostSettings::new(py, tool_threads, tool_error_messages)?;
         let file = match &config {
             Some(path) => sandpy_mcp::ConfigFile::load(path).map_err(config_error)?,
             None => sandpy_mcp::ConfigFile::default(),
@@ -129,7 +136,7 @@ impl PySandbox {
         })?
         .map_err(crate::library_error)?;
         Ok(PySandbox {
-            shared: Arc::new(Shared::new(sandbox, resolved, hub, audit)),
+            shared: Arc::new(Shared::new(sandbox, resolved, hub, audit, host)),
         })
     }
 
@@ -163,16 +170,13 @@ impl PySandbox {
             allowed_tools,
             policy,
         )?;
-        let mut options = self.shared.options(args, tools, None)?;
+        let (mut options, stop) = self.shared.options(py, args, tools, None)?;
         options.on_output = crate::convert::output_sink(on_output)?;
         crate::approve::apply(&mut options, approve, require_approval, None)?;
         crate::convert::allow_hosts(&mut options, allow_hosts)?;
         let shared = self.shared.clone();
-        let execution = block_on(
-            py,
-            async move { shared.sandbox.run_with(&code, &options).await },
-        )?;
-        Ok(execution.into())
+        let run = async move { shared.sandbox.run_with(&code, &options).await };
+        Ok(wait_run(py, run, &stop)?.into())
     }
 
     /// `run` as a coroutine on the running asyncio loop: the run executes on sandpy's own
@@ -204,15 +208,13 @@ impl PySandbox {
             allowed_tools,
             policy,
         )?;
-        let mut options = self.shared.coroutine_options(py, args, tools)?;
+        let (mut options, stop) = self.shared.coroutine_options(py, args, tools)?;
         options.on_output = crate::convert::output_sink(on_output)?;
         crate::approve::apply(&mut options, approve, require_approval, Some(py))?;
         crate::convert::allow_hosts(&mut options, allow_hosts)?;
         let shared = self.shared.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            let execution = shared.sandbox.run_with(&code, &options).await;
-            Ok(PyExecution::from(execution))
-        })
+        let run = async move { PyExecution::from(shared.sandbox.run_with(&code, &options).await) };
+        run_coroutine(py, run, stop)
     }
 
     /// Load `source` as a module, call its function `name` with `args` (positional) or
@@ -245,15 +247,15 @@ impl PySandbox {
             allowed_tools,
             policy,
         )?;
-        let options = self.shared.options(run_args, tools, None)?;
+        let (options, stop) = self.shared.options(py, run_args, tools, None)?;
         let shared = self.shared.clone();
-        let execution = block_on(py, async move {
+        let run = async move {
             shared
                 .sandbox
                 .call_function(&source, &name, &arguments, &options)
                 .await
-        })?;
-        Ok(execution.into())
+        };
+        Ok(wait_run(py, run, &stop)?.into())
     }
 
     /// `call_function` once per item of `arguments` (each a list: positional, or a dict:
@@ -288,7 +290,8 @@ impl PySandbox {
             allowed_tools,
             policy,
         )?;
-        let options = Arc::new(self.shared.options(run_args, tools, None)?);
+        let (options, stop) = self.shared.options(py, run_args, tools, None)?;
+        let options = Arc::new(options);
         let batch = run_batch(
             self.shared.sandbox.clone(),
             source,
@@ -297,7 +300,7 @@ impl PySandbox {
             options,
             jobs,
         );
-        let executions = block_on(py, batch)?;
+        let executions = wait_run(py, batch, &stop)?;
         Ok(executions.into_iter().map(PyExecution::from).collect())
     }
 
@@ -329,15 +332,16 @@ impl PySandbox {
             allowed_tools,
             policy,
         )?;
-        let options = self.shared.coroutine_options(py, run_args, tools)?;
+        let (options, stop) = self.shared.coroutine_options(py, run_args, tools)?;
         let shared = self.shared.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        let run = async move {
             let execution = shared
                 .sandbox
                 .call_function(&source, &name, &arguments, &options)
                 .await;
-            Ok(PyExecution::from(execution))
-        })
+            PyExecution::from(execution)
+        };
+        run_coroutine(py, run, stop)
     }
 
     /// `call_batch` as a coroutine on the running asyncio loop (see `run_async`):
@@ -369,7 +373,8 @@ impl PySandbox {
             allowed_tools,
             policy,
         )?;
-        let options = Arc::new(self.shared.coroutine_options(py, run_args, tools)?);
+        let (options, stop) = self.shared.coroutine_options(py, run_args, tools)?;
+        let options = Arc::new(options);
         let batch = run_batch(
             self.shared.sandbox.clone(),
             source,
@@ -378,13 +383,14 @@ impl PySandbox {
             options,
             jobs,
         );
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        let run = async move {
             let executions = batch.await;
-            Ok(executions
+            executions
                 .into_iter()
                 .map(PyExecution::from)
-                .collect::<Vec<_>>())
-        })
+                .collect::<Vec<_>>()
+        };
+        run_coroutine(py, run, stop)
     }
 
     /// Check `code` against a policy without running it: every violation with its line

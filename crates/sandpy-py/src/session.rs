@@ -4,7 +4,7 @@
 use crate::convert::RunArgs;
 use crate::execution::PyExecution;
 use crate::shared::{PySandbox, Shared};
-use crate::{block_on, SessionError};
+use crate::{block_on, run_coroutine, wait_run, SessionError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -70,11 +70,11 @@ impl PySession {
             allowed_tools,
             policy,
         )?;
-        let mut options = self.shared.options(args, tools, None)?;
+        let (mut options, stop) = self.shared.options(py, args, tools, None)?;
         options.on_output = crate::convert::output_sink(on_output)?;
         crate::approve::apply(&mut options, approve, require_approval, None)?;
-        let execution = block_on(py, async move { session.run(&code, &options).await })?;
-        Ok(execution.into())
+        let run = async move { session.run(&code, &options).await };
+        Ok(wait_run(py, run, &stop)?.into())
     }
 
     /// `run` as a coroutine on the running asyncio loop (runs of one session still go one
@@ -104,12 +104,11 @@ impl PySession {
             allowed_tools,
             policy,
         )?;
-        let mut options = self.shared.coroutine_options(py, args, tools)?;
+        let (mut options, stop) = self.shared.coroutine_options(py, args, tools)?;
         options.on_output = crate::convert::output_sink(on_output)?;
         crate::approve::apply(&mut options, approve, require_approval, Some(py))?;
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            Ok(PyExecution::from(session.run(&code, &options).await))
-        })
+        let run = async move { PyExecution::from(session.run(&code, &options).await) };
+        run_coroutine(py, run, stop)
     }
 
     /// The session's journal as bytes (JSON), for `Session.restore`. Raises
@@ -140,7 +139,7 @@ impl PySession {
         let snapshot: sandpy::sessions::SessionSnapshot = serde_json::from_slice(data)
             .map_err(|e| PyValueError::new_err(format!("not a saved sandpy session: {e}")))?;
         let shared = sandbox.shared.clone();
-        let options = shared.options(RunArgs::default(), tools, None)?;
+        let (options, _) = shared.options(py, RunArgs::default(), tools, None)?;
         let limits = shared.resolved.settings.sessions.clone();
         let sandbox = shared.sandbox.clone();
         let session = block_on(py, async move {
@@ -155,7 +154,7 @@ impl PySession {
     #[pyo3(signature = (*, tools=None))]
     fn fork(&self, py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<PySession> {
         let session = self.open()?;
-        let options = self.shared.options(RunArgs::default(), tools, None)?;
+        let (options, _) = self.shared.options(py, RunArgs::default(), tools, None)?;
         let forked = block_on(py, async move { session.fork(&options).await })?
             .map_err(|e| SessionError::new_err(e.to_string()))?;
         Ok(PySession::new(self.shared.clone(), forked))

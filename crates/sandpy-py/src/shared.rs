@@ -4,7 +4,7 @@
 
 use crate::convert::RunArgs;
 use crate::runtime;
-use crate::tools::HostTools;
+use crate::tools::{HostSettings, HostTools, RunStop};
 use pyo3::prelude::*;
 use sandpy::RunOptions;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +28,8 @@ pub(crate) struct Shared {
     pub resolved: sandpy::settings::Resolved,
     hub: Option<sandpy_mcp::Hub>,
     audit: Option<sandpy_mcp::AuditLog>,
+    /// Where host tools run, and what their failures tell the guest.
+    host: HostSettings,
     runs: AtomicU64,
 }
 
@@ -38,12 +40,14 @@ impl Shared {
         resolved: sandpy::settings::Resolved,
         hub: Option<sandpy_mcp::Hub>,
         audit: Option<sandpy_mcp::AuditLog>,
+        host: HostSettings,
     ) -> Shared {
         Shared {
             sandbox,
             resolved,
             hub,
             audit,
+            host,
             runs: AtomicU64::new(0),
         }
     }
@@ -55,24 +59,31 @@ impl Shared {
         py: Python<'_>,
         args: RunArgs,
         tools: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<RunOptions> {
+    ) -> PyResult<(RunOptions, Arc<RunStop>)> {
         runtime()?;
-        let locals = match tools {
-            Some(_) => pyo3_async_runtimes::tokio::get_current_locals(py).ok(),
+        let caller_loop = match tools {
+            Some(_) => Some(
+                py.import("asyncio")?
+                    .call_method0("get_running_loop")?
+                    .unbind(),
+            ),
             None => None,
         };
-        self.options(args, tools, locals)
+        self.options(py, args, tools, caller_loop)
     }
 
-    /// The options of one run: the config's, then `args` over them. The tools are the
-    /// host functions in `tools` (if any) and the config's upstream servers; `locals` is
-    /// the caller's event loop (`run_async`), for coroutine host functions.
+    /// The options of one run: the config's, then `args` over them, and how the host
+    /// program stops the run (its cancellation, given as `RunOptions::cancel`). The tools
+    /// are the host functions in `tools` (if any) and the config's upstream servers;
+    /// `caller_loop` is the caller's event loop (`run_async`), for coroutine host
+    /// functions. Warns when the run's policy hides every host function.
     pub(crate) fn options(
         &self,
+        py: Python<'_>,
         args: RunArgs,
         tools: Option<&Bound<'_, PyAny>>,
-        locals: Option<pyo3_async_runtimes::TaskLocals>,
-    ) -> PyResult<RunOptions> {
+        caller_loop: Option<Py<PyAny>>,
+    ) -> PyResult<(RunOptions, Arc<RunStop>)> {
         let mut options = self.resolved.run_options();
         options.limit_overrides = args.overrides;
         options.stdin = args.stdin;
@@ -81,16 +92,54 @@ impl Shared {
         if args.policy.is_some() {
             options.policy = args.policy;
         }
+        let stop = Arc::new(RunStop::default());
+        options.cancel = Some(stop.token.clone());
         let upstream = self.hub.as_ref().map(|hub| {
             let n = self.runs.fetch_add(1, Ordering::Relaxed);
             hub.for_execution(format!("python-{n}"), self.audit.clone())
         });
-        options.tools = match HostTools::parse(tools, upstream.clone(), locals)? {
+        let host = HostTools::parse(
+            tools,
+            upstream.clone(),
+            &self.host,
+            caller_loop,
+            stop.clone(),
+        )?;
+        if let Some(host) = &host {
+            warn_if_hidden(py, host, &options)?;
+        }
+        options.tools = match host {
             Some(host) => Some(Arc::new(host) as Arc<dyn sandpy::tools::ToolHost>),
             None => upstream,
         };
-        Ok(options)
+        Ok((options, stop))
     }
+}
+
+/// A `UserWarning` when the run's policy allows none of the host functions given: the
+/// code cannot call them (a `strict` policy allows no tools), and the host program
+/// should know rather than wonder why its tools are never called.
+fn warn_if_hidden(py: Python<'_>, host: &HostTools, options: &RunOptions) -> PyResult<()> {
+    let Some(policy) = &options.policy else {
+        return Ok(());
+    };
+    let Some(patterns) = policy.allowed_tools.as_deref() else {
+        return Ok(());
+    };
+    let Ok(allowlist) = sandpy::tools::Allowlist::new(Some(patterns)) else {
+        return Ok(()); // the run refuses the pattern itself, naming it
+    };
+    if host.host_names().any(|name| allowlist.allows(name)) {
+        return Ok(());
+    }
+    let message = format!(
+        "the policy {:?} allows none of the host tools given (its allowed_tools: {patterns:?}): the code cannot call them",
+        policy.name
+    );
+    let message = std::ffi::CString::new(message)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+    let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
+    PyErr::warn(py, category.as_any(), &message, 1)
 }
 
 impl Drop for Shared {

@@ -2,25 +2,34 @@
 //! `host` (`tools.host.<name>(...)`, `call_mcp_tool("mcp__host__<name>", {...})`).
 //!
 //! Arguments and results cross as JSON (the arguments object becomes keyword arguments,
-//! checked first against the function's JSON schema when it is given as `(fn, schema)`);
-//! an exception in the function reaches the guest as `ToolError` with its type and
-//! message. A sync function runs on the thread that drives the run, with the GIL (no
-//! hand-off to another thread: that took two cross-thread wake-ups, most of a round trip),
-//! so the sync calls of one guest batch run one after another; a coroutine function runs
-//! on the caller's event loop for `run_async`, and on its own `asyncio.run` on a blocking
-//! thread for a synchronous run, so the calls of one batch (`asyncio.gather` in the guest)
-//! run concurrently.
+//! checked first against the function's JSON schema when it is given as `(fn, schema)`).
+//!
+//! Where they run (`sandpy/_host.py`): never on the thread that drives the run, so that
+//! the run's deadline, `tool_timeout_ms` and cancellation hold whatever a tool does. A
+//! sync function runs on the Sandbox's bounded pool of threads (`tool_threads`), so the
+//! sync calls of one guest batch run concurrently up to that bound; a coroutine function
+//! runs on the caller's event loop for `run_async`, else on the Sandbox's own loop (one
+//! thread). Each call is a `concurrent.futures.Future` the run awaits ([`Pending`]); when
+//! the run ends without its answer (deadline, cancel), the future is cancelled: a call
+//! still queued never starts, a coroutine gets `CancelledError`, a sync function already
+//! running finishes on its thread and its answer is dropped.
+//!
+//! What the guest learns of a failure ([`raised`]): a `sandpy.ToolError`'s message; of any
+//! other exception only its type and the tool's name, unless the Sandbox passes messages
+//! (`tool_error_messages=True`). A `KeyboardInterrupt` or `SystemExit` is the host
+//! program's, not the guest's: it stops the run ([`RunStop`]) and is raised by the call
+//! that ran it.
 
 use crate::convert::{json_to_py, py_to_json, type_name};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
-use pyo3_async_runtimes::TaskLocals;
 use sandpy::tools::{ToolError, ToolFuture, ToolHost, ToolInfo};
+use sandpy::CancellationToken;
 use sandpy_mcp::ArgumentSchema;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Host tools are the server `host`: `mcp__host__<name>`.
 const PREFIX: &str = "mcp__host__";
@@ -35,22 +44,84 @@ struct HostTool {
     schema: Option<ArgumentSchema>,
 }
 
+/// What every run of one Sandbox's host tools shares: where they run (a
+/// `sandpy._host.HostCalls`: the thread pool and the event loop) and what failures tell
+/// the guest.
+pub(crate) struct HostSettings {
+    calls: Arc<Py<PyAny>>,
+    /// Pass any exception's message to the guest, not only a `sandpy.ToolError`'s.
+    pub error_messages: bool,
+}
+
+impl HostSettings {
+    /// `threads` threads at most for sync host tools (made as calls need them).
+    pub(crate) fn new(py: Python<'_>, threads: usize, error_messages: bool) -> PyResult<Self> {
+        let calls = py
+            .import("sandpy._host")?
+            .getattr("HostCalls")?
+            .call1((threads,))?;
+        Ok(HostSettings {
+            calls: Arc::new(calls.unbind()),
+            error_messages,
+        })
+    }
+}
+
+/// How the host program stops one run: its cancellation (given to the library as
+/// `RunOptions::cancel`) and the `KeyboardInterrupt` or `SystemExit` a host tool raised,
+/// which the call that started the run raises instead of returning.
+#[derive(Default)]
+pub(crate) struct RunStop {
+    pub token: CancellationToken,
+    raised: Mutex<Option<PyErr>>,
+}
+
+impl RunStop {
+    /// Stop the run for `error` (the first one is kept).
+    fn interrupt(&self, error: PyErr) {
+        self.raised
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get_or_insert(error);
+        self.token.cancel();
+    }
+
+    /// `value`, or the interrupt a host tool raised during the run.
+    pub(crate) fn outcome<T>(&self, value: T) -> PyResult<T> {
+        let raised = self
+            .raised
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        match raised {
+            Some(error) => Err(error),
+            None => Ok(value),
+        }
+    }
+}
+
 /// The host functions of one run, and where the rest of its tool calls go (the config's
 /// upstream servers).
 pub(crate) struct HostTools {
     tools: BTreeMap<String, HostTool>,
     upstream: Option<Arc<dyn ToolHost>>,
-    /// The caller's event loop, for coroutine functions (`run_async`); None runs each
-    /// coroutine with `asyncio.run` on a blocking thread.
-    locals: Option<TaskLocals>,
+    calls: Arc<Py<PyAny>>,
+    /// The caller's event loop (`run_async`), for coroutine functions; None runs them on
+    /// the Sandbox's own loop.
+    caller_loop: Option<Arc<Py<PyAny>>>,
+    error_messages: bool,
+    stop: Arc<RunStop>,
 }
 
 impl HostTools {
     /// Check `tools` (a dict of name -> callable); None when it is None or empty.
+    /// `caller_loop` is the caller's event loop (`run_async`); `stop` is the run's.
     pub(crate) fn parse(
         tools: Option<&Bound<'_, PyAny>>,
         upstream: Option<Arc<dyn ToolHost>>,
-        locals: Option<TaskLocals>,
+        settings: &HostSettings,
+        caller_loop: Option<Py<PyAny>>,
+        stop: Arc<RunStop>,
     ) -> PyResult<Option<HostTools>> {
         let Some(tools) = tools.filter(|t| !t.is_none()) else {
             return Ok(None);
@@ -141,42 +212,184 @@ impl HostTools {
         Ok(Some(HostTools {
             tools: parsed,
             upstream,
-            locals,
+            calls: settings.calls.clone(),
+            caller_loop: caller_loop.map(Arc::new),
+            error_messages: settings.error_messages,
+            stop,
         }))
+    }
+
+    /// The `mcp__host__<name>` tools, for the check that a policy hides none of them.
+    pub(crate) fn host_names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
+    /// Start one call of `tool` (a `concurrent.futures.Future` told to answer `sender`).
+    fn start(
+        &self,
+        py: Python<'_>,
+        tool: &HostTool,
+        arguments: &Value,
+        sender: tokio::sync::oneshot::Sender<Result<Value, ToolError>>,
+    ) -> Result<Pending, ToolError> {
+        let kwargs = kwargs(py, arguments)?;
+        let calls = self.calls.bind(py);
+        let future = if tool.is_async {
+            let coroutine = match tool.function.bind(py).call((), Some(&kwargs)) {
+                Ok(coroutine) => coroutine,
+                Err(error) => return Err(self.raised(py, error, &tool.info.name)),
+            };
+            let caller_loop = self.caller_loop.as_ref().map(|l| l.bind(py));
+            calls.call_method1("schedule", (coroutine, caller_loop))
+        } else {
+            calls.call_method1("call", (tool.function.bind(py), kwargs))
+        }
+        .map_err(|e| failed(py, e))?;
+        let completion = Completion {
+            sender: Mutex::new(Some(sender)),
+            tool: tool.info.name.clone(),
+            error_messages: self.error_messages,
+            stop: self.stop.clone(),
+        };
+        let completion = Py::new(py, completion).map_err(|e| failed(py, e))?;
+        future
+            .call_method1("add_done_callback", (completion,))
+            .map_err(|e| failed(py, e))?;
+        Ok(Pending {
+            future: Some(future.unbind()),
+        })
+    }
+
+    /// What the guest gets for an exception the tool raised (see the module's doc).
+    fn raised(&self, py: Python<'_>, error: PyErr, tool: &str) -> ToolError {
+        told(py, error, tool, self.error_messages, &self.stop)
     }
 }
 
-/// Call `function(**arguments)`; the result as JSON, or the exception as a tool error.
-fn call_sync(function: &Py<PyAny>, arguments: &Value) -> Result<Value, ToolError> {
-    Python::attach(|py| {
-        let kwargs = kwargs(py, arguments)?;
-        let result = function
-            .bind(py)
-            .call((), Some(&kwargs))
-            .map_err(|e| raised(py, e))?;
+/// An exception of `tool` as the guest's `ToolError` message: a `sandpy.ToolError`'s
+/// message; any other exception's type, and its message when `error_messages`. A
+/// `KeyboardInterrupt` or `SystemExit` stops the run instead.
+fn told(
+    py: Python<'_>,
+    error: PyErr,
+    tool: &str,
+    error_messages: bool,
+    stop: &RunStop,
+) -> ToolError {
+    if error.is_instance_of::<PyKeyboardInterrupt>(py) || error.is_instance_of::<PySystemExit>(py) {
+        let kind = kind(py, &error);
+        stop.interrupt(error);
+        return ToolError::from(format!("{tool} was stopped: the host program got {kind}"));
+    }
+    if error.is_instance_of::<crate::ToolError>(py) {
+        return ToolError::from(error.value(py).to_string());
+    }
+    let kind = kind(py, &error);
+    if error_messages {
+        ToolError::from(format!("{kind}: {}", error.value(py)))
+    } else {
+        ToolError::from(format!("host tool {tool} raised {kind}"))
+    }
+}
+
+/// The name of an exception's type.
+fn kind(py: Python<'_>, error: &PyErr) -> String {
+    error
+        .get_type(py)
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "Exception".into())
+}
+
+/// sandpy's own failure around a call (converting values, handing the call over), with
+/// its message: it tells of the values, never of the host.
+fn failed(py: Python<'_>, error: PyErr) -> ToolError {
+    ToolError::from(format!("{}: {}", kind(py, &error), error.value(py)))
+}
+
+/// One call's `concurrent.futures.Future`, cancelled if the run stops waiting for it
+/// (dropped before [`Pending::answered`]).
+struct Pending {
+    future: Option<Py<PyAny>>,
+}
+
+impl Pending {
+    /// The call answered: nothing to cancel.
+    fn answered(mut self) {
+        self.future.take();
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(future) = self.future.take() {
+            Python::attach(|py| {
+                // A call still queued never starts; a coroutine gets `CancelledError`.
+                let _ = future.bind(py).call_method0("cancel");
+            });
+        }
+    }
+}
+
+/// The done-callback of one call's future: its answer, as JSON or the guest's error.
+#[pyclass(frozen, module = "sandpy._sandpy")]
+struct Completion {
+    sender: Mutex<Option<tokio::sync::oneshot::Sender<Result<Value, ToolError>>>>,
+    tool: String,
+    error_messages: bool,
+    stop: Arc<RunStop>,
+}
+
+#[pymethods]
+impl Completion {
+    fn __call__(&self, future: &Bound<'_, PyAny>) {
+        let answer = self.answer(future);
+        let sender = self
+            .sender
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(sender) = sender {
+            // Nobody waits when the run ended first: the answer is dropped.
+            let _ = sender.send(answer);
+        }
+    }
+}
+
+impl Completion {
+    fn answer(&self, future: &Bound<'_, PyAny>) -> Result<Value, ToolError> {
+        let py = future.py();
+        let cancelled = future
+            .call_method0("cancelled")
+            .and_then(|c| c.is_truthy())
+            .map_err(|e| failed(py, e))?;
+        if cancelled {
+            return Err(ToolError::from(format!(
+                "the call of {} was cancelled",
+                self.tool
+            )));
+        }
+        let exception = future
+            .call_method0("exception")
+            .map_err(|e| failed(py, e))?;
+        if !exception.is_none() {
+            let error = PyErr::from_value(exception);
+            return Err(told(py, error, &self.tool, self.error_messages, &self.stop));
+        }
+        let result = future.call_method0("result").map_err(|e| failed(py, e))?;
         result_json(&result)
-    })
+    }
 }
 
 fn kwargs<'py>(py: Python<'py>, arguments: &Value) -> Result<Bound<'py, PyDict>, ToolError> {
-    let value = json_to_py(py, arguments).map_err(|e| raised(py, e))?;
+    let value = json_to_py(py, arguments).map_err(|e| failed(py, e))?;
     value
         .cast_into::<PyDict>()
         .map_err(|_| ToolError::from("the arguments must be a JSON object"))
 }
 
 fn result_json(result: &Bound<'_, PyAny>) -> Result<Value, ToolError> {
-    py_to_json(result, "the result").map_err(|e| raised(result.py(), e))
-}
-
-/// A Python exception as the guest's `ToolError` message: `Type: message`.
-fn raised(py: Python<'_>, error: PyErr) -> ToolError {
-    let kind = error
-        .get_type(py)
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "Exception".into());
-    ToolError::from(format!("{kind}: {}", error.value(py)))
+    py_to_json(result, "the result").map_err(|e| failed(result.py(), e))
 }
 
 impl ToolHost for HostTools {
@@ -222,54 +435,18 @@ impl ToolHost for HostTools {
                 return Box::pin(async move { Err(ToolError::from(why)) });
             }
         }
-        let function = tool.function.clone();
-        match (tool.is_async, &self.locals) {
-            // `block_in_place`: on a worker thread (`run_async`, `call_batch`) the runtime
-            // moves its other tasks away first; under a synchronous run's `block_on` it
-            // just calls.
-            (false, _) => {
-                Box::pin(
-                    async move { tokio::task::block_in_place(|| call_sync(&function, &arguments)) },
-                )
-            }
-            (true, Some(locals)) => {
-                let locals = locals.clone();
-                Box::pin(async move {
-                    let future = Python::attach(|py| {
-                        let kwargs = kwargs(py, &arguments)?;
-                        let coroutine = function
-                            .bind(py)
-                            .call((), Some(&kwargs))
-                            .map_err(|e| raised(py, e))?;
-                        pyo3_async_runtimes::into_future_with_locals(&locals, coroutine)
-                            .map_err(|e| raised(py, e))
-                    })?;
-                    let result = future.await;
-                    Python::attach(|py| match result {
-                        Ok(value) => result_json(value.bind(py)),
-                        Err(e) => Err(raised(py, e)),
-                    })
-                })
-            }
-            (true, None) => Box::pin(async move {
-                tokio::task::spawn_blocking(move || {
-                    Python::attach(|py| {
-                        let kwargs = kwargs(py, &arguments)?;
-                        let coroutine = function
-                            .bind(py)
-                            .call((), Some(&kwargs))
-                            .map_err(|e| raised(py, e))?;
-                        let result = py
-                            .import("asyncio")
-                            .and_then(|asyncio| asyncio.call_method1("run", (coroutine,)))
-                            .map_err(|e| raised(py, e))?;
-                        result_json(&result)
-                    })
-                })
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let pending = Python::attach(|py| self.start(py, tool, &arguments, sender));
+        let name = name.to_string();
+        Box::pin(async move {
+            // Dropped here if the run stops waiting: the call is cancelled.
+            let pending = pending?;
+            let answer = receiver
                 .await
-                .unwrap_or_else(|e| Err(ToolError::from(format!("the host tool failed: {e}"))))
-            }),
-        }
+                .unwrap_or_else(|_| Err(format!("{name} ended without an answer").into()));
+            pending.answered();
+            answer
+        })
     }
 
     fn explain_missing(&self, name: &str) -> String {

@@ -43,7 +43,8 @@ def test_sync_host_function_is_a_tool(sb):
 def test_exceptions_reach_the_guest_as_tool_error(sb):
     code = "try:\n    tools.host.broken()\nexcept ToolError as e:\n    msg = str(e)\nmsg"
     r = sb.run(code, tools={"broken": broken})
-    assert r.ok and "KeyError" in r.return_value and "no such user" in r.return_value
+    # Its type and the tool's name only (test_host_limits has the rest of the rule).
+    assert r.ok and r.return_value == "host tool mcp__host__broken raised KeyError"
     r = sb.run("tools.host.lookup(key='x', extra=1)", tools={"lookup": lookup})
     assert r.status == "error" and r.error.type == "ToolError" and "TypeError" in r.error.message
     r = sb.run("tools.host.bad()", tools={"bad": lambda: {1, 2}})

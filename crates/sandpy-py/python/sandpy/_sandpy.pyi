@@ -5,7 +5,7 @@ Read this file for the API: every public name is here, with its documentation.
 
 import os
 import pathlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 __version__: str
@@ -41,6 +41,14 @@ class ConfigError(SandboxError):
 class SessionError(SandboxError):
     """A session could not be saved, restored or forked (its journal passed its cap, the
     snapshot is of another format or runtime, or a replayed run ended differently)."""
+
+class ToolError(Exception):
+    """Raise it in a host tool to fail with a message the sandboxed code may read: the
+    guest gets `ToolError` with this text. Any other exception a host tool raises passes
+    only its type and the tool's name (`host tool mcp__host__lookup raised KeyError`),
+    unless the Sandbox was made with `tool_error_messages=True`. A `KeyboardInterrupt` or
+    `SystemExit` in a host tool is never the guest's: the run stops and the call that
+    started it raises it."""
 
 class ErrorInfo:
     """Why a run did not end "ok": a Python exception in the sandbox, or the limit that
@@ -162,6 +170,14 @@ class Sandbox:
     `urllib.request` or `http.client`, the requests made by the host (docs/guide/network.md);
     without any, runs have no network.
 
+    Host tools (`tools=` of a run) never run on the run's thread, so the run's deadline,
+    `tool_timeout_ms` and cancellation hold whatever they do: sync functions run on this
+    Sandbox's pool of at most `tool_threads` daemon threads, `async def` ones on the
+    caller's loop under `run_async`, else on this Sandbox's own event loop (one thread).
+    A call the run stops waiting for is cancelled (a sync function already running
+    finishes on its thread, its answer dropped). `tool_error_messages=True` passes every
+    exception's message to the code, not only a `sandpy.ToolError`'s.
+
     Creating the first Sandbox of a process loads the compiled runtime (compiling it once
     per machine and version, see `warmup`). A Sandbox is safe to share between threads;
     runs release the GIL. Raises `ConfigError` for an unusable config, `SandboxError` when
@@ -175,6 +191,9 @@ class Sandbox:
         mounts: Mapping[str, str | os.PathLike[str]] | None = None,
         tier: Literal["wasm", "native"] | None = None,
         allow_hosts: Sequence[str] | None = None,
+        *,
+        tool_threads: int = 16,
+        tool_error_messages: bool = False,
     ) -> None: ...
     def run(
         self,
@@ -200,8 +219,12 @@ class Sandbox:
         the sandbox's for this run. `tools` gives the code Python functions as the MCP
         server `host` (beside the config's servers): arguments and results cross as JSON
         (the arguments object becomes keyword arguments), an exception reaches the code
-        as `ToolError` with its type and message, and calls the code makes together
-        (`asyncio.gather`) run concurrently. `on_output(stream, text)` is called with
+        as `ToolError` (a `sandpy.ToolError`'s message, else the exception's type and the
+        tool's name), and calls the code makes together (`asyncio.gather`) run
+        concurrently (sync ones up to the Sandbox's `tool_threads`). At the run's
+        deadline the run ends `timeout` naming the tools it waited for, whatever they
+        do; their calls are cancelled. Ctrl-C stops the run and raises
+        `KeyboardInterrupt`, as does a `KeyboardInterrupt` raised in a host tool. `on_output(stream, text)` is called with
         what the program writes (`"stdout"` or `"stderr"`) as it writes it, within the
         output cap (the `Execution` still has all of it; an exception it raises is
         reported through `sys.unraisablehook`). `approve(tool, arguments)` (a function or
@@ -228,10 +251,11 @@ class Sandbox:
         approve: Callable[[str, dict[str, Any]], bool | Awaitable[bool]] | None = None,
         require_approval: Sequence[str] | None = None,
         allow_hosts: Sequence[str] | None = None,
-    ) -> Awaitable[Execution]:
-        """`run` on the running asyncio loop: the run executes on sandpy's threads, and
-        cancelling the awaiting task stops it. `async def` host tools run on this loop.
-        Call it from a coroutine."""
+    ) -> Coroutine[Any, Any, Execution]:
+        """`run` on the running asyncio loop, as a coroutine (`asyncio.create_task` takes
+        it): the run executes on sandpy's threads, and cancelling the awaiting task stops
+        it (status `cancelled`) and cancels its host calls. `async def` host tools run on
+        this loop. Call it from a coroutine."""
     def call_function(
         self,
         source: str,
@@ -283,7 +307,7 @@ class Sandbox:
         tools: HostTools | None = None,
         allowed_tools: Sequence[str] | None = None,
         policy: PolicyArg | None = None,
-    ) -> Awaitable[Execution]:
+    ) -> Coroutine[Any, Any, Execution]:
         """`call_function` on the running asyncio loop (see `run_async`)."""
     def call_batch_async(
         self,
@@ -299,7 +323,7 @@ class Sandbox:
         tools: HostTools | None = None,
         allowed_tools: Sequence[str] | None = None,
         policy: PolicyArg | None = None,
-    ) -> Awaitable[list[Execution]]:
+    ) -> Coroutine[Any, Any, list[Execution]]:
         """`call_batch` on the running asyncio loop; cancelling the awaiting task stops
         the calls not yet finished."""
     def check(self, code: str, policy: PolicyArg | None = None) -> list[Violation]:
@@ -350,9 +374,10 @@ class Session:
         on_output: Callable[[str, str], object] | None = None,
         approve: Callable[[str, dict[str, Any]], bool | Awaitable[bool]] | None = None,
         require_approval: Sequence[str] | None = None,
-    ) -> Awaitable[Execution]:
+    ) -> Coroutine[Any, Any, Execution]:
         """`run` as a coroutine on the running asyncio loop (runs of one session still go
-        one at a time, in call order)."""
+        one at a time, in call order). Cancelling the awaiting task stops the run as a
+        timeout does: the session is poisoned (`session_poisoned` until `reset()`)."""
     def save(self) -> bytes:
         """The session's journal (JSON bytes), for `Session.restore`."""
     @staticmethod
