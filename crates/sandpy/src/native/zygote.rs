@@ -541,19 +541,21 @@ fn stop(pid: i32) -> bool {
     loop {
         // SAFETY: an all-zero siginfo is valid.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waitid on our own child with a valid out-pointer; only a stop is
-        // reported (and consumed): the exit is reaped later.
+        // SAFETY: waitid on our own child with a valid out-pointer; nothing is consumed
+        // (WNOWAIT): the exit is reaped later, and a stop is reported only while the
+        // process is stopped.
         let n = unsafe {
             libc::waitid(
                 libc::P_PID,
                 pid as libc::id_t,
                 &mut info,
-                libc::WSTOPPED | libc::WNOHANG,
+                libc::WSTOPPED | libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
             )
         };
         // SAFETY: si_pid is set by waitid when it reported a child.
         if n == 0 && unsafe { info.si_pid() } == pid {
-            return true;
+            // Stopped, or gone (a run that ended after its outcome is not waited for).
+            return info.si_code == libc::CLD_STOPPED;
         }
         if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             return false;
