@@ -105,16 +105,42 @@ def _format_exception(exc: BaseException, filename: str) -> str:
     return "".join(te.format())
 
 
+# Packages with compiled parts: they cannot run in WebAssembly, only in the native tier.
+_COMPILED_PACKAGES = frozenset(
+    "numpy pandas scipy sklearn matplotlib torch tensorflow jax polars pyarrow lxml PIL cv2 "
+    "statsmodels seaborn numba xgboost lightgbm shapely h5py tables psycopg2 grpc orjson "
+    "pydantic_core cryptography".split()
+)
+
+
+def _hint_for(exc: BaseException) -> str | None:
+    """What a `ModuleNotFoundError` of a compiled package should tell: where it runs."""
+    if not isinstance(exc, ModuleNotFoundError) or not isinstance(exc.name, str):
+        return None
+    root = exc.name.partition(".")[0]
+    if root not in _COMPILED_PACKAGES:
+        return None
+    return (
+        f"sandpy: {root} has compiled parts, which the WebAssembly tier cannot load; it runs "
+        "in sandpy's native tier when the operator enables it (tier \"native\" with a venv "
+        "that has it). This tier has the standard library and pure-Python packages."
+    )
+
+
 def _python_error(exc: BaseException, filename: str) -> PythonError:
     sys.modules.clear()
     sys.modules.update(_SNAPSHOT_MODULES)
+    hint = _hint_for(exc)
+    if hint is not None:
+        exc.add_note(hint)
     try:
         text = _format_exception(exc, filename)
     except BaseException as failure:  # noqa: BLE001 - the user broke the interpreter
         text = f"{type(exc).__name__}: {exc}\n(traceback unavailable: {type(failure).__name__})\n"
     sys.stderr.write(text)  # as CPython would print it
     sys.stderr.flush()
-    return PythonError(type_name=_type_name(exc), message=str(exc), traceback=text)
+    message = str(exc) if hint is None else f"{exc}. {hint}"
+    return PythonError(type_name=_type_name(exc), message=message, traceback=text)
 
 
 def _to_value(value: Any) -> Value:

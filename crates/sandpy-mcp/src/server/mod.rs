@@ -65,6 +65,8 @@ pub(crate) struct ServerState {
     connections: AtomicU64,
     /// Whether a request may choose its tier (`sandpy.native.per_run`).
     tier_per_run: bool,
+    /// Where code runs, for `run_python`'s description ([`runs_on`]).
+    runs_on: String,
     /// Set when the server drains ([`SandpyServer::drain`]): new runs are answered `busy`.
     draining: std::sync::atomic::AtomicBool,
     /// Upstream servers that must be up for `/readyz` (`sandpy.ready_requires`).
@@ -238,6 +240,7 @@ impl SandpyServer {
             hub,
             run: resolved.run_options(),
             tier_per_run: settings.native.as_ref().is_some_and(|n| n.per_run),
+            runs_on: runs_on(settings),
             model_output: settings.model_output.clone(),
             sessions,
             session_dir: settings.session_dir.clone(),
@@ -383,7 +386,8 @@ impl SandpyServer {
         for tool in &mut tools {
             if tool.name == "run_python" {
                 let guide = tool.description.as_deref().unwrap_or_default();
-                tool.description = Some(format!("{guide}\n{}", self.state.servers_line()).into());
+                let (runs_on, servers) = (&self.state.runs_on, self.state.servers_line());
+                tool.description = Some(format!("{guide}\n{runs_on}\n{servers}").into());
             }
         }
         tools
@@ -426,6 +430,53 @@ impl SandpyServer {
             .metrics()
             .scrape(&upstreams, &sessions, mcp_sessions)
     }
+}
+
+/// What `run_python`'s description says of where code runs: each tier a request can get,
+/// its Python and packages, and the network. A model that knows `import pandas` fails in
+/// the WebAssembly tier writes code that works the first time.
+fn runs_on(settings: &sandpy::settings::Settings) -> String {
+    let native = settings.native.as_ref();
+    let wasm = "Python 3.14 in WebAssembly: the standard library and pure-Python packages \
+                (no compiled packages such as numpy or pandas)";
+    let native_line = |config: &sandpy::native::NativeConfig| {
+        let version = config
+            .venv
+            .as_ref()
+            .and_then(|venv| std::fs::read_to_string(venv.join("pyvenv.cfg")).ok())
+            .and_then(|cfg| {
+                cfg.lines().find_map(|line| {
+                    let (key, value) = line.split_once('=')?;
+                    matches!(key.trim(), "version" | "version_info")
+                        .then(|| value.trim().to_string())
+                })
+            })
+            .map_or("the host's CPython".to_string(), |v| format!("CPython {v}"));
+        let packages = if config.packages.is_empty() {
+            "its venv's packages".to_string()
+        } else {
+            config.packages.join(", ")
+        };
+        format!("{version} natively (confined) with {packages}")
+    };
+    let tiers = match (settings.tier, native) {
+        (sandpy::Tier::Native, Some(config)) if config.per_run => format!(
+            "Runs on {}; `tier: \"wasm\"` gives {wasm}.",
+            native_line(config)
+        ),
+        (sandpy::Tier::Native, Some(config)) => format!("Runs on {}.", native_line(config)),
+        (_, Some(config)) if config.per_run => format!(
+            "Runs on {wasm}; `tier: \"native\"` gives {}.",
+            native_line(config)
+        ),
+        _ => format!("Runs on {wasm}."),
+    };
+    let network = if settings.network.is_some() {
+        "Network: HTTP(S) to the hosts the operator allows (urllib.request, http.client); no sockets."
+    } else {
+        "Network: none."
+    };
+    format!("{tiers} {network}")
 }
 
 impl ServerState {
@@ -566,5 +617,40 @@ mod tests {
         assert!(checks
             .keys()
             .all(|name| listed.iter().any(|tool| tool.name == *name)));
+    }
+
+    fn settings(sandpy: &str) -> sandpy::settings::Settings {
+        let text = format!(r#"{{"sandpy": {sandpy}}}"#);
+        let config = sandpy::settings::ConfigFile::parse(&text, std::path::Path::new("/c.json"))
+            .expect("config");
+        config.settings
+    }
+
+    #[test]
+    fn run_python_says_which_python_and_packages_each_tier_has() {
+        let wasm = runs_on(&settings("{}"));
+        assert!(
+            wasm.starts_with("Runs on Python 3.14 in WebAssembly"),
+            "{wasm}"
+        );
+        assert!(
+            wasm.contains("no compiled packages") && wasm.ends_with("Network: none."),
+            "{wasm}"
+        );
+        let venv = tempfile::tempdir().expect("venv");
+        std::fs::write(
+            venv.path().join("pyvenv.cfg"),
+            "home = /usr/bin\nversion = 3.12.3\n",
+        )
+        .expect("cfg");
+        let native = format!(
+            r#"{{"tier": "native", "native": {{"venv": {:?}, "packages": ["numpy", "pandas"], "per_run": true}}}}"#,
+            venv.path()
+        );
+        let native = runs_on(&settings(&native));
+        assert!(
+            native.starts_with("Runs on CPython 3.12.3 natively (confined) with numpy, pandas; `tier: \"wasm\"` gives Python 3.14 in WebAssembly"),
+            "{native}"
+        );
     }
 }

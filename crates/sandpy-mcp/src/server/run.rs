@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 /// The in-sandbox API, taught in the `run_python` description (which the server completes
 /// with the upstream servers).
-const API_GUIDE: &str = "Run Python 3.14 (full stdlib, no network) in a fresh sandbox. \
+const API_GUIDE: &str = "Run Python in a fresh sandbox. \
 The value of the last expression is returned; print() output is captured.\n\
 Files: the working directory is a private /tmp (pass `files` to put inputs there); files written \
 under /output are returned with the result (images as images).\n\

@@ -207,3 +207,34 @@ fn deep_recursion_ends_in_recursion_error_like_native_python() {
         ]))
     );
 }
+
+/// `import pandas` in the WebAssembly tier: the error says where compiled packages run
+/// (in the message the model reads and in the traceback), and nothing more for a module
+/// that is simply not there; code that catches the import itself sees a plain one.
+#[test]
+fn a_compiled_package_missing_here_says_it_runs_in_the_native_tier() {
+    let e = crate::run("import pandas as pd\npd.DataFrame()");
+    assert_eq!(e.status, sandpy::Status::Error);
+    let error = e.error.expect("an error");
+    assert_eq!(error.kind, "ModuleNotFoundError");
+    assert!(
+        error
+            .message
+            .starts_with("No module named 'pandas'. sandpy: pandas has compiled parts"),
+        "{}",
+        error.message
+    );
+    assert!(error.message.contains("native tier"), "{}", error.message);
+    assert!(
+        e.stderr.contains("runs in sandpy's native tier"),
+        "{}",
+        e.stderr
+    );
+    let e = crate::run("import no_such_module_here");
+    assert_eq!(
+        e.error.expect("an error").message,
+        "No module named 'no_such_module_here'"
+    );
+    let e = run_ok("try:\n    import numpy\nexcept ImportError as e:\n    r = str(e)\nr");
+    assert_eq!(e.return_value, Some(json!("No module named 'numpy'")));
+}
