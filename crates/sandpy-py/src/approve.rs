@@ -1,22 +1,28 @@
 //! `approve=`: a Python callable `(tool, arguments) -> bool` (or a coroutine function)
 //! that decides on each tool call needing approval (the config's `sandpy.approve`, a
-//! policy's `approve`, the run's `require_approval`). It is called as tool functions are
-//! (see `tools.rs`): a sync one on the thread that drives the run, a coroutine function
-//! on the caller's event loop for `run_async`, else on its own `asyncio.run`. A falsy
-//! answer or an exception refuses the call (the code gets a `ToolError`).
+//! policy's `approve`, the run's `require_approval`). It runs where host tools run (see
+//! `tools.rs`): a sync one on the Sandbox's thread pool, a coroutine function on the
+//! caller's event loop for `run_async`, else on the Sandbox's loop; the run's deadline
+//! bounds the wait, and a decision the run stops waiting for is cancelled. A falsy answer
+//! or an exception refuses the call (the code gets a `ToolError` naming the exception); a
+//! `KeyboardInterrupt` or `SystemExit` stops the run and is the host program's.
 
 use crate::convert::{json_to_py, type_name};
+use crate::tools::{Answer, Completion, HostCall, HostSettings, RunStop};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3_async_runtimes::TaskLocals;
+use pyo3::types::PyTuple;
 use sandpy::tools::{ApprovalFuture, ApprovalRequest, Approver, Decision};
-use std::sync::Arc;
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
 
-/// The approver for `approve` (None when it is None); `locals` is the caller's event loop
-/// (`run_async`), for a coroutine function.
-pub(crate) fn approver(
+/// The approver for `approve` (None when it is None): run as `host` runs host tools, on
+/// `caller_loop` (`run_async`) for a coroutine function; an interrupt stops `stop`'s run.
+fn approver(
     approve: Option<&Bound<'_, PyAny>>,
-    locals: Option<TaskLocals>,
+    host: &HostSettings,
+    caller_loop: Option<Py<PyAny>>,
+    stop: &Arc<RunStop>,
 ) -> PyResult<Option<Arc<dyn Approver>>> {
     let Some(function) = approve.filter(|a| !a.is_none()) else {
         return Ok(None);
@@ -33,59 +39,53 @@ pub(crate) fn approver(
         .call_method1("iscoroutinefunction", (function,))?
         .is_truthy()?;
     let function = Arc::new(function.clone().unbind());
+    let calls = host.calls.clone();
+    let caller_loop = caller_loop.map(Arc::new);
+    let stop = stop.clone();
     Ok(Some(Arc::new(
         move |request: ApprovalRequest| -> ApprovalFuture {
-            let function = function.clone();
-            let locals = locals.clone();
+            let tool = request.tool.clone();
+            let (sender, receiver) = tokio::sync::oneshot::channel();
+            let pending = Python::attach(|py| {
+                let args = arguments(py, &request).map_err(|e| {
+                    sandpy::tools::ToolError::from(format!("the arguments: {}", e.value(py)))
+                })?;
+                let call = HostCall {
+                    calls: &calls,
+                    caller_loop: caller_loop.as_deref(),
+                    function: function.bind(py),
+                    is_async,
+                    completion: Completion {
+                        sender: Mutex::new(Some(sender)),
+                        tool: "the approve function".into(),
+                        // The hook is the host's own: its refusals say why.
+                        error_messages: true,
+                        stop: stop.clone(),
+                        answer: Answer::Truthy,
+                    },
+                };
+                call.start(args, None)
+            });
             Box::pin(async move {
-                let tool = request.tool.clone();
-                let answer = match (is_async, locals) {
-                    (false, _) => tokio::task::block_in_place(|| {
-                        Python::attach(|py| {
-                            let answer = function.bind(py).call1(arguments(py, &request)?)?;
-                            answer.is_truthy()
-                        })
-                    }),
-                    (true, Some(locals)) => {
-                        let future = Python::attach(|py| {
-                            let coroutine = function.bind(py).call1(arguments(py, &request)?)?;
-                            pyo3_async_runtimes::into_future_with_locals(&locals, coroutine)
-                        });
-                        match future {
-                            Ok(future) => match future.await {
-                                Ok(value) => Python::attach(|py| value.bind(py).is_truthy()),
-                                Err(e) => Err(e),
-                            },
-                            Err(e) => Err(e),
-                        }
+                let answer = match pending {
+                    Ok(pending) => {
+                        let answer = receiver
+                            .await
+                            .unwrap_or_else(|_| Err("it ended without an answer".into()));
+                        pending.answered();
+                        answer
                     }
-                    (true, None) => tokio::task::spawn_blocking(move || {
-                        Python::attach(|py| {
-                            let coroutine = function.bind(py).call1(arguments(py, &request)?)?;
-                            let asyncio = py.import("asyncio")?;
-                            asyncio.call_method1("run", (coroutine,))?.is_truthy()
-                        })
-                    })
-                    .await
-                    .unwrap_or_else(|e| {
-                        Err(pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
-                    }),
+                    Err(error) => Err(error),
                 };
                 match answer {
-                    Ok(true) => Decision::approve("callback"),
-                    Ok(false) => Decision::decline("callback", None),
-                    Err(e) => {
-                        let why = Python::attach(|py| {
-                            let kind = e.get_type(py).name().map(|n| n.to_string());
-                            format!("{}: {}", kind.unwrap_or_default(), e.value(py))
-                        });
-                        Decision::decline(
-                            "callback",
-                            Some(format!(
+                    Ok(Value::Bool(true)) => Decision::approve("callback"),
+                    Ok(_) => Decision::decline("callback", None),
+                    Err(why) => Decision::decline(
+                        "callback",
+                        Some(format!(
                             "the approve function raised {why}, so the call to {tool} was refused"
                         )),
-                        )
-                    }
+                    ),
                 }
             })
         },
@@ -93,19 +93,26 @@ pub(crate) fn approver(
 }
 
 /// `(tool, arguments)` as the function gets them.
-fn arguments<'py>(
-    py: Python<'py>,
-    request: &ApprovalRequest,
-) -> PyResult<(String, Bound<'py, PyAny>)> {
-    Ok((request.tool.clone(), json_to_py(py, &request.arguments)?))
+fn arguments<'py>(py: Python<'py>, request: &ApprovalRequest) -> PyResult<Bound<'py, PyTuple>> {
+    let arguments = json_to_py(py, &request.arguments)?;
+    PyTuple::new(
+        py,
+        [
+            request.tool.clone().into_pyobject(py)?.into_any(),
+            arguments,
+        ],
+    )
 }
 
 /// Give `options` the approver `approve` and add the patterns of `require_approval` (each
-/// checked). `py` is given for a run awaited on the caller's event loop (`run_async`).
+/// checked). `host` and `stop` are the Sandbox's and the run's (see [`approver`]); `py` is
+/// given for a run awaited on the caller's event loop (`run_async`).
 pub(crate) fn apply(
     options: &mut sandpy::RunOptions,
     approve: Option<&Bound<'_, PyAny>>,
     require_approval: Option<Vec<String>>,
+    host: &HostSettings,
+    stop: &Arc<RunStop>,
     on_loop: Option<Python<'_>>,
 ) -> PyResult<()> {
     for pattern in require_approval.iter().flatten() {
@@ -116,10 +123,14 @@ pub(crate) fn apply(
     options
         .approve
         .extend(require_approval.into_iter().flatten());
-    let locals = match (approve, on_loop) {
-        (Some(_), Some(py)) => pyo3_async_runtimes::tokio::get_current_locals(py).ok(),
+    let caller_loop = match (approve, on_loop) {
+        (Some(_), Some(py)) => Some(
+            py.import("asyncio")?
+                .call_method0("get_running_loop")?
+                .unbind(),
+        ),
         _ => None,
     };
-    options.approver = approver(approve, locals)?;
+    options.approver = approver(approve, host, caller_loop, stop)?;
     Ok(())
 }

@@ -172,7 +172,14 @@ impl PySandbox {
         )?;
         let (mut options, stop) = self.shared.options(py, args, tools, None)?;
         options.on_output = crate::convert::output_sink(on_output)?;
-        crate::approve::apply(&mut options, approve, require_approval, None)?;
+        crate::approve::apply(
+            &mut options,
+            approve,
+            require_approval,
+            self.shared.host(),
+            &stop,
+            None,
+        )?;
         crate::convert::allow_hosts(&mut options, allow_hosts)?;
         let shared = self.shared.clone();
         let run = async move { shared.sandbox.run_with(&code, &options).await };
@@ -210,7 +217,14 @@ impl PySandbox {
         )?;
         let (mut options, stop) = self.shared.coroutine_options(py, args, tools)?;
         options.on_output = crate::convert::output_sink(on_output)?;
-        crate::approve::apply(&mut options, approve, require_approval, Some(py))?;
+        crate::approve::apply(
+            &mut options,
+            approve,
+            require_approval,
+            self.shared.host(),
+            &stop,
+            Some(py),
+        )?;
         crate::convert::allow_hosts(&mut options, allow_hosts)?;
         let shared = self.shared.clone();
         let run = async move { PyExecution::from(shared.sandbox.run_with(&code, &options).await) };

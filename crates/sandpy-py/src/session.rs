@@ -72,7 +72,14 @@ impl PySession {
         )?;
         let (mut options, stop) = self.shared.options(py, args, tools, None)?;
         options.on_output = crate::convert::output_sink(on_output)?;
-        crate::approve::apply(&mut options, approve, require_approval, None)?;
+        crate::approve::apply(
+            &mut options,
+            approve,
+            require_approval,
+            self.shared.host(),
+            &stop,
+            None,
+        )?;
         let run = async move { session.run(&code, &options).await };
         Ok(wait_run(py, run, &stop)?.into())
     }
@@ -106,7 +113,14 @@ impl PySession {
         )?;
         let (mut options, stop) = self.shared.coroutine_options(py, args, tools)?;
         options.on_output = crate::convert::output_sink(on_output)?;
-        crate::approve::apply(&mut options, approve, require_approval, Some(py))?;
+        crate::approve::apply(
+            &mut options,
+            approve,
+            require_approval,
+            self.shared.host(),
+            &stop,
+            Some(py),
+        )?;
         let run = async move { PyExecution::from(session.run(&code, &options).await) };
         run_coroutine(py, run, stop)
     }

@@ -52,6 +52,11 @@ impl Shared {
         }
     }
 
+    /// Where host tools (and `approve` hooks) run.
+    pub(crate) fn host(&self) -> &HostSettings {
+        &self.host
+    }
+
     /// [`Shared::options`] for a run awaited on the caller's asyncio loop: its async host
     /// tools run on that loop.
     pub(crate) fn coroutine_options(

@@ -48,7 +48,7 @@ struct HostTool {
 /// `sandpy._host.HostCalls`: the thread pool and the event loop) and what failures tell
 /// the guest.
 pub(crate) struct HostSettings {
-    calls: Arc<Py<PyAny>>,
+    pub calls: Arc<Py<PyAny>>,
     /// Pass any exception's message to the guest, not only a `sandpy.ToolError`'s.
     pub error_messages: bool,
 }
@@ -233,36 +233,20 @@ impl HostTools {
         sender: tokio::sync::oneshot::Sender<Result<Value, ToolError>>,
     ) -> Result<Pending, ToolError> {
         let kwargs = kwargs(py, arguments)?;
-        let calls = self.calls.bind(py);
-        let future = if tool.is_async {
-            let coroutine = match tool.function.bind(py).call((), Some(&kwargs)) {
-                Ok(coroutine) => coroutine,
-                Err(error) => return Err(self.raised(py, error, &tool.info.name)),
-            };
-            let caller_loop = self.caller_loop.as_ref().map(|l| l.bind(py));
-            calls.call_method1("schedule", (coroutine, caller_loop))
-        } else {
-            calls.call_method1("call", (tool.function.bind(py), kwargs))
-        }
-        .map_err(|e| failed(py, e))?;
-        let completion = Completion {
-            sender: Mutex::new(Some(sender)),
-            tool: tool.info.name.clone(),
-            error_messages: self.error_messages,
-            stop: self.stop.clone(),
+        let call = HostCall {
+            calls: &self.calls,
+            caller_loop: self.caller_loop.as_deref(),
+            function: tool.function.bind(py),
+            is_async: tool.is_async,
+            completion: Completion {
+                sender: Mutex::new(Some(sender)),
+                tool: tool.info.name.clone(),
+                error_messages: self.error_messages,
+                stop: self.stop.clone(),
+                answer: Answer::Json,
+            },
         };
-        let completion = Py::new(py, completion).map_err(|e| failed(py, e))?;
-        future
-            .call_method1("add_done_callback", (completion,))
-            .map_err(|e| failed(py, e))?;
-        Ok(Pending {
-            future: Some(future.unbind()),
-        })
-    }
-
-    /// What the guest gets for an exception the tool raised (see the module's doc).
-    fn raised(&self, py: Python<'_>, error: PyErr, tool: &str) -> ToolError {
-        told(py, error, tool, self.error_messages, &self.stop)
+        call.start(PyTuple::empty(py), Some(kwargs))
     }
 }
 
@@ -301,6 +285,57 @@ fn kind(py: Python<'_>, error: &PyErr) -> String {
         .unwrap_or_else(|_| "Exception".into())
 }
 
+/// One call of a host callable (a tool or an `approve` hook), started by
+/// [`HostCall::start`]: a sync function on the Sandbox's pool, a coroutine function's
+/// coroutine on the caller's loop or the Sandbox's.
+pub(crate) struct HostCall<'a, 'py> {
+    pub calls: &'a Py<PyAny>,
+    pub caller_loop: Option<&'a Py<PyAny>>,
+    pub function: &'a Bound<'py, PyAny>,
+    pub is_async: bool,
+    /// Told of the answer.
+    pub completion: Completion,
+}
+
+impl<'py> HostCall<'_, 'py> {
+    /// Call the function with `args` and `kwargs`; the answer goes to the completion.
+    pub(crate) fn start(
+        self,
+        args: Bound<'py, PyTuple>,
+        kwargs: Option<Bound<'py, PyDict>>,
+    ) -> Result<Pending, ToolError> {
+        let py = self.function.py();
+        let calls = self.calls.bind(py);
+        let future = if self.is_async {
+            let coroutine = match self.function.call(args, kwargs.as_ref()) {
+                Ok(coroutine) => coroutine,
+                Err(error) => return Err(self.completion.told(py, error)),
+            };
+            let caller_loop = self.caller_loop.map(|l| l.bind(py));
+            calls.call_method1("schedule", (coroutine, caller_loop))
+        } else {
+            calls.call_method1("call", (self.function, args, kwargs))
+        }
+        .map_err(|e| failed(py, e))?;
+        let completion = Py::new(py, self.completion).map_err(|e| failed(py, e))?;
+        future
+            .call_method1("add_done_callback", (completion,))
+            .map_err(|e| failed(py, e))?;
+        Ok(Pending {
+            future: Some(future.unbind()),
+        })
+    }
+}
+
+/// What a host call's answer becomes.
+#[derive(Clone, Copy)]
+pub(crate) enum Answer {
+    /// A tool's result, as JSON.
+    Json,
+    /// An `approve` hook's decision: `true` or `false` (its truth).
+    Truthy,
+}
+
 /// sandpy's own failure around a call (converting values, handing the call over), with
 /// its message: it tells of the values, never of the host.
 fn failed(py: Python<'_>, error: PyErr) -> ToolError {
@@ -309,13 +344,13 @@ fn failed(py: Python<'_>, error: PyErr) -> ToolError {
 
 /// One call's `concurrent.futures.Future`, cancelled if the run stops waiting for it
 /// (dropped before [`Pending::answered`]).
-struct Pending {
+pub(crate) struct Pending {
     future: Option<Py<PyAny>>,
 }
 
 impl Pending {
     /// The call answered: nothing to cancel.
-    fn answered(mut self) {
+    pub(crate) fn answered(mut self) {
         self.future.take();
     }
 }
@@ -333,11 +368,14 @@ impl Drop for Pending {
 
 /// The done-callback of one call's future: its answer, as JSON or the guest's error.
 #[pyclass(frozen, module = "sandpy._sandpy")]
-struct Completion {
-    sender: Mutex<Option<tokio::sync::oneshot::Sender<Result<Value, ToolError>>>>,
-    tool: String,
-    error_messages: bool,
-    stop: Arc<RunStop>,
+pub(crate) struct Completion {
+    pub sender: Mutex<Option<tokio::sync::oneshot::Sender<Result<Value, ToolError>>>>,
+    /// The tool's name, for messages.
+    pub tool: String,
+    /// Pass any exception's message (see [`told`]).
+    pub error_messages: bool,
+    pub stop: Arc<RunStop>,
+    pub answer: Answer,
 }
 
 #[pymethods]
@@ -373,11 +411,18 @@ impl Completion {
             .call_method0("exception")
             .map_err(|e| failed(py, e))?;
         if !exception.is_none() {
-            let error = PyErr::from_value(exception);
-            return Err(told(py, error, &self.tool, self.error_messages, &self.stop));
+            return Err(self.told(py, PyErr::from_value(exception)));
         }
         let result = future.call_method0("result").map_err(|e| failed(py, e))?;
-        result_json(&result)
+        match self.answer {
+            Answer::Json => result_json(&result),
+            Answer::Truthy => Ok(Value::Bool(result.is_truthy().map_err(|e| failed(py, e))?)),
+        }
+    }
+
+    /// What the guest gets for an exception the function raised (see [`told`]).
+    fn told(&self, py: Python<'_>, error: PyErr) -> ToolError {
+        told(py, error, &self.tool, self.error_messages, &self.stop)
     }
 }
 

@@ -329,3 +329,24 @@ def test_a_policy_that_hides_the_host_tools_warns(sb):
     with pytest.warns(UserWarning, match="the policy \"strict\" allows none of the host tools"):
         r = sb.run("1", tools={"lookup": lambda key: key}, policy="strict")
     assert r.ok
+
+
+def test_a_sync_approve_hook_does_not_hold_the_run_past_its_deadline(sb):
+    # The hook is host code as a tool is: it runs on the pool, the deadline holds.
+    release = threading.Event()
+
+    def approve(tool, arguments):
+        release.wait(20)
+        return True
+
+    try:
+        started = time.monotonic()
+        r = sb.run("tools.host.lookup(key='k')", tools={"lookup": lambda key: key},
+                   approve=approve, require_approval=["mcp__host__lookup"], timeout_ms=2000)
+        elapsed = time.monotonic() - started
+    finally:
+        release.set()
+    assert r.status == "timeout", r.error
+    assert r.error.message == ("the run exceeded its wall-clock limit of 2000 ms while "
+                               "waiting for the approval of mcp__host__lookup")
+    assert elapsed < 5, f"{elapsed:.1f} s"

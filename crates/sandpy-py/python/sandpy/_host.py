@@ -29,10 +29,10 @@ class _Pool:
         self._idle = 0
         self._queued = 0
 
-    def submit(self, function: Callable[..., Any], kwargs: dict) -> concurrent.futures.Future:
+    def submit(self, function: Callable[..., Any], args: tuple, kwargs: dict | None) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
-            self._queue.put((future, function, kwargs))
+            self._queue.put((future, function, args, kwargs or {}))
             self._queued += 1
             if self._queued > self._idle and self._threads < self._size:
                 self._threads += 1
@@ -67,16 +67,16 @@ def _work(work: queue.SimpleQueue, taken: Callable[[bool], None]) -> None:
         taken(False)
         if item is None:
             return
-        future, function, kwargs = item
+        future, function, args, kwargs = item
         if not future.set_running_or_notify_cancel():
             continue  # its run ended before it started
         try:
-            result = function(**kwargs)
+            result = function(*args, **kwargs)
         except BaseException as error:  # KeyboardInterrupt too: the extension re-raises it
             future.set_exception(error)
         else:
             future.set_result(result)
-        del item, future, function, kwargs
+        del item, future, function, args, kwargs
 
 
 def _serve(loop: asyncio.AbstractEventLoop, closing: threading.Event) -> None:
@@ -101,9 +101,9 @@ class HostCalls:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = threading.Event()
 
-    def call(self, function: Callable[..., Any], kwargs: dict) -> concurrent.futures.Future:
+    def call(self, function: Callable[..., Any], args: tuple, kwargs: dict | None) -> concurrent.futures.Future:
         """A synchronous function called on the pool."""
-        return self._pool.submit(function, kwargs)
+        return self._pool.submit(function, args, kwargs)
 
     def schedule(self, coroutine: Any, loop: asyncio.AbstractEventLoop | None) -> concurrent.futures.Future:
         """A coroutine run on `loop` (the caller's, for `run_async`), else on the Sandbox's loop."""
