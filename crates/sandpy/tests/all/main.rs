@@ -13,8 +13,8 @@ mod network;
 // The allowlist, secrets and the audit record attacked from outside (issue 40).
 mod network_attacks;
 mod policy;
-mod scratch_attacks;
 mod results;
+mod scratch_attacks;
 mod search;
 mod sessions;
 mod tools;

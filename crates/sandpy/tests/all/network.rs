@@ -399,9 +399,9 @@ fn network_limit_large_endless_and_slow_responses_are_cut() {
     );
 }
 
-#[test]
-fn network_deadline_of_the_run_bounds_a_request() {
-    let server = Server::start(None);
+/// A request to `server`'s `/slow` (which never answers in time) with a 60 s request
+/// timeout, in a run whose own limit is 1.5 s.
+pub(crate) fn slow_request_past_the_deadline(server: &Server) -> sandpy::Execution {
     let mut rules = rules(&[format!("127.0.0.1:{}", server.port)]);
     rules.limits.request_timeout = Duration::from_secs(60);
     let options = RunOptions {
@@ -413,8 +413,14 @@ fn network_deadline_of_the_run_bounds_a_request() {
         ..RunOptions::default()
     };
     let code = try_each(&[format!("http://127.0.0.1:{}/slow", server.port)]);
+    run_with(&code, &options)
+}
+
+#[test]
+fn network_deadline_of_the_run_bounds_a_request() {
+    let server = Server::start(None);
     let started = std::time::Instant::now();
-    let execution = run_with(&code, &options);
+    let execution = slow_request_past_the_deadline(&server);
     assert_eq!(execution.status, Status::Timeout, "{execution:#?}");
     assert!(
         started.elapsed() < Duration::from_secs(10),

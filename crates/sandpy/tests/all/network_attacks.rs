@@ -8,7 +8,6 @@ use crate::network::{rules, run_ok_on, try_each, Server, TlsServer};
 use crate::{assert_host_fine, run_with};
 use sandpy::network::{AllowRule, Network, NetworkRules, Secret};
 use sandpy::{Policy, RunOptions, Status};
-use std::time::Duration;
 
 /// A value with the characters encodings change (`+ / =`, a space).
 const VALUE: &str = "tok+EN/val=ue never seen";
@@ -336,18 +335,7 @@ for host in ("127.0.0.1", "127.0.0.2"):
 #[test]
 fn egress_audit_a_request_cut_off_by_the_deadline_is_recorded() {
     let server = Server::start(None);
-    let mut rules = rules(&[format!("127.0.0.1:{}", server.port)]);
-    rules.limits.request_timeout = Duration::from_secs(60);
-    let options = RunOptions {
-        network: Some(Network::new(rules).unwrap()),
-        limits: sandpy::Limits {
-            timeout: Duration::from_millis(1500),
-            ..sandpy::Limits::default()
-        },
-        ..RunOptions::default()
-    };
-    let code = try_each(&[format!("http://127.0.0.1:{}/slow", server.port)]);
-    let execution = run_with(&code, &options);
+    let execution = crate::network::slow_request_past_the_deadline(&server);
     assert_eq!(execution.status, Status::Timeout, "{execution:#?}");
     assert_eq!(execution.requests.len(), 1, "{execution:#?}");
     let request = &execution.requests[0];
