@@ -16,6 +16,7 @@
 //!     "approve": ["mcp__everything__write_*"],
 //!     "audit_log": "sandpy-audit.jsonl",
 //!     "drain_grace_ms": 30000, "metrics_require_token": false, "ready_requires": ["everything"],
+//!     "allowed_origins": ["https://agent.example.com"],
 //!     "audit_arguments": false,
 //!     "sessions": { "max_sessions": 64, "memory_mb": 256, "idle_ttl_ms": 600000,
 //!                   "total_memory_mb": 8192, "tenant_max_sessions": 8, "tenant_memory_mb": 2048,
@@ -115,6 +116,11 @@ pub struct Settings {
     /// Whether `GET /metrics` needs the bearer token (it is open like the probes by
     /// default).
     pub metrics_require_token: bool,
+    /// Browser origins (`scheme://host[:port]`) whose requests `sandpy serve --http`
+    /// takes; a request with any other `Origin` is refused with 403 (the MCP transport's
+    /// rule against DNS rebinding and cross-site requests). Loopback origins are allowed
+    /// too when the server listens on loopback. Clients that are not browsers send none.
+    pub allowed_origins: Vec<String>,
     /// Upstream servers (names in `mcpServers`) that must be up for `GET /readyz` to
     /// answer 200: a replica whose required tools are down takes no new traffic.
     pub ready_requires: Vec<String>,
@@ -210,6 +216,8 @@ struct RawSandpy {
     drain_grace_ms: Option<u64>,
     #[serde(default)]
     metrics_require_token: bool,
+    #[serde(default)]
+    allowed_origins: Vec<String>,
     #[serde(default)]
     ready_requires: Vec<String>,
     /// Guest path -> host folder (relative to the config file), read-only.
@@ -439,6 +447,7 @@ impl Settings {
             mounts,
             drain_grace: raw.drain_grace_ms.map(Duration::from_millis),
             metrics_require_token: raw.metrics_require_token,
+            allowed_origins: raw.allowed_origins,
             ready_requires: raw.ready_requires,
             runtime: raw.runtime.map(|p| base.join(p)),
             packages: raw.packages,

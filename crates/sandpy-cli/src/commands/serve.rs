@@ -107,7 +107,8 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
                 let settings = &resolved.settings;
                 let mut listener = sandpy_mcp::HttpListener::bind(addr, args.token, tenants)
                     .await?
-                    .metrics_need_token(settings.metrics_require_token);
+                    .metrics_need_token(settings.metrics_require_token)
+                    .allowed_origins(&settings.allowed_origins);
                 if let Some(grace) = settings.drain_grace {
                     listener = listener.drain_grace(grace);
                 }

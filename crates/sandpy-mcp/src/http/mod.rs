@@ -12,6 +12,8 @@
 
 pub(crate) mod connections;
 pub(crate) mod mcp_sessions;
+pub(crate) mod origin;
+pub(crate) mod parse_errors;
 
 use crate::server::{SandpyServer, TokenTenantName};
 use axum::body::Body;
@@ -173,6 +175,8 @@ pub(crate) struct Extras {
     pub metrics_need_token: bool,
     /// What `/readyz` asks besides the drain, when given.
     pub unready: Option<Unready>,
+    /// The browser origins `/mcp` takes requests from (loopback ones are added on loopback).
+    pub allowed_origins: Vec<String>,
 }
 
 /// The MCP endpoint at `/mcp` serving a handler from `handler` to each session, behind the
@@ -208,6 +212,7 @@ where
     let mut app = Router::new()
         .nest_service("/mcp", service)
         .layer(middleware::from_fn(deleted_is_no_content))
+        .layer(middleware::from_fn(parse_errors::jsonrpc_parse_errors))
         .layer(middleware::from_fn_with_state(
             sessions,
             mcp_sessions::admit,
@@ -235,6 +240,12 @@ where
             require_bearer,
         ));
     }
+    // Outermost: a page in a browser is refused before anything else looks at its request.
+    let origins = origin::Origins::new(&extras.allowed_origins, loopback);
+    app = app.layer(middleware::from_fn_with_state(
+        Arc::new(origins),
+        origin::check_origin,
+    ));
     // Probes for an orchestrator, outside the bearer check: they tell nothing but whether
     // the process answers and whether it takes new work.
     let probes = Router::new()
@@ -346,6 +357,7 @@ pub struct HttpListener {
     limits: HttpLimits,
     metrics_need_token: bool,
     grace: std::time::Duration,
+    allowed_origins: Vec<String>,
 }
 
 /// How long the streams stay open after the last answer of a drain was written, for the
@@ -389,7 +401,15 @@ impl HttpListener {
             limits: HttpLimits::default(),
             metrics_need_token: false,
             grace: DEFAULT_DRAIN_GRACE,
+            allowed_origins: Vec::new(),
         })
+    }
+
+    /// Take requests from these browser origins too (`sandpy.allowed_origins`); a
+    /// request with another `Origin` gets 403 ([`origin`](crate::http::origin)).
+    pub fn allowed_origins(mut self, origins: &[String]) -> HttpListener {
+        self.allowed_origins = origins.to_vec();
+        self
     }
 
     /// Put `GET /metrics` behind the bearer check too (it is open by default, like the
@@ -446,6 +466,7 @@ impl HttpListener {
             scrape: Some(scrape),
             metrics_need_token: self.metrics_need_token,
             unready: Some(unready),
+            allowed_origins: self.allowed_origins,
         };
         let (draining, answering) = (extras.draining.clone(), extras.answering.clone());
         let handler = server.clone();
