@@ -543,8 +543,8 @@ impl ServerHandler for SandpyServer {
     }
 
     /// Check the arguments by parsing them as the tool's parameters, then call it for its
-    /// caller. Unlike the router's own `call`, which turns arguments that do not parse
-    /// into an `isError` result, a malformed request stays a protocol error
+    /// caller. Arguments that do not fit are a tool error naming the field (`isError`, so
+    /// that the model corrects its call); an unknown tool is a protocol error
     /// (`invalid_params`).
     async fn call_tool(
         &self,
@@ -560,11 +560,12 @@ impl ServerHandler for SandpyServer {
             .ok_or_else(|| invalid(format!("unknown tool {name:?}")))?;
         if let Some(check) = state.checks.get(name) {
             let arguments = Value::Object(request.arguments.take().unwrap_or_default());
-            check(&arguments).map_err(|why| {
-                invalid(format!(
-                    "arguments of {name} do not fit its inputSchema: {why}"
-                ))
-            })?;
+            if let Err(why) = check(&arguments) {
+                let message = format!("arguments of {name} do not fit its inputSchema: {why}");
+                return Ok(CallToolResponse::from(
+                    state.refused_arguments(name, message),
+                ));
+            }
             if let Value::Object(arguments) = arguments {
                 request.arguments = Some(arguments);
             }

@@ -3,7 +3,7 @@
 
 use super::approval;
 use super::progress::ProgressStream;
-use super::{invalid, parses_as, Caller, Check, RunRequest, ServerState};
+use super::{parses_as, Caller, Check, RunRequest, ServerState};
 use crate::summary::summarize;
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
@@ -65,14 +65,15 @@ enum TierArg {
 
 impl ServerState {
     /// The tier a request asked for, or why it may not choose.
-    fn requested_tier(&self, tier: Option<TierArg>) -> Result<Option<sandpy::Tier>, ErrorData> {
+    fn requested_tier(&self, tier: Option<TierArg>) -> Result<Option<sandpy::Tier>, String> {
         let Some(tier) = tier else {
             return Ok(None);
         };
         if !self.tier_per_run {
-            return Err(invalid(
-                "this server does not let requests choose their tier (sandpy.native.per_run)",
-            ));
+            return Err(
+                "this server does not let requests choose their tier (sandpy.native.per_run)"
+                    .into(),
+            );
         }
         let tier = match tier {
             TierArg::Wasm => sandpy::Tier::Wasm,
@@ -145,7 +146,7 @@ impl Arguments {
 
 /// The `files` argument as the library's input files: decoded, each with exactly one of
 /// `text` and `content_base64`.
-fn input_files(files: Option<Vec<FileArg>>) -> Result<Vec<sandpy::files::InputFile>, ErrorData> {
+fn input_files(files: Option<Vec<FileArg>>) -> Result<Vec<sandpy::files::InputFile>, String> {
     use base64::Engine;
     let files = files.unwrap_or_default();
     files
@@ -156,13 +157,11 @@ fn input_files(files: Option<Vec<FileArg>>) -> Result<Vec<sandpy::files::InputFi
                 (Some(text), None) => text.into_bytes(),
                 (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
                     .decode(encoded)
-                    .map_err(|e| {
-                        invalid(format!("`files[{i}].content_base64` is not base64: {e}"))
-                    })?,
+                    .map_err(|e| format!("`files[{i}].content_base64` is not base64: {e}"))?,
                 _ => {
-                    return Err(invalid(format!(
+                    return Err(format!(
                         "`files[{i}]` needs exactly one of `text` and `content_base64`"
-                    )))
+                    ))
                 }
             };
             Ok(sandpy::files::InputFile {
@@ -204,11 +203,15 @@ impl ServerState {
     ) -> Result<CallToolResult, ErrorData> {
         let _in_flight = self.hub.metrics().run_started();
         let id = self.next_execution_id();
+        let (files, tier) = match self.files_and_tier(args.files, args.tier) {
+            Ok(checked) => checked,
+            Err(refused) => return Ok(refused),
+        };
         let request = RunRequest {
             timeout_ms: args.timeout_ms,
             allowed_tools: args.allowed_tools,
-            files: input_files(args.files)?,
-            tier: self.requested_tier(args.tier)?,
+            files,
+            tier,
         };
         let mut options = self.options(id.clone(), request);
         let stream = live(self, &context, &mut options);
@@ -245,10 +248,14 @@ impl ServerState {
     ) -> Result<CallToolResult, ErrorData> {
         let _in_flight = self.hub.metrics().run_started();
         let id = self.next_execution_id();
+        let (files, tier) = match self.files_and_tier(args.files, args.tier) {
+            Ok(checked) => checked,
+            Err(refused) => return Ok(refused),
+        };
         let request = RunRequest {
             timeout_ms: args.timeout_ms,
-            files: input_files(args.files)?,
-            tier: self.requested_tier(args.tier)?,
+            files,
+            tier,
             ..RunRequest::default()
         };
         let mut options = self.options(id.clone(), request);
@@ -319,7 +326,33 @@ impl ServerState {
     pub(super) fn refused_while_draining(&self) -> CallToolResult {
         let message =
             "the server is shutting down and takes no new runs; retry (on another replica)";
-        let execution = Execution::refused(sandpy::Status::Busy, message.into());
+        self.refused_run(sandpy::Status::Busy, message.into())
+    }
+
+    /// Arguments of `tool` that do not fit its inputSchema, as a tool error the model can
+    /// read and correct (the 2025-11-25 tools page, SEP-1303), not a protocol error: for a
+    /// tool that runs code an `invalid_input` execution, as any refused run; else the text.
+    pub(super) fn refused_arguments(&self, tool: &str, message: String) -> CallToolResult {
+        if CHECKS.iter().any(|(name, _)| *name == tool) {
+            return self.refused_run(sandpy::Status::InvalidInput, message);
+        }
+        CallToolResult::error(vec![ContentBlock::text(message)])
+    }
+
+    /// A request's input files and tier, or its refusal as an `invalid_input` run (a tool
+    /// error the model can correct, not a protocol error).
+    fn files_and_tier(
+        &self,
+        files: Option<Vec<FileArg>>,
+        tier: Option<TierArg>,
+    ) -> Result<(Vec<sandpy::files::InputFile>, Option<sandpy::Tier>), CallToolResult> {
+        let checked = input_files(files).and_then(|files| Ok((files, self.requested_tier(tier)?)));
+        checked.map_err(|why| self.refused_run(sandpy::Status::InvalidInput, why))
+    }
+
+    /// A run refused before it started, as a tool result shaped as every run's.
+    fn refused_run(&self, status: sandpy::Status, message: String) -> CallToolResult {
+        let execution = Execution::refused(status, message);
         let bounded = self.model_output.bound(&execution);
         let mut result = CallToolResult::error(vec![ContentBlock::text(summarize(&bounded))]);
         result.structured_content = Some(bounded.to_json());

@@ -139,3 +139,78 @@ fn a_connection_that_sends_no_headers_is_closed_after_the_header_timeout() {
         assert!(initialize(address, "t").await.starts_with("HTTP/1.1 200"));
     });
 }
+
+/// A web page in a person's browser attacks a server on loopback (DNS rebinding, a
+/// cross-site POST): a request whose `Origin` is not allowed gets 403 before anything
+/// else; a loopback origin (a local tool's page) and a client that sends none go on.
+#[test]
+fn origin_of_a_web_page_is_refused_and_loopback_pages_are_not() {
+    block_on(async {
+        let address = serve(HttpLimits::default()).await;
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+        let with_origin = |origin: &str| {
+            format!(
+                "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nAuthorization: Bearer t\r\n{origin}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+        };
+        for evil in [
+            "http://evil.example.com",
+            "null",
+            "http://localhost.evil.example.com",
+        ] {
+            let answer = send(
+                address,
+                with_origin(&format!("Origin: {evil}\r\n")).as_bytes(),
+            )
+            .await;
+            assert!(answer.starts_with("HTTP/1.1 403"), "{evil}: {answer}");
+            assert!(
+                answer.contains("is not allowed (sandpy.allowed_origins)"),
+                "{answer}"
+            );
+        }
+        for fine in [
+            "Origin: http://localhost:6274\r\n",
+            "Origin: http://127.0.0.1\r\n",
+            "",
+        ] {
+            let answer = send(address, with_origin(fine).as_bytes()).await;
+            assert!(answer.starts_with("HTTP/1.1 200"), "{fine}: {answer}");
+        }
+    });
+}
+
+/// A body that is not JSON, and a JSON-RPC batch (which MCP 2025-06-18 removed), are
+/// answered as JSON-RPC says: 400 with a `-32700` parse error and a `-32600` invalid
+/// request, in JSON (rmcp's transport answered both 415 with plain text).
+#[test]
+fn a_body_that_is_not_one_jsonrpc_message_gets_a_jsonrpc_error() {
+    block_on(async {
+        let address = serve(HttpLimits::default()).await;
+        let post = |body: &str| {
+            format!(
+                "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nAuthorization: Bearer t\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+        };
+        let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#;
+        for (body, code) in [("{not json", -32700), (batch, -32600)] {
+            let answer = send(address, post(body).as_bytes()).await;
+            assert!(answer.starts_with("HTTP/1.1 400"), "{body}: {answer}");
+            assert!(
+                answer
+                    .to_ascii_lowercase()
+                    .contains("content-type: application/json"),
+                "{answer}"
+            );
+            // The body, whether sent with a length or in chunks: the one JSON object.
+            let json =
+                &answer[answer.find('{').expect("a body")..=answer.rfind('}').expect("a body")];
+            let error: serde_json::Value = serde_json::from_str(json).expect("JSON");
+            assert_eq!(error["error"]["code"], code, "{answer}");
+            assert_eq!(error["id"], serde_json::Value::Null, "{answer}");
+        }
+        assert!(initialize(address, "t").await.starts_with("HTTP/1.1 200"));
+    });
+}

@@ -55,12 +55,38 @@ impl Connection {
         crate::tool_result(&self.client, tool, arguments).await
     }
 
-    /// Call `tool`, which must refuse the request as malformed; the error message.
+    /// Call `tool`, which must refuse the request as malformed; the error message. Unknown
+    /// tools are protocol errors (`invalid_params`); arguments that do not fit a tool are
+    /// tool errors the model can correct (`isError`, an `invalid_input` run for the tools
+    /// that run code).
     async fn invalid(&self, tool: &str, arguments: Value) -> String {
         match self.call(tool, arguments.clone()).await {
             Err(error) if error.code == ErrorCode::INVALID_PARAMS => error.message.into_owned(),
-            other => panic!("{tool} {arguments}: not invalid_params but {other:?}"),
+            Ok(result) if result["isError"] == true => {
+                if let Some(execution) = result.get("structuredContent") {
+                    assert_eq!(execution["status"], "invalid_input", "{result}");
+                    return execution["error"]["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .into();
+                }
+                result["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .into()
+            }
+            other => panic!("{tool} {arguments}: not refused as malformed but {other:?}"),
         }
+    }
+
+    /// [`Connection::invalid`] that must be a tool error, not a protocol error.
+    async fn tool_error(&self, tool: &str, arguments: Value) -> String {
+        let result = self.call(tool, arguments.clone()).await;
+        assert!(
+            result.is_ok(),
+            "{tool} {arguments}: a protocol error {result:?}"
+        );
+        self.invalid(tool, arguments).await
     }
 }
 
@@ -475,7 +501,7 @@ fn sessions_are_saved_restored_and_forked() {
 }
 
 #[test]
-fn malformed_requests_are_protocol_errors_naming_the_field() {
+fn malformed_arguments_are_tool_errors_naming_the_field_and_unknown_tools_protocol_errors() {
     block_on(async {
         let connection = Connection::open().await;
         for (tool, arguments, names) in [
@@ -539,15 +565,24 @@ fn malformed_requests_are_protocol_errors_naming_the_field() {
                 json!({"session_id": "a"}),
                 "missing field `new_session_id`",
             ),
-            ("no_such_tool", json!({}), "unknown tool \"no_such_tool\""),
         ] {
-            let message = connection.invalid(tool, arguments.clone()).await;
+            let message = connection.tool_error(tool, arguments.clone()).await;
             assert!(message.contains(names), "{tool} {arguments}: {message}");
+        }
+        let unknown = connection.call("no_such_tool", json!({})).await;
+        match unknown {
+            Err(error) if error.code == ErrorCode::INVALID_PARAMS => {
+                assert!(
+                    error.message.contains("unknown tool \"no_such_tool\""),
+                    "{error:?}"
+                )
+            }
+            other => panic!("an unknown tool: not invalid_params but {other:?}"),
         }
         // The whole message: the tool, where, what was found and what was expected.
         assert_eq!(
             connection
-                .invalid("run_python", json!({"code": "1", "files": [{"path": 3, "text": "a"}]}))
+                .tool_error("run_python", json!({"code": "1", "files": [{"path": 3, "text": "a"}]}))
                 .await,
             "arguments of run_python do not fit its inputSchema: at /files/0/path: invalid type: integer `3`, expected a string"
         );
