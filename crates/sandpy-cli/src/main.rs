@@ -15,6 +15,10 @@ fn main() -> ExitCode {
     let cli = commands::Cli::parse();
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("SANDPY_LOG").unwrap_or_else(|_| "warn".into());
+    // Colour only on a terminal, and never with NO_COLOR (https://no-color.org): a log
+    // file or a collector reads the escape codes as text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     // Traces by OTLP when the environment names an endpoint (sandpy's own spans). Without,
     // the log alone, as a subscriber whose level filter is global: the spans and events of
     // every crate below it (wasmtime-wasi instruments each WASI call) are then switched off
@@ -27,6 +31,7 @@ fn main() -> ExitCode {
             use tracing_subscriber::Layer;
             let log = tracing_subscriber::fmt::layer()
                 .with_writer(|| log::Stderr)
+                .with_ansi(colour)
                 .with_filter(filter);
             tracing_subscriber::registry().with(log).with(traces).init();
             Some(telemetry)
@@ -34,6 +39,7 @@ fn main() -> ExitCode {
         Ok(None) => {
             tracing_subscriber::fmt()
                 .with_writer(|| log::Stderr)
+                .with_ansi(colour)
                 .with_env_filter(filter)
                 .init();
             None

@@ -828,3 +828,20 @@ fn a_closed_stdout_ends_the_command_quietly() {
         );
     }
 }
+
+/// Logs written to a file or a pipe carry no colour codes (a collector reads them as
+/// text); `NO_COLOR` is honoured too.
+#[test]
+fn logs_off_a_terminal_carry_no_colour_codes() {
+    let out = sandpy()
+        .env("SANDPY_LOG", "debug")
+        .args(["run", "-c", "1"])
+        .output()
+        .expect("sandpy");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("DEBUG"), "some log lines: {stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "colour codes in a pipe: {stderr:?}"
+    );
+}

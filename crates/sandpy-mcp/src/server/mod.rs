@@ -534,9 +534,16 @@ impl ServerState {
 impl ServerHandler for SandpyServer {
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        // Every tool is in the one page: no cursor was ever handed out, so any is invalid
+        // (the pagination page: an invalid cursor SHOULD get -32602).
+        if let Some(cursor) = request.and_then(|r| r.cursor) {
+            return Err(invalid(format!(
+                "invalid cursor {cursor:?}: this server lists every tool in one page (no nextCursor)"
+            )));
+        }
         // Servers still starting: wait a little, so the description says how they are.
         self.state.hub.wait_started(STARTING_WAIT).await;
         Ok(ListToolsResult::with_all_items(self.tools()))

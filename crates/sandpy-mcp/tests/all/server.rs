@@ -128,6 +128,18 @@ fn tool_list_is_declared_by_types() {
             "{description}"
         );
         insta::assert_json_snapshot!("tools", tools.tools);
+        // One page holds every tool; a cursor the server never gave is invalid (-32602).
+        let paged = rmcp::model::PaginatedRequestParams::default().with_cursor(Some("zzz".into()));
+        match connection.client.list_tools(Some(paged)).await {
+            Err(rmcp::ServiceError::McpError(error)) => {
+                assert_eq!(error.code, ErrorCode::INVALID_PARAMS, "{error:?}");
+                assert!(
+                    error.message.contains("invalid cursor \"zzz\""),
+                    "{error:?}"
+                );
+            }
+            other => panic!("a made-up cursor: {other:?}"),
+        }
     });
 }
 
