@@ -5,9 +5,12 @@
 //!
 //! Allowed: the origins of `sandpy.allowed_origins`, and, on a server that listens on
 //! loopback, loopback origins (`http://localhost:3000`, `http://127.0.0.1`, `http://[::1]`).
+//! A browser client of an allowed origin (the MCP Inspector's direct mode, a web agent)
+//! gets CORS: its preflight `OPTIONS` is answered here, before the token is asked for, and
+//! its responses let it read `Mcp-Session-Id` and `WWW-Authenticate`.
 
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
@@ -65,18 +68,53 @@ fn is_loopback(origin: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// What a browser client may send and read (CORS).
+const ALLOW_METHODS: &str = "GET, POST, DELETE, OPTIONS";
+const ALLOW_HEADERS: &str =
+    "authorization, content-type, accept, mcp-session-id, mcp-protocol-version, last-event-id";
+const EXPOSE_HEADERS: &str = "mcp-session-id, mcp-protocol-version, www-authenticate";
+
 /// 403 for a request whose `Origin` is present and not allowed (an `Origin` that is not
-/// text, or `null`, is not allowed); anything else goes on.
+/// text, or `null`, is not allowed); for an allowed one, the CORS preflight answered and
+/// CORS headers on the response; a request without `Origin` goes on as it is.
 pub(crate) async fn check_origin(
     State(origins): State<Arc<Origins>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let Some(origin) = request.headers().get(header::ORIGIN) else {
+    let Some(origin) = request.headers().get(header::ORIGIN).cloned() else {
         return next.run(request).await;
     };
     match origin.to_str() {
-        Ok(origin) if origins.admits(origin) => next.run(request).await,
+        Ok(text) if origins.admits(text) => {
+            let mut response = if request.method() == Method::OPTIONS {
+                let mut preflight = StatusCode::NO_CONTENT.into_response();
+                let headers = preflight.headers_mut();
+                headers.insert(
+                    header::ACCESS_CONTROL_ALLOW_METHODS,
+                    HeaderValue::from_static(ALLOW_METHODS),
+                );
+                headers.insert(
+                    header::ACCESS_CONTROL_ALLOW_HEADERS,
+                    HeaderValue::from_static(ALLOW_HEADERS),
+                );
+                headers.insert(
+                    header::ACCESS_CONTROL_MAX_AGE,
+                    HeaderValue::from_static("600"),
+                );
+                preflight
+            } else {
+                next.run(request).await
+            };
+            let headers = response.headers_mut();
+            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+            headers.insert(
+                header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static(EXPOSE_HEADERS),
+            );
+            headers.append(header::VARY, HeaderValue::from_static("origin"));
+            response
+        }
         shown => {
             let shown = shown.unwrap_or("(not text)");
             (

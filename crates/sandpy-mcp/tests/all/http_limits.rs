@@ -177,7 +177,36 @@ fn origin_of_a_web_page_is_refused_and_loopback_pages_are_not() {
         ] {
             let answer = send(address, with_origin(fine).as_bytes()).await;
             assert!(answer.starts_with("HTTP/1.1 200"), "{fine}: {answer}");
+            let lower = answer.to_ascii_lowercase();
+            let cors = lower.contains("access-control-expose-headers: mcp-session-id");
+            assert_eq!(
+                cors,
+                !fine.is_empty(),
+                "CORS only for a browser's origin: {answer}"
+            );
         }
+        // A browser's preflight, which carries no token: answered for an allowed origin
+        // only, before the token is asked for.
+        let preflight = |origin: &str| {
+            format!(
+                "OPTIONS /mcp HTTP/1.1\r\nHost: {address}\r\nOrigin: {origin}\r\nAccess-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization, content-type, mcp-session-id\r\nConnection: close\r\n\r\n"
+            )
+        };
+        let answer = send(address, preflight("http://localhost:6274").as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 204"), "{answer}");
+        let lower = answer.to_ascii_lowercase();
+        assert!(
+            lower.contains("access-control-allow-origin: http://localhost:6274"),
+            "{answer}"
+        );
+        assert!(
+            lower.contains(
+                "access-control-allow-headers: authorization, content-type, accept, mcp-session-id"
+            ),
+            "{answer}"
+        );
+        let answer = send(address, preflight("http://evil.example.com").as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
     });
 }
 
