@@ -71,6 +71,20 @@ pub(crate) fn closed_pipe(error: &anyhow::Error) -> bool {
     })
 }
 
+/// Whether whoever read this process's stdout has closed it (a pipe's reader gone: `poll`
+/// reports an error on the writing end).
+pub(crate) fn stdout_closed() -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::POLLOUT)];
+    poll(&mut fds, PollTimeout::ZERO).is_ok_and(|_| {
+        fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP))
+    })
+}
+
 /// What to do about an error, where sandpy can tell more than the error says.
 fn hint(error: &anyhow::Error) -> Option<String> {
     if error

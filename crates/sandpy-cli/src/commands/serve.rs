@@ -99,7 +99,14 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
             .context("cannot start the MCP server")?;
         let served = match args.http {
             None => tokio::select! {
-                served = sandpy_mcp::serve_stdio(server) => served.context("MCP over stdio failed"),
+                served = sandpy_mcp::serve_stdio(server) => match served {
+                    // The client went away while answers were being written: rmcp's error
+                    // does not carry the write's io::Error, so ask stdout itself.
+                    Err(_) if crate::exit::stdout_closed() => {
+                        Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe).into())
+                    }
+                    served => served.context("MCP over stdio failed"),
+                },
                 _ = stop => Ok(()),
             },
             Some(addr) => {

@@ -827,6 +827,33 @@ fn a_closed_stdout_ends_the_command_quietly() {
             out.status
         );
     }
+    // `serve` on stdio whose client stops reading: its first answer finds stdout closed
+    // (stdin kept open meanwhile, so that the server has no other reason to end).
+    let mut server = sandpy()
+        .arg("serve")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("sandpy serve");
+    drop(server.stdout.take());
+    let mut stdin = server.stdin.take().expect("stdin");
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+    std::io::Write::write_all(&mut stdin, format!("{initialize}\n").as_bytes()).expect("send");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while server.try_wait().expect("wait").is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(stdin);
+    let out = server.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked")
+            && !stderr.contains("Broken pipe")
+            && !stderr.contains("error:"),
+        "serve: {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(141), "serve: {stderr}");
 }
 
 /// Logs written to a file or a pipe carry no colour codes (a collector reads them as
