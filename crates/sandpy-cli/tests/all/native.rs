@@ -490,8 +490,15 @@ found["env"] = dict(os.environ)
         "{}",
         found["visible"]
     );
-    // The host's environment does not reach the run.
-    assert_eq!(found["env"], json!({}), "{}", found["env"]);
+    // The host's environment does not reach the run: only the home sandpy gives it in its
+    // own /tmp (for packages that keep a config or a cache there, such as matplotlib).
+    assert_eq!(
+        found["env"],
+        json!({"HOME": "/tmp", "XDG_CONFIG_HOME": "/tmp/.config", "XDG_CACHE_HOME": "/tmp/.cache",
+               "MPLCONFIGDIR": "/tmp/.config/matplotlib"}),
+        "{}",
+        found["env"]
+    );
 }
 
 #[test]

@@ -126,6 +126,17 @@ def _task(value: object):  # type: ignore[no-untyped-def]
     raise ValueError(f"unknown task {kind!r}")
 
 
+# A home for packages that keep a config or a cache there, in the run's own /tmp: without
+# one, matplotlib warned on every run (~440 bytes) and made its config in a temporary
+# folder. The run's values (the host's, e.g. secrets' placeholders) come after and win.
+RUN_HOME = [
+    ("HOME", "/tmp"),
+    ("XDG_CONFIG_HOME", "/tmp/.config"),
+    ("XDG_CACHE_HOME", "/tmp/.cache"),
+    ("MPLCONFIGDIR", "/tmp/.config/matplotlib"),
+]
+
+
 def _options(value: dict):  # type: ignore[no-untyped-def, type-arg]
     from wit_world.imports import types
 
@@ -134,7 +145,7 @@ def _options(value: dict):  # type: ignore[no-untyped-def, type-arg]
         filename=value["filename"],
         policy=types.Policy(**policy) if policy is not None else None,
         keep_globals=value["keep_globals"],
-        environment=[tuple(pair) for pair in value["environment"]],
+        environment=RUN_HOME + [tuple(pair) for pair in value["environment"]],
     )
 
 
