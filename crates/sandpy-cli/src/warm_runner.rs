@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
@@ -53,12 +53,10 @@ pub(crate) enum WarmError {
     /// caller runs the program itself.
     #[error("no warm runner took the run")]
     NotTaken(#[source] std::io::Error),
-    /// The socket folder exists but others than its owner could enter or change it.
-    #[error("`{path}` is not a folder only this user can use")]
-    UnsafeFolder {
-        /// The folder.
-        path: PathBuf,
-    },
+    /// The socket folder is not this user's alone (another user owns it, can write in it,
+    /// or put a link in its place): another user could answer for a runner.
+    #[error(transparent)]
+    UnsafeFolder(#[from] sandpy::files::FolderError),
     /// The request would be larger than [`MAX_MESSAGE_BYTES`]: run it in the process.
     #[error("the run's request is {bytes} bytes, over the warm runner's {MAX_MESSAGE_BYTES}")]
     TooLarge {
@@ -186,14 +184,7 @@ fn identity(path: &Path) -> String {
 /// `/tmp/sandpy-<uid>`; created `0700`, and refused unless it is a real folder of this
 /// user that no one else can enter (another user could otherwise answer for a runner).
 pub(crate) fn socket_folder() -> Result<PathBuf, WarmError> {
-    let path = socket_folder_path();
-    match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-            return Err(WarmError::Io { path, source: e })
-        }
-        _ => {}
-    }
-    checked_folder(path)
+    checked_folder(socket_folder_path())
 }
 
 /// Where [`socket_folder`] is, whether or not it exists.
@@ -204,17 +195,11 @@ fn socket_folder_path() -> PathBuf {
     }
 }
 
-/// `path`, if it is a real folder of this user's that no one else can enter.
+/// `path`, if it is a real folder of this user's that no one else can enter (made `0700`
+/// if missing; the rule of sandpy's scratch and cache folders, with which it may share
+/// `/tmp/sandpy-<uid>`).
 fn checked_folder(path: PathBuf) -> Result<PathBuf, WarmError> {
-    let uid = nix::unistd::getuid().as_raw();
-    let io = |source| WarmError::Io {
-        path: path.clone(),
-        source,
-    };
-    let meta = std::fs::symlink_metadata(&path).map_err(io)?;
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        return Err(WarmError::UnsafeFolder { path });
-    }
+    sandpy::files::private_folder(&path)?;
     Ok(path)
 }
 

@@ -310,7 +310,7 @@ fn warm_runner_attack_a_folder_others_can_enter_is_not_used() {
         let out = warm.run(&["-c", "print('cold')"]);
         assert_eq!(stdout(&out), "cold\n", "{}", stderr(&out));
         assert!(
-            stderr(&out).contains("is not a folder only this user can use"),
+            stderr(&out).contains("can be written by other users (mode 777)"),
             "{}",
             stderr(&out)
         );
