@@ -112,11 +112,18 @@ fn check_responses(out: &Value) {
         json!(["message"])
     );
     assert_eq!(out[7]["structuredContent"]["return_value"], true);
+    // A missing argument is a tool error the model can correct (SEP-1303), naming it.
+    assert_eq!(out[8]["isError"], true, "{}", out[8]);
+    assert_eq!(
+        out[8]["structuredContent"]["status"], "invalid_input",
+        "{}",
+        out[8]
+    );
     assert!(
-        out[8]["error"]
+        out[8]["structuredContent"]["error"]["message"]
             .as_str()
-            .expect("protocol error for a missing argument")
-            .contains("code"),
+            .expect("a tool error for a missing argument")
+            .contains("missing field `code`"),
         "{}",
         out[8]
     );
@@ -189,10 +196,16 @@ fn check_responses(out: &Value) {
         "{}",
         out[23]
     );
+    // A file with both `text` and `content_base64`: a tool error naming the rule.
+    assert_eq!(
+        out[24]["structuredContent"]["status"], "invalid_input",
+        "{}",
+        out[24]
+    );
     assert!(
-        out[24]["error"]
+        out[24]["structuredContent"]["error"]["message"]
             .as_str()
-            .expect("protocol error")
+            .expect("a tool error")
             .contains("exactly one of"),
         "{}",
         out[24]
