@@ -170,15 +170,14 @@ impl PySandbox {
             allowed_tools,
             policy,
         )?;
-        let (mut options, stop) = self.shared.options(py, args, tools, None)?;
-        options.on_output = crate::convert::output_sink(on_output)?;
-        crate::approve::apply(
-            &mut options,
+        let (mut options, stop) = self.shared.run_options(
+            py,
+            args,
+            tools,
+            on_output,
             approve,
             require_approval,
-            self.shared.host(),
-            &stop,
-            None,
+            false,
         )?;
         crate::convert::allow_hosts(&mut options, allow_hosts)?;
         let shared = self.shared.clone();
@@ -215,16 +214,9 @@ impl PySandbox {
             allowed_tools,
             policy,
         )?;
-        let (mut options, stop) = self.shared.coroutine_options(py, args, tools)?;
-        options.on_output = crate::convert::output_sink(on_output)?;
-        crate::approve::apply(
-            &mut options,
-            approve,
-            require_approval,
-            self.shared.host(),
-            &stop,
-            Some(py),
-        )?;
+        let (mut options, stop) =
+            self.shared
+                .run_options(py, args, tools, on_output, approve, require_approval, true)?;
         crate::convert::allow_hosts(&mut options, allow_hosts)?;
         let shared = self.shared.clone();
         let run = async move { PyExecution::from(shared.sandbox.run_with(&code, &options).await) };

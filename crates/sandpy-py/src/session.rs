@@ -70,15 +70,14 @@ impl PySession {
             allowed_tools,
             policy,
         )?;
-        let (mut options, stop) = self.shared.options(py, args, tools, None)?;
-        options.on_output = crate::convert::output_sink(on_output)?;
-        crate::approve::apply(
-            &mut options,
+        let (options, stop) = self.shared.run_options(
+            py,
+            args,
+            tools,
+            on_output,
             approve,
             require_approval,
-            self.shared.host(),
-            &stop,
-            None,
+            false,
         )?;
         let run = async move { session.run(&code, &options).await };
         Ok(wait_run(py, run, &stop)?.into())
@@ -111,16 +110,9 @@ impl PySession {
             allowed_tools,
             policy,
         )?;
-        let (mut options, stop) = self.shared.coroutine_options(py, args, tools)?;
-        options.on_output = crate::convert::output_sink(on_output)?;
-        crate::approve::apply(
-            &mut options,
-            approve,
-            require_approval,
-            self.shared.host(),
-            &stop,
-            Some(py),
-        )?;
+        let (options, stop) =
+            self.shared
+                .run_options(py, args, tools, on_output, approve, require_approval, true)?;
         let run = async move { PyExecution::from(session.run(&code, &options).await) };
         run_coroutine(py, run, stop)
     }

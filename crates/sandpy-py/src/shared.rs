@@ -52,9 +52,36 @@ impl Shared {
         }
     }
 
-    /// Where host tools (and `approve` hooks) run.
-    pub(crate) fn host(&self) -> &HostSettings {
-        &self.host
+    /// What `run` and `run_async` (of a Sandbox or a session) start from: the run's
+    /// options ([`Shared::options`], or [`Shared::coroutine_options`] when `on_loop` is the
+    /// caller's running loop) with its output sink and its approval hook set.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run_options(
+        &self,
+        py: Python<'_>,
+        args: RunArgs,
+        tools: Option<&Bound<'_, PyAny>>,
+        on_output: Option<&Bound<'_, PyAny>>,
+        approve: Option<&Bound<'_, PyAny>>,
+        require_approval: Option<Vec<String>>,
+        on_loop: bool,
+    ) -> PyResult<(RunOptions, Arc<RunStop>)> {
+        let (mut options, stop) = if on_loop {
+            self.coroutine_options(py, args, tools)?
+        } else {
+            self.options(py, args, tools, None)?
+        };
+        options.on_output = crate::convert::output_sink(on_output)?;
+        let on_loop = on_loop.then_some(py);
+        crate::approve::apply(
+            &mut options,
+            approve,
+            require_approval,
+            &self.host,
+            &stop,
+            on_loop,
+        )?;
+        Ok((options, stop))
     }
 
     /// [`Shared::options`] for a run awaited on the caller's asyncio loop: its async host
