@@ -53,6 +53,16 @@ pub(super) fn native_config(dir: &Path, preimport: &[&str], extra: Value) -> Str
     path.display().to_string()
 }
 
+/// The names of the files an execution (as `sandpy run --json` prints it) brought back.
+pub(super) fn output_names(execution: &Value) -> Vec<&str> {
+    execution["files"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no files: {execution}"))
+        .iter()
+        .filter_map(|f| f["name"].as_str())
+        .collect()
+}
+
 /// Run `code` in the native tier with `args` and `layers_off`: exit code and execution.
 pub(super) fn native_run(
     config: &str,
@@ -375,12 +385,7 @@ fn filesystem_boundary_timed_out_runs_return_their_files_never_a_linked_host_fil
     );
     let (_, execution) = native_run(&config, &code, &["--timeout-ms", "1000"], "");
     assert_eq!(execution["status"], "timeout", "{execution}");
-    let names: Vec<&str> = execution["files"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no files: {execution}"))
-        .iter()
-        .filter_map(|f| f["name"].as_str())
-        .collect();
+    let names = output_names(&execution);
     assert_eq!(names, ["charts/a.csv", "report.txt"], "{execution}");
     assert_eq!(execution["files"][1]["content_base64"], "cGFydGlhbA==");
     assert!(

@@ -8,7 +8,7 @@
 //!   (reaped on time) and its tasks (bounded).
 //! - `native_filesystem_*`: the devices the guide promises and the `sys.path` a run sees.
 
-use super::native::{attacks, native_config, native_run, native_venv};
+use super::native::{attacks, native_config, native_run, native_venv, output_names};
 use super::native_sessions::{result, run, serve, server_config};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -78,12 +78,7 @@ fn native_channel_forged_outcome_gets_the_hosts_files_and_peak() {
     let (_, execution) = native_run(&config, &forged(prelude, outcome), &[], "");
     assert_eq!(execution["status"], "ok", "{execution}");
     assert_eq!(execution["return_value"], 7, "{execution}");
-    let names: Vec<&str> = execution["files"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no files: {execution}"))
-        .iter()
-        .filter_map(|f| f["name"].as_str())
-        .collect();
+    let names = output_names(&execution);
     assert_eq!(names, ["real.txt"], "{execution}");
     let peak = execution["memory_peak_bytes"].as_u64().unwrap_or_default();
     assert!(peak >= 64 << 20, "peak {peak}: {execution}");
