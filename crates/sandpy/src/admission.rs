@@ -14,7 +14,7 @@ pub(crate) struct Admission {
 }
 
 /// Why a run was not admitted.
-pub(crate) enum Refusal {
+pub(crate) enum Busy {
     /// The queue was full.
     QueueFull(usize),
     /// No slot freed up within the run's own timeout.
@@ -39,28 +39,28 @@ impl Admission {
     }
 
     /// A slot to run in: at once, after waiting in line (at most `patience`), or refused.
-    pub(crate) async fn enter(&self, patience: Duration) -> Result<OwnedSemaphorePermit, Refusal> {
+    pub(crate) async fn enter(&self, patience: Duration) -> Result<OwnedSemaphorePermit, Busy> {
         if let Ok(permit) = self.running.clone().try_acquire_owned() {
             return Ok(permit);
         }
         if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.max_waiting {
             self.waiting.fetch_sub(1, Ordering::SeqCst);
-            return Err(Refusal::QueueFull(self.max_waiting));
+            return Err(Busy::QueueFull(self.max_waiting));
         }
         let acquired = tokio::time::timeout(patience, self.running.clone().acquire_owned()).await;
         self.waiting.fetch_sub(1, Ordering::SeqCst);
         match acquired {
             Ok(Ok(permit)) => Ok(permit),
-            Ok(Err(_)) | Err(_) => Err(Refusal::WaitedTooLong(patience)),
+            Ok(Err(_)) | Err(_) => Err(Busy::WaitedTooLong(patience)),
         }
     }
 }
 
-impl Refusal {
+impl Busy {
     pub(crate) fn message(&self) -> String {
         match self {
-            Refusal::QueueFull(max) => format!("sandpy is busy: every run slot is taken and {max} runs are already waiting; retry later"),
-            Refusal::WaitedTooLong(waited) => {
+            Busy::QueueFull(max) => format!("sandpy is busy: every run slot is taken and {max} runs are already waiting; retry later"),
+            Busy::WaitedTooLong(waited) => {
                 format!("sandpy is busy: no run slot freed up within the run's {} ms timeout; retry later", waited.as_millis())
             }
         }

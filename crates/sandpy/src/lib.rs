@@ -65,7 +65,6 @@
 #![deny(missing_docs)]
 
 mod admission;
-mod approval;
 mod bindings;
 mod config;
 mod error;
@@ -78,16 +77,14 @@ pub mod network;
 mod options;
 mod output;
 pub mod packages;
+mod plan;
 mod policy;
 mod private_folder;
 mod run;
 mod sandbox;
-mod search;
-mod session;
 pub mod sessions;
 pub mod settings;
 pub mod tls;
-mod tool_access;
 pub mod tools;
 mod verdict;
 #[cfg(target_os = "linux")]

@@ -179,24 +179,6 @@ impl LimitOverrides {
     }
 }
 
-/// The time limit of a host call (a tool call, an HTTP request) starting now with its own
-/// `limit`: `limit` when it ends before the run's `deadline`; `None` when the deadline
-/// comes first (the run then ends `timeout` naming what it waited for, rather than the call
-/// failing with no time left to handle it).
-pub(crate) fn own_timeout(
-    deadline: Option<tokio::time::Instant>,
-    limit: Duration,
-) -> Option<Duration> {
-    match deadline {
-        Some(deadline)
-            if deadline.saturating_duration_since(tokio::time::Instant::now()) <= limit =>
-        {
-            None
-        }
-        _ => Some(limit),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

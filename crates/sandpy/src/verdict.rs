@@ -9,10 +9,10 @@ use crate::{Limits, Violation};
 use std::time::Duration;
 
 /// How a call into the guest ended: it returned, trapped, or was stopped.
-pub(crate) type CallResult = Result<wasmtime::Result<Outcome>, Stopped>;
+pub(crate) type CallResult = Result<wasmtime::Result<Outcome>, Cutoff>;
 
 /// Why the host stopped a call before it returned.
-pub(crate) enum Stopped {
+pub(crate) enum Cutoff {
     /// The run's time limit ended.
     Elapsed,
     /// The run was cancelled.
@@ -377,14 +377,14 @@ fn python_error(error: PythonError, limits: &Limits) -> ErrorInfo {
 }
 
 /// A run refused by the host before its code ran: the status and why.
-pub(crate) struct Refused {
+pub(crate) struct Refusal {
     status: Status,
     message: String,
 }
 
-impl Refused {
-    pub(crate) fn new(status: Status, message: String) -> Refused {
-        Refused { status, message }
+impl Refusal {
+    pub(crate) fn new(status: Status, message: String) -> Refusal {
+        Refusal { status, message }
     }
 
     /// Why it was refused.
@@ -393,8 +393,8 @@ impl Refused {
     }
 }
 
-impl From<Refused> for Execution {
-    fn from(refused: Refused) -> Execution {
+impl From<Refusal> for Execution {
+    fn from(refused: Refusal) -> Execution {
         Execution::refused(refused.status, refused.message)
     }
 }

@@ -16,7 +16,8 @@ use crate::files::OutputFile;
 use crate::network::FetchError;
 use crate::options::{OutputSink, Stream};
 use crate::output::Capture;
-use crate::tool_access::ToolAccess;
+use crate::plan::Deadline;
+use crate::tools::access::ToolAccess;
 use crate::verdict::{self, NativeEnd};
 use crate::Limits;
 use std::os::fd::OwnedFd;
@@ -253,7 +254,7 @@ impl<'a> Run<'a> {
         task: &Task,
         options: &GuestOptions,
         inputs: &Inputs,
-        started: Instant,
+        deadline: Deadline,
     ) -> RunEnd {
         let Streams {
             channel_read,
@@ -278,15 +279,8 @@ impl<'a> Run<'a> {
         let mut channel_write = None;
         let mut stdin_done = false;
 
-        let deadline = started + self.limits.timeout;
-        self.tools.deadline = Some(deadline.into());
-        if let Some(network) = &mut self.tools.network {
-            network.deadline = Some(deadline.into());
-        }
-        let run_deadline = tokio::time::Instant::from_std(deadline);
-        let hard_deadline = tokio::time::Instant::from_std(
-            started + self.limits.timeout.saturating_add(REPORT_GRACE),
-        );
+        let run_deadline = deadline.tokio();
+        let hard_deadline = tokio::time::Instant::from_std(deadline.after(REPORT_GRACE));
         let max_message = self.max_message();
         let mut message: Vec<u8> = Vec::new();
         let mut outcome: Option<GuestOutcome> = None;

@@ -7,14 +7,13 @@
 use super::protocol::{cell_limit, CELL_STARTED};
 use super::serve::{Inputs, Run, RunEnd, Streams};
 use super::tier::NativeTier;
-use crate::bindings::{GuestOptions, Task};
 use crate::execution::{Execution, Status};
-use crate::tool_access::{RecordedCall, ToolAccess};
+use crate::plan::Plan;
+use crate::tools::access::{RecordedCall, ToolAccess};
 use crate::verdict::NativeEnd;
 use crate::Limits;
 use std::sync::Arc;
 use std::time::Duration;
-use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How long the zygote may take to put a session's cell limits in force.
@@ -66,21 +65,17 @@ impl NativeTier {
     /// session's `memory_cap`, the mounts and quotas of this first cell). The process is
     /// kept for the next cell when this one returned normally: then its tool calls are
     /// returned, in order.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn cell(
         self: &Arc<Self>,
         kept: &mut Option<NativeSession>,
         memory_cap: u64,
-        task: &Task,
-        options: &GuestOptions,
-        limits: &Limits,
+        plan: &Plan<'_>,
         tools: ToolAccess,
         inputs: Inputs,
-        started: Instant,
     ) -> (Execution, Option<Vec<RecordedCall>>) {
         let limits = &Limits {
             memory_bytes: memory_cap as usize,
-            ..limits.clone()
+            ..plan.limits.clone()
         };
         let mut run = Run::new(tools, limits, &inputs);
         let session = match kept.take() {
@@ -99,7 +94,14 @@ impl NativeTier {
         let (ended, session) = match session {
             Ok(mut session) => {
                 let ended = run
-                    .serve(&mut session.streams, None, task, options, &inputs, started)
+                    .serve(
+                        &mut session.streams,
+                        None,
+                        plan.task,
+                        &plan.guest,
+                        &inputs,
+                        plan.deadline,
+                    )
                     .await;
                 (ended, Some(session))
             }
@@ -108,7 +110,7 @@ impl NativeTier {
         // Kept only when the zygote stopped the whole process once the cell answered.
         let answered = matches!(ended.end, NativeEnd::Outcome(_)) && ended.stopped;
         let memory_peak = ended.max_rss_bytes;
-        let execution = run.execution(ended, started);
+        let execution = run.execution(ended, plan.deadline.started());
         if let Some(mut session) = session {
             let fit =
                 answered && execution.status != Status::MemoryLimit && !execution.output_truncated;

@@ -7,9 +7,9 @@ use super::protocol::{RunFds, RunRequest, ZygoteSetup, ZygoteStatus};
 use super::python::PythonInstall;
 use super::serve::{Inputs, Launched, Run, RunEnd, Streams};
 use super::{guest_files, Layer, NativeConfig, NativeError};
-use crate::bindings::{GuestOptions, Task};
 use crate::execution::Execution;
-use crate::tool_access::ToolAccess;
+use crate::plan::Plan;
+use crate::tools::access::ToolAccess;
 use crate::verdict::NativeEnd;
 use crate::Limits;
 use nix::sys::socket::{
@@ -209,13 +209,11 @@ impl NativeTier {
     /// Run `task` in a new confined fork of the zygote.
     pub(crate) async fn run(
         &self,
-        task: &Task,
-        options: &GuestOptions,
-        limits: &Limits,
+        plan: &Plan<'_>,
         tools: ToolAccess,
         inputs: Inputs,
-        started: Instant,
     ) -> Execution {
+        let limits = plan.limits;
         let mut run = Run::new(tools, limits, &inputs);
         let launched = self
             .launch(limits, &inputs.mounts, false)
@@ -226,12 +224,13 @@ impl NativeTier {
             // of the process.
             Ok((mut streams, stdin)) => {
                 let stdin = Some((stdin, inputs.stdin.clone()));
-                run.serve(&mut streams, stdin, task, options, &inputs, started)
+                let (task, guest) = (plan.task, &plan.guest);
+                run.serve(&mut streams, stdin, task, guest, &inputs, plan.deadline)
                     .await
             }
             Err(end) => RunEnd::without(end),
         };
-        run.execution(ended, started)
+        run.execution(ended, plan.deadline.started())
     }
 
     /// Hand the zygote a run request with the run's descriptors; the host's ends.

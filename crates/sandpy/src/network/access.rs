@@ -4,9 +4,9 @@
 use super::address::is_internal;
 use super::allow::{confined, AllowRule, Destination, Host};
 use super::{Network, Secret};
+use crate::plan::Deadline;
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
-use tokio::time::Instant;
 
 /// One request as the code asked for it.
 #[derive(Debug, Clone, Deserialize)]
@@ -121,8 +121,8 @@ pub(crate) struct NetworkAccess {
     network: Network,
     /// A policy's allowlist: a request must pass it too.
     narrowed: Option<Vec<AllowRule>>,
-    /// When the run's wall-clock limit ends; set as the guest is called.
-    pub deadline: Option<Instant>,
+    /// When the run's time ends.
+    deadline: Deadline,
     bytes_out: u64,
     bytes_in: u64,
     /// The requests made (and refused), in order; each is recorded before it is sent.
@@ -131,11 +131,15 @@ pub(crate) struct NetworkAccess {
 
 impl NetworkAccess {
     /// A run's access to `network`, narrowed by a policy's list when it has one.
-    pub(crate) fn new(network: Network, narrowed: Option<Vec<AllowRule>>) -> NetworkAccess {
+    pub(crate) fn new(
+        network: Network,
+        narrowed: Option<Vec<AllowRule>>,
+        deadline: Deadline,
+    ) -> NetworkAccess {
         NetworkAccess {
             network,
             narrowed,
-            deadline: None,
+            deadline,
             bytes_out: 0,
             bytes_in: 0,
             made: Vec::new(),
@@ -237,7 +241,7 @@ impl NetworkAccess {
             destination.scheme,
             reachable(&rules.allow, self.narrowed.as_deref(), &destination),
         )?;
-        let timeout = crate::limits::own_timeout(self.deadline, limits.request_timeout);
+        let timeout = self.deadline.call_timeout(limits.request_timeout);
         self.bytes_out += size;
         if let Some(record) = self.made.get_mut(index) {
             record.bytes_out = size;

@@ -2,23 +2,23 @@
 //! prepare (code size, limits, tool access), admit (a run slot), instantiate or reuse the
 //! guest, call it under the limits, collect the verdict and the output files.
 //!
-//! A session is a run that keeps its interpreter ([`Kept`], in `kept`); the native tier's
+//! A session is a run that keeps its interpreter ([`Interpreter`], in `session`); the native tier's
 //! runs are in `native`.
 
-mod kept;
 mod native;
+mod session;
 
-pub(crate) use kept::{Kept, Ran, Reached};
+pub(crate) use session::{Interpreter, SessionRun, Stage};
 
 use crate::admission::Admission;
 use crate::bindings::{GuestOptions, GuestPolicy, Task};
 use crate::execution::{Execution, Status};
-use crate::tool_access::ToolAccess;
-use crate::verdict::Refused;
-use crate::wasm::{Disposal, Guest, RunFolders, Runtime, Shape, Spares};
+use crate::plan::{Deadline, Plan};
+use crate::tools::access::ToolAccess;
+use crate::verdict::Refusal;
+use crate::wasm::{Disposal, Guest, InstanceFor, InstanceShape, MadeAhead, RunFolders, Runtime};
 use crate::{Config, Error, Limits, Policy, RunOptions};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 /// What every run of one sandbox shares: the runtimes, the admission queue and the run
@@ -45,18 +45,10 @@ pub(crate) struct Runner {
     disposal: Option<Disposal>,
     /// The next fresh run's instance, made after a run that was alone answered; `None`
     /// with one run at a time, or when the pool has no slot beyond the runs'.
-    spares: Option<Spares>,
+    made_ahead: Option<MadeAhead>,
     /// The next session's instance, made after a session's first run that was alone
     /// answered; `None` with one run at a time.
-    session_spares: Option<Spares>,
-}
-
-/// What a run's new instance is for: it decides the memory cap and whether stdin is read.
-enum InstanceFor {
-    /// A fresh run: the run's memory cap, its stdin.
-    Fresh,
-    /// A session's first run: the session's memory cap, no stdin.
-    Session { memory_cap: usize },
+    session_made_ahead: Option<MadeAhead>,
 }
 
 /// A run that passed its checks and holds a run slot.
@@ -65,17 +57,9 @@ struct Admitted {
     tools: ToolAccess,
     /// Held until the run's instance is dropped (see [`Disposal`]).
     slot: tokio::sync::OwnedSemaphorePermit,
-    started: Instant,
-}
-
-impl Admitted {
-    /// When the run's time limit ends: its clock starts at admission, so setting up the
-    /// instance and writing input files count against it.
-    fn deadline(&self) -> Instant {
-        self.started
-            .checked_add(self.limits.timeout)
-            .unwrap_or_else(|| self.started + Duration::from_secs(365 * 86_400))
-    }
+    /// Its clock starts at admission, so setting up the instance and writing input files
+    /// count against it.
+    deadline: Deadline,
 }
 
 impl Runner {
@@ -99,13 +83,15 @@ impl Runner {
             let _ = runtime.set(Ok(Arc::new(Runtime::load(&config, &runtime_id)?)));
         }
         let folders = Arc::new(RunFolders::new(config.resolved_scratch_dir(), concurrency));
-        // A spare needs a pool slot that no run may need; not for one-shot processes.
-        let spare_slot = config
+        // An instance made ahead needs a pool slot that no run may need; not for one-shot processes.
+        let slot_to_spare = config
             .pooled_instances
             .is_none_or(|slots| slots as usize > concurrency);
         let ahead = concurrency > 1 && !config.leave_instances_to_exit;
-        let spares = (ahead && spare_slot).then(|| Spares::new("sandpy-spare", folders.clone()));
-        let session_spares = ahead.then(|| Spares::new("sandpy-session-spare", folders.clone()));
+        let made_ahead =
+            (ahead && slot_to_spare).then(|| MadeAhead::new("sandpy-ahead", folders.clone()));
+        let session_made_ahead =
+            ahead.then(|| MadeAhead::new("sandpy-session-ahead", folders.clone()));
         Ok(Runner {
             runtime,
             runtime_id,
@@ -117,8 +103,8 @@ impl Runner {
             native: tokio::sync::Mutex::new(None),
             left: std::sync::Mutex::new(Vec::new()),
             disposal: (concurrency > 1).then(Disposal::new),
-            spares,
-            session_spares,
+            made_ahead,
+            session_made_ahead,
         })
     }
 
@@ -131,18 +117,17 @@ impl Runner {
     }
 
     /// [`Runner::loaded_runtime`], its failure as a run's `internal_error`.
-    fn runtime(&self) -> Result<&Arc<Runtime>, Refused> {
+    fn runtime(&self) -> Result<&Arc<Runtime>, Refusal> {
         self.loaded_runtime()
-            .map_err(|e| Refused::new(Status::InternalError, error_chain(e)))
+            .map_err(|e| Refusal::new(Status::InternalError, error_chain(e)))
     }
 
     /// Check the code's size and the tool access, then wait for a run slot.
-    async fn admit(&self, task: &Task, options: &RunOptions) -> Result<Admitted, Refused> {
+    async fn admit(&self, task: &Task, options: &RunOptions) -> Result<Admitted, Refusal> {
         let limits = options.effective_limits();
         if let Some(refused) = check_code(task, &limits) {
             return Err(refused);
         }
-        let tools = ToolAccess::for_run(options, &limits)?;
         let entered = self
             .admission
             .enter(limits.timeout)
@@ -151,15 +136,17 @@ impl Runner {
             None => entered.await,
             Some(cancel) => cancel.run_until_cancelled(entered).await.ok_or_else(|| {
                 let message = "the run was cancelled while it waited for a run slot";
-                Refused::new(Status::Cancelled, message.into())
+                Refusal::new(Status::Cancelled, message.into())
             })?,
         };
-        let slot = entered.map_err(|refusal| Refused::new(Status::Busy, refusal.message()))?;
+        let slot = entered.map_err(|refusal| Refusal::new(Status::Busy, refusal.message()))?;
+        let deadline = Deadline::starting_now(limits.timeout);
+        let tools = ToolAccess::for_run(options, &limits, deadline)?;
         Ok(Admitted {
             limits,
             tools,
             slot,
-            started: Instant::now(),
+            deadline,
         })
     }
 
@@ -184,11 +171,11 @@ impl Runner {
             Ok(run) => run,
             Err(refused) => return refused.into(),
         };
-        let (limits, deadline) = (&run.limits, run.deadline());
-        let ahead = self
-            .spares
-            .as_ref()
-            .zip(Shape::of(options, limits, limits.memory_bytes));
+        let limits = &run.limits;
+        let ahead =
+            self.made_ahead
+                .as_ref()
+                .zip(InstanceShape::of(options, limits, limits.memory_bytes));
         let made = self.new_guest(
             runtime,
             ahead,
@@ -201,18 +188,14 @@ impl Runner {
             Ok(guest) => guest,
             Err(refused) => return refused.into(),
         };
-        let guest_options = guest_options(options, false);
-        let executed = guest
-            .execute(
-                runtime,
-                &task,
-                options,
-                &guest_options,
-                limits,
-                run.started,
-                deadline,
-            )
-            .await;
+        let plan = Plan {
+            task: &task,
+            options,
+            guest: guest_options(options, false),
+            limits,
+            deadline: run.deadline,
+        };
+        let executed = guest.execute(runtime, &plan).await;
         let execution = match executed {
             Ok((execution, _)) => execution,
             Err(refused) => return refused.into(),
@@ -228,49 +211,37 @@ impl Runner {
             // So is making the next run's instance: a run that executes alone does not
             // share the machine with either.
             disposal.dispose(guest, run.slot);
-            if let Some((spares, shape)) = ahead {
-                spares.request(runtime, shape);
+            if let Some((made_ahead, shape)) = ahead {
+                made_ahead.request(runtime, shape);
             }
         }
         execution
     }
 
-    /// A run's new instance: the one made ahead in `ahead`'s spares when it has the
+    /// A run's new instance: the one made ahead in `ahead`'s made_ahead when it has the
     /// run's shape, else one made now (instantiated at the run's first call).
     fn new_guest(
         &self,
         runtime: &Runtime,
-        ahead: Option<(&Spares, Shape)>,
+        ahead: Option<(&MadeAhead, InstanceShape)>,
         instance_for: InstanceFor,
         options: &RunOptions,
         limits: &Limits,
         tools: ToolAccess,
-    ) -> Result<Guest, Refused> {
-        if let Some(mut guest) = ahead.and_then(|(spares, shape)| spares.take(shape)) {
+    ) -> Result<Guest, Refusal> {
+        if let Some(mut guest) = ahead.and_then(|(made_ahead, shape)| made_ahead.take(shape)) {
             guest.reuse(tools, limits, options.on_output.clone());
             return Ok(guest);
         }
-        let (memory_cap, with_stdin) = match instance_for {
-            InstanceFor::Fresh => (limits.memory_bytes, true),
-            InstanceFor::Session { memory_cap } => (memory_cap, false),
-        };
-        Guest::new(
-            runtime,
-            &self.folders,
-            limits,
-            memory_cap,
-            options,
-            with_stdin,
-            tools,
-        )
+        Guest::new(runtime, &self.folders, limits, options, instance_for, tools)
     }
 
     /// How many runs (fresh, or a session's first) took an instance made ahead.
     pub(crate) fn instances_made_ahead_taken(&self) -> u64 {
-        [&self.spares, &self.session_spares]
+        [&self.made_ahead, &self.session_made_ahead]
             .into_iter()
             .flatten()
-            .map(Spares::taken)
+            .map(MadeAhead::taken)
             .sum()
     }
 
@@ -308,7 +279,7 @@ fn tier_name(tier: crate::Tier) -> &'static str {
 }
 
 /// The `invalid_input` execution for code over the size cap.
-fn check_code(task: &Task, limits: &Limits) -> Option<Refused> {
+fn check_code(task: &Task, limits: &Limits) -> Option<Refusal> {
     let code = match task {
         Task::Run(code) | Task::Check(code) => code,
         Task::Call(call) => &call.code,
@@ -320,7 +291,7 @@ fn check_code(task: &Task, limits: &Limits) -> Option<Refused> {
             code.len(),
             limits.code_bytes
         );
-        Refused::new(Status::InvalidInput, message)
+        Refusal::new(Status::InvalidInput, message)
     })
 }
 

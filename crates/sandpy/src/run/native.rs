@@ -3,10 +3,11 @@
 
 #[cfg(target_os = "linux")]
 use super::{error_chain, guest_options, Admitted};
-use super::{Kept, Ran, Reached, Runner};
+use super::{Interpreter, Runner, SessionRun, Stage};
 use crate::bindings::Task;
 use crate::execution::{Execution, Status};
-use crate::tool_access::RecordedCall;
+use crate::plan::Plan;
+use crate::tools::access::RecordedCall;
 use crate::RunOptions;
 use std::collections::VecDeque;
 #[cfg(target_os = "linux")]
@@ -21,16 +22,14 @@ impl Runner {
             Ok(admitted) => admitted,
             Err((execution, _)) => return execution,
         };
-        let guest_options = guest_options(options, false);
-        tier.run(
+        let plan = Plan {
             task,
-            &guest_options,
-            &run.limits,
-            run.tools,
-            inputs,
-            run.started,
-        )
-        .await
+            options,
+            guest: guest_options(options, false),
+            limits: &run.limits,
+            deadline: run.deadline,
+        };
+        tier.run(&plan, run.tools, inputs).await
     }
 
     /// What a native run needs before it starts: the tier (started now if need be, before
@@ -47,22 +46,22 @@ impl Runner {
             Admitted,
             crate::native::Inputs,
         ),
-        (Execution, Reached),
+        (Execution, Stage),
     > {
         let tier = self.native_tier().await.map_err(|message| {
             (
                 Execution::refused(Status::InternalError, message),
-                Reached::Refused,
+                Stage::Refused,
             )
         })?;
         let run = self
             .admit(task, options)
             .await
-            .map_err(|refused| (refused.into(), Reached::Refused))?;
+            .map_err(|refused| (refused.into(), Stage::Refused))?;
         let inputs = crate::native::Inputs::check(options, &run.limits).map_err(|why| {
             (
                 Execution::refused(Status::InvalidInput, why),
-                Reached::Admitted,
+                Stage::Admitted,
             )
         })?;
         Ok((tier, run, inputs))
@@ -105,33 +104,32 @@ impl Runner {
         &self,
         task: Task,
         options: &RunOptions,
-        kept: &mut Kept,
+        kept: &mut Interpreter,
         replay: Option<VecDeque<RecordedCall>>,
-    ) -> Ran {
+    ) -> SessionRun {
         let (tier, mut run, inputs) = match self.native_admit(&task, options).await {
             Ok(admitted) => admitted,
-            Err((execution, reached)) => return Ran { execution, reached },
+            Err((execution, reached)) => return SessionRun { execution, reached },
         };
         run.tools.recorded = Some(Vec::new());
         run.tools.replay = replay;
         kept.tier = Some(crate::Tier::Native);
+        let plan = Plan {
+            task: &task,
+            options,
+            guest: guest_options(options, true),
+            limits: &run.limits,
+            deadline: run.deadline,
+        };
+        let memory_cap = kept.wasm.memory_cap() as u64;
         let (execution, calls) = tier
-            .cell(
-                &mut kept.native,
-                kept.wasm.memory_cap() as u64,
-                &task,
-                &guest_options(options, true),
-                &run.limits,
-                run.tools,
-                inputs,
-                run.started,
-            )
+            .cell(&mut kept.native, memory_cap, &plan, run.tools, inputs)
             .await;
         let reached = match calls {
-            Some(calls) => Reached::Fit(calls),
-            None => Reached::Unfit,
+            Some(calls) => Stage::Fit(calls),
+            None => Stage::Unfit,
         };
-        Ran { execution, reached }
+        SessionRun { execution, reached }
     }
 
     #[cfg(not(target_os = "linux"))]
@@ -139,15 +137,15 @@ impl Runner {
         &self,
         _: Task,
         _: &RunOptions,
-        _: &mut Kept,
+        _: &mut Interpreter,
         _: Option<VecDeque<RecordedCall>>,
-    ) -> Ran {
-        Ran {
+    ) -> SessionRun {
+        SessionRun {
             execution: Execution::refused(
                 Status::InvalidInput,
                 "the native tier needs Linux".into(),
             ),
-            reached: Reached::Refused,
+            reached: Stage::Refused,
         }
     }
 }

@@ -14,7 +14,7 @@
 //! The quotas themselves are in `quota.rs`.
 
 use super::host::HostState;
-use super::quota::{Area, Refusal, ENTRY_BYTES, MAX_OPEN_DESCRIPTORS};
+use super::quota::{Area, DiskLimit, ENTRY_BYTES, MAX_OPEN_DESCRIPTORS};
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 use wasmtime::component::{Linker, Resource};
@@ -107,8 +107,8 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
                     *rep == parent || table.get(&Resource::<Descriptor>::new_borrow(*rep)).is_ok()
                 });
                 if state.disk.descriptors.len() >= MAX_OPEN_DESCRIPTORS {
-                    state.disk.note(&Refusal::OpenFiles);
-                    return Ok((Err(Refusal::OpenFiles.code()),));
+                    state.disk.note(&DiskLimit::OpenFiles);
+                    return Ok((Err(DiskLimit::OpenFiles.code()),));
                 }
                 if oflags.contains(OpenFlags::CREATE) {
                     if let Err(code) = state.disk.charge(parent, ENTRY_BYTES) {
@@ -298,7 +298,7 @@ struct MeteredStream {
     /// writes in the background).
     high_water: u64,
     area: Arc<Area>,
-    refusal: Arc<Mutex<Option<Refusal>>>,
+    refusal: Arc<Mutex<Option<DiskLimit>>>,
 }
 
 impl MeteredStream {

@@ -1,6 +1,6 @@
 //! A WebAssembly run's instance and its host side: the store (WASI context, memory
 //! limiter, disk quotas, tool access), captured output and folders; made for a fresh run
-//! and dropped after it, or kept by a session ([`Kept`]) while it stays fit.
+//! and dropped after it, or kept by a session ([`SessionInstance`]) while it stays fit.
 
 use super::host::{HostState, MemoryLimiter};
 use super::overrun::Watchdog;
@@ -11,8 +11,9 @@ use crate::execution::{ErrorInfo, Execution, Status};
 use crate::files::InputsError;
 use crate::options::OutputSink;
 use crate::output::{Capture, Captured};
-use crate::tool_access::{RecordedCall, ToolAccess};
-use crate::verdict::{outcome_verdict, ran, CallResult, Refused, Stop, Stopped};
+use crate::plan::{Deadline, Plan};
+use crate::tools::access::{RecordedCall, ToolAccess};
+use crate::verdict::{outcome_verdict, ran, CallResult, Cutoff, Refusal, Stop};
 use crate::{Limits, RunOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,12 +23,24 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
 
+/// What an instance is made for: it decides its memory cap and whether it reads the
+/// run's stdin.
+pub(crate) enum InstanceFor {
+    /// A fresh run: the run's memory cap, its stdin.
+    Fresh,
+    /// A session's first run: the session's memory cap, no stdin.
+    Session { memory_cap: usize },
+    /// A run to come, made ahead (see `made_ahead`): the memory cap of the limits it is made
+    /// with, no stdin (a run with stdin makes its own instance).
+    Ahead,
+}
+
 /// A guest instance with its host side: its store (WASI context, memory limiter, tools),
 /// captured output and folders.
 pub(crate) struct Guest {
     store: Store<HostState>,
     /// `None` until instantiated: inside the first call's time limit, or ahead of its run
-    /// (see `spare`).
+    /// (see `made_ahead`).
     instance: Option<Instance>,
     capture: Capture,
     workspace: Workspace,
@@ -36,21 +49,21 @@ pub(crate) struct Guest {
 
 /// A session's instance: made on its first run (on the runtime without the instance
 /// pool, with the session's memory cap), kept while runs leave it fit for another.
-pub(crate) struct Kept {
+pub(crate) struct SessionInstance {
     guest: Option<Guest>,
     memory_cap: usize,
 }
 
-impl Kept {
+impl SessionInstance {
     /// No instance yet; it will get `memory_cap` bytes at most.
-    pub(crate) fn new(memory_cap: usize) -> Kept {
-        Kept {
+    pub(crate) fn new(memory_cap: usize) -> SessionInstance {
+        SessionInstance {
             guest: None,
             memory_cap,
         }
     }
 
-    /// The instance, if it was made and is fit; taken for a run, given back by [`Kept::keep`].
+    /// The instance, if it was made and is fit; taken for a run, given back by [`SessionInstance::keep`].
     pub(crate) fn take(&mut self) -> Option<Guest> {
         self.guest.take()
     }
@@ -83,15 +96,19 @@ impl Guest {
         runtime: &Runtime,
         folders: &Arc<RunFolders>,
         limits: &Limits,
-        memory_cap: usize,
         options: &RunOptions,
-        with_stdin: bool,
+        made_for: InstanceFor,
         tools: ToolAccess,
-    ) -> Result<Guest, Refused> {
+    ) -> Result<Guest, Refusal> {
+        let (memory_cap, with_stdin) = match made_for {
+            InstanceFor::Fresh => (limits.memory_bytes, true),
+            InstanceFor::Session { memory_cap } => (memory_cap, false),
+            InstanceFor::Ahead => (limits.memory_bytes, false),
+        };
         let mounts = crate::files::check_mounts(&options.mounts)
-            .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))?;
+            .map_err(|e| Refusal::new(Status::InvalidInput, e.to_string()))?;
         let workspace = Workspace::create(folders, limits, mounts)
-            .map_err(|e| Refused::new(Status::InternalError, e.to_string()))?;
+            .map_err(|e| Refusal::new(Status::InternalError, e.to_string()))?;
         let capture = Capture::new(limits.output_bytes, options.on_output.clone());
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(capture.stdout_factory())
@@ -104,7 +121,7 @@ impl Guest {
         }
         workspace
             .preopen(&mut wasi)
-            .map_err(|e| Refused::new(Status::InternalError, e.to_string()))?;
+            .map_err(|e| Refusal::new(Status::InternalError, e.to_string()))?;
         let state = HostState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
@@ -138,10 +155,10 @@ impl Guest {
         options: &RunOptions,
         limits: &Limits,
         deadline: Instant,
-    ) -> Result<(), Refused> {
+    ) -> Result<(), Refusal> {
         if !self.workspace.has_mounts(&options.mounts) {
             let message = "a session keeps the mounts of its first run; close it to change them";
-            return Err(Refused::new(Status::InvalidInput, message.into()));
+            return Err(Refusal::new(Status::InvalidInput, message.into()));
         }
         self.workspace
             .write_inputs(&options.files, limits, deadline)
@@ -150,7 +167,7 @@ impl Guest {
                     InputsError::Refused(_) => Status::InvalidInput,
                     InputsError::OutOfTime { .. } => Status::Timeout,
                 };
-                Refused::new(status, e.to_string())
+                Refusal::new(status, e.to_string())
             })
     }
 
@@ -159,44 +176,36 @@ impl Guest {
     fn watch(
         &self,
         runtime: &Runtime,
-        started: Instant,
-        deadline: Instant,
+        deadline: Deadline,
         limit: Duration,
-    ) -> Result<Option<Watchdog>, Refused> {
+    ) -> Result<Option<Watchdog>, Refusal> {
         runtime
-            .watch(started, deadline, limit, &self.capture)
+            .watch(deadline.started(), deadline.ends(), limit, &self.capture)
             .map_err(|e| {
-                Refused::new(
+                Refusal::new(
                     Status::InternalError,
                     format!("cannot start the run's watchdog thread: {e}"),
                 )
             })
     }
 
-    /// Write the run's input files, then call the guest under the run's limits (its
-    /// clock started at `started`, its time ends at `deadline`) and collect the
-    /// execution, and whether the guest is fit for another call. `Err`: refused before
-    /// the guest was called, which is then as it was.
-    #[allow(clippy::too_many_arguments)]
+    /// Write the run's input files, then call the guest under the plan's limits and
+    /// deadline and collect the execution, and whether the guest is fit for another
+    /// call. `Err`: refused before the guest was called, which is then as it was.
     pub(crate) async fn execute(
         &mut self,
         runtime: &Runtime,
-        task: &Task,
-        options: &RunOptions,
-        guest_options: &GuestOptions,
-        limits: &Limits,
-        started: Instant,
-        deadline: Instant,
-    ) -> Result<(Execution, bool), Refused> {
-        self.add_inputs(options, limits, deadline)?;
-        let watchdog = self.watch(runtime, started, deadline, limits.timeout)?;
-        let timeout = deadline.saturating_duration_since(Instant::now());
-        let cancel = options.cancel.as_ref();
+        plan: &Plan<'_>,
+    ) -> Result<(Execution, bool), Refusal> {
+        let (limits, deadline) = (plan.limits, plan.deadline);
+        self.add_inputs(plan.options, limits, deadline.ends())?;
+        let watchdog = self.watch(runtime, deadline, limits.timeout)?;
+        let cancel = plan.options.cancel.as_ref();
         let result = self
-            .call(runtime, task, guest_options, timeout, cancel)
+            .call(runtime, plan.task, &plan.guest, deadline, cancel)
             .await;
         drop(watchdog);
-        Ok(self.collect(result, limits, started.elapsed()))
+        Ok(self.collect(result, limits, deadline.started().elapsed()))
     }
 
     /// End a session's cell: its output files are gone from `/output` (they were
@@ -227,7 +236,7 @@ impl Guest {
     }
 
     /// Instantiate the guest now, ahead of its first call (an instance made ahead: see
-    /// `spare`); `call` instantiates it otherwise.
+    /// `made_ahead`); `call` instantiates it otherwise.
     pub(crate) async fn instantiate(&mut self, runtime: &Runtime) -> wasmtime::Result<()> {
         super::runtime::keep_trap_handlers_first();
         if self.instance.is_none() {
@@ -237,26 +246,19 @@ impl Guest {
         Ok(())
     }
 
-    /// Call the guest (instantiating it first if needed) within `timeout`, unless `cancel`
+    /// Call the guest (instantiating it first if needed) until `deadline`, unless `cancel`
     /// is cancelled first.
     async fn call(
         &mut self,
         runtime: &Runtime,
         task: &Task,
         guest_options: &GuestOptions,
-        timeout: Duration,
+        deadline: Deadline,
         cancel: Option<&tokio_util::sync::CancellationToken>,
     ) -> CallResult {
         super::runtime::keep_trap_handlers_first();
         let store = &mut self.store;
         let instance = &mut self.instance;
-        // One deadline for the call and for the tool calls it makes (see `ToolAccess`).
-        let deadline = tokio::time::Instant::now().checked_add(timeout);
-        let tools = &mut store.data_mut().tools;
-        tools.deadline = deadline;
-        if let Some(network) = &mut tools.network {
-            network.deadline = deadline;
-        }
         let call = async move {
             let instance = match instance {
                 Some(instance) => instance,
@@ -271,18 +273,16 @@ impl Guest {
                 .await
         };
         let timed = async {
-            match deadline {
-                Some(deadline) => tokio::time::timeout_at(deadline, call).await,
-                None => tokio::time::timeout(timeout, call).await,
-            }
-            .map_err(|_| Stopped::Elapsed)
+            tokio::time::timeout_at(deadline.tokio(), call)
+                .await
+                .map_err(|_| Cutoff::Elapsed)
         };
         match cancel {
             None => timed.await,
             Some(cancel) => cancel
                 .run_until_cancelled(timed)
                 .await
-                .unwrap_or(Err(Stopped::Cancelled)),
+                .unwrap_or(Err(Cutoff::Cancelled)),
         }
     }
 
@@ -325,12 +325,12 @@ fn decide(
     );
     let disk_refusal = state.disk.take_refusal();
     let (status, error) = match result {
-        Err(Stopped::Elapsed) => Stop::Timeout {
+        Err(Cutoff::Elapsed) => Stop::Timeout {
             limit: limits.timeout,
             waiting_for: state.tools.waiting_for(),
         }
         .verdict(),
-        Err(Stopped::Cancelled) => Stop::Cancelled {
+        Err(Cutoff::Cancelled) => Stop::Cancelled {
             waiting_for: state.tools.waiting_for(),
         }
         .verdict(),

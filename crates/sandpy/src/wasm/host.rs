@@ -6,7 +6,7 @@ use crate::bindings::{
     GuestFetchError, GuestRequest, GuestResponse, NetworkHost, ToolCall, ToolsHost, TypesHost,
 };
 use crate::network::{FetchError, Request};
-use crate::tool_access::ToolAccess;
+use crate::tools::access::ToolAccess;
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};

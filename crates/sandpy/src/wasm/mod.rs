@@ -1,7 +1,7 @@
 //! The WebAssembly tier: CPython compiled to a WebAssembly component, a fresh wasmtime
 //! instance per run (or one kept by a session). The boundary is the component's imports:
 //! WASI with no network, the run's folders under host-enforced quotas, and the tool
-//! imports, which forward to the shared [`ToolAccess`](crate::tool_access::ToolAccess).
+//! imports, which forward to the shared [`ToolAccess`](crate::tools::access::ToolAccess).
 //!
 //! - `runtime`: the engine, the compiled component (cached `.cwasm`), the epoch ticker.
 //! - `guest`: one run's instance and store, called under its limits, and its verdict.
@@ -10,7 +10,7 @@
 //!   functions shadowed to charge them.
 //! - `overrun`: the watchdog that ends a process whose code has no interruption checks.
 //! - `disposal`: finished instances dropped (their memory reset) off the run's thread.
-//! - `spare`: the next run's instance made ahead, off the run's thread.
+//! - `made_ahead`: the next run's instance made ahead, off the run's thread.
 //! - `helper_thread`: the named, channel-fed thread each of those two runs on.
 
 mod disk;
@@ -18,14 +18,14 @@ mod disposal;
 mod guest;
 mod helper_thread;
 mod host;
+mod made_ahead;
 mod overrun;
 mod quota;
 mod runtime;
-mod spare;
 mod workspace;
 
 pub(crate) use disposal::Disposal;
-pub(crate) use guest::{Guest, Kept};
+pub(crate) use guest::{Guest, InstanceFor, SessionInstance};
+pub(crate) use made_ahead::{InstanceShape, MadeAhead};
 pub(crate) use runtime::{Runtime, C_STACK_BYTES};
-pub(crate) use spare::{Shape, Spares};
 pub(crate) use workspace::{remove_own_folders, sweep_stale, RunFolders};

@@ -60,9 +60,9 @@ impl Area {
     }
 
     /// Take `growth` bytes from the quota, or say how much is left.
-    pub(super) fn charge(&self, growth: u64) -> Result<(), Refusal> {
+    pub(super) fn charge(&self, growth: u64) -> Result<(), DiskLimit> {
         let Some(limit) = self.limit else {
-            return Err(Refusal::ReadOnly);
+            return Err(DiskLimit::ReadOnly);
         };
         let mut used = self.used();
         if used.saturating_add(growth) <= limit {
@@ -74,7 +74,7 @@ impl Area {
             *used += growth;
             return Ok(());
         }
-        Err(Refusal::Quota {
+        Err(DiskLimit::Quota {
             area: self.guest.clone(),
             limit,
         })
@@ -107,31 +107,31 @@ fn measure(root: &Path) -> u64 {
 
 /// Why a write was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Refusal {
+pub(crate) enum DiskLimit {
     Quota { area: String, limit: u64 },
     OpenFiles,
     ReadOnly,
 }
 
-impl Refusal {
+impl DiskLimit {
     pub(super) fn code(&self) -> ErrorCode {
         match self {
-            Refusal::Quota { .. } => ErrorCode::InsufficientSpace,
-            Refusal::OpenFiles => ErrorCode::InsufficientMemory,
-            Refusal::ReadOnly => ErrorCode::NotPermitted,
+            DiskLimit::Quota { .. } => ErrorCode::InsufficientSpace,
+            DiskLimit::OpenFiles => ErrorCode::InsufficientMemory,
+            DiskLimit::ReadOnly => ErrorCode::NotPermitted,
         }
     }
 
     /// The message of the `disk_limit` status, when a refusal ended the run.
     pub(crate) fn message(&self) -> String {
         match self {
-            Refusal::Quota { area, limit } => {
+            DiskLimit::Quota { area, limit } => {
                 format!("the run exceeded its disk quota of {limit} bytes under {area}")
             }
-            Refusal::OpenFiles => {
+            DiskLimit::OpenFiles => {
                 format!("the run had more than {MAX_OPEN_DESCRIPTORS} files open at once")
             }
-            Refusal::ReadOnly => "the run wrote to a read-only folder".into(),
+            DiskLimit::ReadOnly => "the run wrote to a read-only folder".into(),
         }
     }
 }
@@ -141,7 +141,7 @@ impl Refusal {
 pub(crate) struct DiskGuard {
     pub(super) areas: Vec<Arc<Area>>,
     pub(super) descriptors: HashMap<u32, Arc<Area>>,
-    pub(super) refusal: Arc<Mutex<Option<Refusal>>>,
+    pub(super) refusal: Arc<Mutex<Option<DiskLimit>>>,
 }
 
 impl DiskGuard {
@@ -153,15 +153,15 @@ impl DiskGuard {
     }
 
     /// The first quota or open-file refusal since the last call, if any.
-    pub(crate) fn take_refusal(&self) -> Option<Refusal> {
+    pub(crate) fn take_refusal(&self) -> Option<DiskLimit> {
         self.refusal
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
     }
 
-    pub(super) fn note(&self, refusal: &Refusal) {
-        if *refusal != Refusal::ReadOnly {
+    pub(super) fn note(&self, refusal: &DiskLimit) {
+        if *refusal != DiskLimit::ReadOnly {
             self.refusal
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -169,8 +169,11 @@ impl DiskGuard {
         }
     }
 
-    pub(super) fn area(&self, fd: u32) -> Result<Arc<Area>, Refusal> {
-        self.descriptors.get(&fd).cloned().ok_or(Refusal::ReadOnly)
+    pub(super) fn area(&self, fd: u32) -> Result<Arc<Area>, DiskLimit> {
+        self.descriptors
+            .get(&fd)
+            .cloned()
+            .ok_or(DiskLimit::ReadOnly)
     }
 
     /// Whether two descriptors are in the same folder tree: moving or linking between

@@ -3,18 +3,18 @@
 //! requests through [`ToolAccess`]: the WebAssembly host functions (`wasm/host.rs`) and
 //! the native tier's channel (`native/serve.rs`) only forward to it.
 
-use crate::approval::Approval;
 use crate::bindings::ToolCall;
 use crate::execution::Status;
 use crate::options::ToolCallSink;
-use crate::search::{self, ToolSummary};
+use crate::plan::Deadline;
+use crate::tools::approval::Approval;
+use crate::tools::search::{self, ToolSummary};
 use crate::tools::{Allowlist, ToolError, ToolHost, ToolInfo};
-use crate::verdict::Refused;
+use crate::verdict::Refusal;
 use crate::{Limits, RunOptions};
 use futures::stream::{FuturesUnordered, StreamExt};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::time::Instant;
 use tracing::Instrument;
 
 /// One tool call as a session journal keeps it: replaying a session answers the call
@@ -40,8 +40,8 @@ pub(crate) struct ToolAccess {
     pub max_bytes: usize,
     /// Time one call may take, unless the run's deadline comes first.
     pub tool_timeout: Duration,
-    /// When the run's wall-clock limit ends; set as the guest is called.
-    pub deadline: Option<Instant>,
+    /// When the run's time ends.
+    pub deadline: Deadline,
     /// What the run waits for, named: calls sent to the host and not answered yet (their
     /// batch position), approvals (the same), and servers still starting (no position). A
     /// run that reaches its deadline names these.
@@ -60,18 +60,22 @@ pub(crate) struct ToolAccess {
 impl ToolAccess {
     /// The tools a run may use under its options (allowlist narrowed by its policy), or
     /// the run's refusal when the allowlist or approval patterns are invalid.
-    pub(crate) fn for_run(options: &RunOptions, limits: &Limits) -> Result<ToolAccess, Refused> {
+    pub(crate) fn for_run(
+        options: &RunOptions,
+        limits: &Limits,
+        deadline: Deadline,
+    ) -> Result<ToolAccess, Refusal> {
         let policy_tools = options
             .policy
             .as_ref()
             .and_then(|p| p.allowed_tools.as_deref());
         let allowlist = Allowlist::new(options.allowed_tools.as_deref())
             .and_then(|l| l.narrow(policy_tools))
-            .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))?;
+            .map_err(|e| Refusal::new(Status::InvalidInput, e.to_string()))?;
         let policy_approve = options.policy.iter().flat_map(|p| &p.approve);
         let approve: Vec<&String> = options.approve.iter().chain(policy_approve).collect();
         let approval = Approval::new(&approve, options.approver.clone())
-            .map_err(|e| Refused::new(Status::InvalidInput, e.to_string()))?;
+            .map_err(|e| Refusal::new(Status::InvalidInput, e.to_string()))?;
         Ok(ToolAccess {
             host: options.tools.clone(),
             allowlist,
@@ -80,7 +84,7 @@ impl ToolAccess {
             max_calls: limits.tool_calls,
             max_bytes: limits.tool_result_bytes,
             tool_timeout: limits.tool_timeout,
-            deadline: None,
+            deadline,
             waiting: Vec::new(),
             calls: 0,
             limit_hit: false,
@@ -91,7 +95,7 @@ impl ToolAccess {
                     .policy
                     .as_ref()
                     .and_then(|p| p.network_allow.clone());
-                crate::network::NetworkAccess::new(network, narrowed)
+                crate::network::NetworkAccess::new(network, narrowed, deadline)
             }),
         })
     }
@@ -101,9 +105,9 @@ impl ToolAccess {
         self.waiting.iter().map(|(_, name)| name.clone()).collect()
     }
 
-    /// The time limit of a call starting now (see [`crate::limits::own_timeout`]).
+    /// The time limit of a call starting now (see [`Deadline::call_timeout`]).
     fn call_timeout(&self) -> Option<Duration> {
-        crate::limits::own_timeout(self.deadline, self.tool_timeout)
+        self.deadline.call_timeout(self.tool_timeout)
     }
 
     /// Let the host make `missing` tools (or, when empty, any tools it is still

@@ -4,9 +4,13 @@
 //! The allowlist is applied here, on the host: the guest only ever sees and reaches the
 //! tools it allows, whatever its Python does.
 
-pub use crate::approval::{ApprovalFuture, ApprovalRequest, Approver, Decision, Unshowable};
-pub use crate::search::{search, ToolSummary};
-pub use crate::tool_access::RecordedCall;
+pub(crate) mod access;
+pub(crate) mod approval;
+pub(crate) mod search;
+
+pub use access::RecordedCall;
+pub use approval::{ApprovalFuture, ApprovalRequest, Approver, Decision, Unshowable};
+pub use search::{search, ToolSummary};
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};

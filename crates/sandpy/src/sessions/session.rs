@@ -22,18 +22,18 @@
 //! another runtime is refused, since replaying under other packages or another CPython
 //! need not reach the same state.
 
+use super::SessionLimits;
 use crate::bindings::Task;
 use crate::execution::{ErrorInfo, Execution, Status};
 use crate::files::InputFile;
-use crate::run::{Kept, Reached};
-use crate::sessions::{SessionInfo, SessionLimits};
-use crate::tool_access::RecordedCall;
+use crate::run::{Interpreter, Stage};
+use crate::tools::RecordedCall;
 use crate::{RunOptions, Sandbox};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
 struct State {
-    kept: Kept,
+    kept: Interpreter,
     poisoned: Option<String>,
     runs: u64,
     journal: Journal,
@@ -42,7 +42,7 @@ struct State {
 impl State {
     fn new(limits: &SessionLimits) -> State {
         State {
-            kept: Kept::new(limits.memory_bytes),
+            kept: Interpreter::new(limits.memory_bytes),
             poisoned: None,
             runs: 0,
             journal: Journal::default(),
@@ -358,9 +358,9 @@ impl Session {
             .kept(task, &options, &mut state.kept, replay)
             .await;
         match ran.reached {
-            Reached::Refused => {}
-            Reached::Admitted => state.runs += 1,
-            Reached::Fit(tool_calls) => {
+            Stage::Refused => {}
+            Stage::Admitted => state.runs += 1,
+            Stage::Fit(tool_calls) => {
                 state.runs += 1;
                 let cell = Cell {
                     code: code.to_string(),
@@ -372,7 +372,7 @@ impl Session {
                     .journal
                     .push(cell, state.runs, self.limits.journal_bytes);
             }
-            Reached::Unfit => {
+            Stage::Unfit => {
                 state.runs += 1;
                 state.poisoned = Some(format!("ended with status {}", ran.execution.status));
             }
@@ -399,4 +399,23 @@ impl Session {
             saveable: state.journal.dropped_at.is_none(),
         }
     }
+}
+
+/// What [`TenantSessions::list`] reports of one session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionInfo {
+    /// The caller's id.
+    pub id: String,
+    /// Runs so far.
+    pub runs: u64,
+    /// Time since the last run started or ended.
+    pub idle_ms: u64,
+    /// Whether a run poisoned it (reset or close it).
+    pub poisoned: bool,
+    /// Linear memory it holds.
+    pub memory_bytes: u64,
+    /// Host memory its journal holds (what a save would write).
+    pub journal_bytes: u64,
+    /// Whether it can be saved or forked (false once its journal passed its cap).
+    pub saveable: bool,
 }

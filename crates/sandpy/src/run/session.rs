@@ -1,15 +1,16 @@
-//! A session's runs: the interpreter a session keeps between them ([`Kept`]), and the run
+//! A session's runs: the interpreter a session keeps between them ([`Interpreter`]), and the run
 //! of a cell in it, on either tier. A WebAssembly session's instance is made for its first
 //! run on the runtime without the instance pool ([`Runner::session_runtime`]), or made
-//! ahead of it (`wasm::spare`); it is kept while runs return normally, and its tool calls
+//! ahead of it (`wasm::made_ahead`); it is kept while runs return normally, and its tool calls
 //! are journaled for save and restore.
 
 use super::{error_chain, guest_options, run_span, tier_name, InstanceFor, Runner};
 use crate::bindings::Task;
 use crate::execution::{Execution, Status};
-use crate::tool_access::RecordedCall;
-use crate::verdict::Refused;
-use crate::wasm::{Runtime, Shape};
+use crate::plan::Plan;
+use crate::tools::access::RecordedCall;
+use crate::verdict::Refusal;
+use crate::wasm::{InstanceShape, Runtime};
 use crate::{Config, RunOptions};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -17,20 +18,20 @@ use tracing::Instrument;
 
 /// What a session keeps between its runs: the interpreter of the tier its first run
 /// took, once made.
-pub(crate) struct Kept {
+pub(crate) struct Interpreter {
     /// The tier of the session's first run; every later run must ask for the same.
     pub(super) tier: Option<crate::Tier>,
-    pub(super) wasm: crate::wasm::Kept,
+    pub(super) wasm: crate::wasm::SessionInstance,
     #[cfg(target_os = "linux")]
     pub(super) native: Option<crate::native::NativeSession>,
 }
 
-impl Kept {
+impl Interpreter {
     /// Nothing yet; the interpreter will get `memory_cap` bytes at most.
-    pub(crate) fn new(memory_cap: usize) -> Kept {
-        Kept {
+    pub(crate) fn new(memory_cap: usize) -> Interpreter {
+        Interpreter {
             tier: None,
-            wasm: crate::wasm::Kept::new(memory_cap),
+            wasm: crate::wasm::SessionInstance::new(memory_cap),
             #[cfg(target_os = "linux")]
             native: None,
         }
@@ -53,10 +54,10 @@ impl Kept {
 }
 
 /// How far a session's run got, for the session to keep its books.
-pub(crate) enum Reached {
-    /// Refused before it had a run slot: nothing changed.
+pub(crate) enum Stage {
+    /// Refusal before it had a run slot: nothing changed.
     Refused,
-    /// Refused after it had a slot, before the guest was called.
+    /// Refusal after it had a slot, before the guest was called.
     Admitted,
     /// The guest was called and is fit for another call; its tool calls, in order.
     Fit(Vec<RecordedCall>),
@@ -65,9 +66,9 @@ pub(crate) enum Reached {
 }
 
 /// A session run's execution and how far it got.
-pub(crate) struct Ran {
+pub(crate) struct SessionRun {
     pub execution: Execution,
-    pub reached: Reached,
+    pub reached: Stage,
 }
 
 impl Runner {
@@ -77,9 +78,9 @@ impl Runner {
         &self,
         task: Task,
         options: &RunOptions,
-        kept: &mut Kept,
+        kept: &mut Interpreter,
         replay: Option<VecDeque<RecordedCall>>,
-    ) -> Ran {
+    ) -> SessionRun {
         let span = run_span(options, true);
         let ran = self
             .kept_run(task, options, kept, replay)
@@ -93,10 +94,10 @@ impl Runner {
         &self,
         task: Task,
         options: &RunOptions,
-        kept: &mut Kept,
+        kept: &mut Interpreter,
         replay: Option<VecDeque<RecordedCall>>,
-    ) -> Ran {
-        let refused = |refused: Refused, reached| Ran {
+    ) -> SessionRun {
+        let refused = |refused: Refusal, reached| SessionRun {
             execution: refused.into(),
             reached,
         };
@@ -106,24 +107,21 @@ impl Runner {
                 tier_name(tier),
                 tier_name(options.tier)
             );
-            return refused(
-                Refused::new(Status::InvalidInput, message),
-                Reached::Refused,
-            );
+            return refused(Refusal::new(Status::InvalidInput, message), Stage::Refused);
         }
         if options.tier == crate::Tier::Native {
             return self.native_cell(task, options, kept, replay).await;
         }
         let mut run = match self.admit(&task, options).await {
             Ok(run) => run,
-            Err(execution) => return refused(execution, Reached::Refused),
+            Err(execution) => return refused(execution, Stage::Refused),
         };
-        let (limits, deadline) = (&run.limits, run.deadline());
+        let limits = &run.limits;
         run.tools.recorded = Some(Vec::new());
         run.tools.replay = replay;
         let runtime = match self.session_runtime() {
             Ok(runtime) => runtime,
-            Err(execution) => return refused(execution, Reached::Admitted),
+            Err(execution) => return refused(execution, Stage::Admitted),
         };
         kept.tier = Some(crate::Tier::Wasm);
         let kept = &mut kept.wasm;
@@ -137,46 +135,42 @@ impl Runner {
             None => {
                 let memory_cap = kept.memory_cap();
                 let ahead = self
-                    .session_spares
+                    .session_made_ahead
                     .as_ref()
-                    .zip(Shape::of(options, limits, memory_cap));
+                    .zip(InstanceShape::of(options, limits, memory_cap));
                 let instance_for = InstanceFor::Session { memory_cap };
                 match self.new_guest(runtime, ahead, instance_for, options, limits, run.tools) {
                     Ok(guest) => (guest, ahead),
-                    Err(execution) => return refused(execution, Reached::Admitted),
+                    Err(execution) => return refused(execution, Stage::Admitted),
                 }
             }
         };
-        let guest_options = guest_options(options, true);
-        let executed = guest
-            .execute(
-                runtime,
-                &task,
-                options,
-                &guest_options,
-                limits,
-                run.started,
-                deadline,
-            )
-            .await;
-        if let Some((spares, shape)) = first.filter(|_| self.admission.alone()) {
-            spares.request(runtime, shape);
+        let plan = Plan {
+            task: &task,
+            options,
+            guest: guest_options(options, true),
+            limits,
+            deadline: run.deadline,
+        };
+        let executed = guest.execute(runtime, &plan).await;
+        if let Some((made_ahead, shape)) = first.filter(|_| self.admission.alone()) {
+            made_ahead.request(runtime, shape);
         }
         let (execution, fit) = match executed {
             Ok(executed) => executed,
             Err(execution) => {
                 kept.keep(guest);
-                return refused(execution, Reached::Admitted);
+                return refused(execution, Stage::Admitted);
             }
         };
         let calls = guest.end_cell();
         let reached = if fit && execution.status != Status::MemoryLimit {
             kept.keep(guest);
-            Reached::Fit(calls)
+            Stage::Fit(calls)
         } else {
-            Reached::Unfit
+            Stage::Unfit
         };
-        Ran { execution, reached }
+        SessionRun { execution, reached }
     }
 
     /// The runtime for sessions: the same component on an engine without the instance
@@ -185,7 +179,7 @@ impl Runner {
     /// slot would then hold that memory after the session closed. Without the pool a
     /// closed session gives its memory back. Loaded on first use (the cached `.cwasm`
     /// fits both engines).
-    fn session_runtime(&self) -> Result<&Arc<Runtime>, Refused> {
+    fn session_runtime(&self) -> Result<&Arc<Runtime>, Refusal> {
         self.session_runtime
             .get_or_init(|| {
                 let config = Config {
@@ -195,6 +189,6 @@ impl Runner {
                 Runtime::load(&config, &self.runtime_id).map(Arc::new)
             })
             .as_ref()
-            .map_err(|e| Refused::new(Status::InternalError, error_chain(e)))
+            .map_err(|e| Refusal::new(Status::InternalError, error_chain(e)))
     }
 }

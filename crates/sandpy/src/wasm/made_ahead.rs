@@ -5,26 +5,27 @@
 //! `print('hello')` in the pool (docs/dev/performance.md, "Instances made ahead"). After
 //! a run that was alone answered (no other executes or waits: a core is free, the same
 //! condition under which its instance goes to [`Disposal`](super::Disposal)), this
-//! thread makes the next run's instance, and the next run of the same [`Shape`] takes it
+//! thread makes the next run's instance, and the next run of the same [`InstanceShape`] takes it
 //! instead of instantiating. Made after the answer, not during the run: a run never
 //! shares the machine with it. Sessions have their own, on their engine without the
 //! pool: made after a session's first run (the one that made its instance), taken by
 //! the next session's first run.
 //!
-//! A spare is a fresh instance like any other: made from the snapshot (in a pool slot
+//! An instance made ahead is a fresh instance like any other: made from the snapshot (in a pool slot
 //! that was reset when its last instance was dropped, or in memory of its own), with
 //! folders handed out only once checked empty. It holds no run's settings: the taking
 //! run puts its own tools, output cap and time into its store before the guest is first
 //! called, and what is fixed when an instance is made (memory cap, disk quotas, stdin,
-//! mounts) is its [`Shape`], which must match. A fresh runs' spare holds one pool slot
+//! mounts) is its [`InstanceShape`], which must match. The one made ahead for fresh runs holds one pool slot
 //! beyond the runs' (made only when the pool has one more slot than runs may execute at
 //! once); each holds one run folder.
 
-use super::guest::Guest;
+use super::guest::{Guest, InstanceFor};
 use super::helper_thread::HelperThread;
 use super::runtime::Runtime;
 use super::workspace::RunFolders;
-use crate::tool_access::ToolAccess;
+use crate::plan::Deadline;
+use crate::tools::access::ToolAccess;
 use crate::{Limits, RunOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -32,17 +33,21 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 /// What an instance is made with that a run cannot change afterwards: its memory cap
 /// and disk quotas. Runs with stdin or mounts have none (their instance is their own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Shape {
+pub(crate) struct InstanceShape {
     memory_bytes: usize,
     disk_bytes: u64,
     output_files_bytes: u64,
 }
 
-impl Shape {
+impl InstanceShape {
     /// The shape of an instance with `memory_cap` for a run with `options` under
     /// `limits`; `None` when the run brings stdin or mounts.
-    pub(crate) fn of(options: &RunOptions, limits: &Limits, memory_cap: usize) -> Option<Shape> {
-        (options.stdin.is_none() && options.mounts.is_empty()).then_some(Shape {
+    pub(crate) fn of(
+        options: &RunOptions,
+        limits: &Limits,
+        memory_cap: usize,
+    ) -> Option<InstanceShape> {
+        (options.stdin.is_none() && options.mounts.is_empty()).then_some(InstanceShape {
             memory_bytes: memory_cap,
             disk_bytes: limits.disk_bytes,
             output_files_bytes: limits.output_files_bytes,
@@ -63,25 +68,25 @@ impl Shape {
 
 /// The instance made ahead (at most one) and the thread that makes it, started by the
 /// first request. One per engine: fresh runs' (pooled) and sessions' (not pooled).
-pub(crate) struct Spares {
+pub(crate) struct MadeAhead {
     /// The thread's name.
     name: &'static str,
     folders: Arc<RunFolders>,
-    ready: Arc<Mutex<Option<(Shape, Guest)>>>,
+    ready: Arc<Mutex<Option<(InstanceShape, Guest)>>>,
     thread: OnceLock<Option<HelperThread<Request>>>,
     taken: AtomicU64,
 }
 
-/// What the thread needs to make a spare: the runtime and the shape.
+/// What the thread needs to make an instance ahead: the runtime and the shape.
 struct Request {
     runtime: Arc<Runtime>,
-    shape: Shape,
+    shape: InstanceShape,
 }
 
-impl Spares {
-    /// None made yet; spares take their folders from `folders`, on a thread called `name`.
-    pub(crate) fn new(name: &'static str, folders: Arc<RunFolders>) -> Spares {
-        Spares {
+impl MadeAhead {
+    /// None made yet; made_ahead take their folders from `folders`, on a thread called `name`.
+    pub(crate) fn new(name: &'static str, folders: Arc<RunFolders>) -> MadeAhead {
+        MadeAhead {
             name,
             folders,
             ready: Arc::new(Mutex::new(None)),
@@ -90,9 +95,9 @@ impl Spares {
         }
     }
 
-    /// The spare, when it has `shape`. One of another shape is dropped here (a run's
+    /// The instance made ahead, when it has `shape`. One of another shape is dropped here (a run's
     /// settings changed: its slot goes back to the pool before the run makes its own).
-    pub(crate) fn take(&self, shape: Shape) -> Option<Guest> {
+    pub(crate) fn take(&self, shape: InstanceShape) -> Option<Guest> {
         let (made_for, guest) = self.lock().take()?;
         if made_for != shape {
             drop(guest);
@@ -102,8 +107,8 @@ impl Spares {
         Some(guest)
     }
 
-    /// Have a spare of `shape` made on the thread (next, when it is making one).
-    pub(crate) fn request(&self, runtime: &Arc<Runtime>, shape: Shape) {
+    /// Have an instance of `shape` made on the thread (next, when it is making one).
+    pub(crate) fn request(&self, runtime: &Arc<Runtime>, shape: InstanceShape) {
         let Some(thread) = self
             .thread
             .get_or_init(|| start(self.name, self.folders.clone(), self.ready.clone()))
@@ -118,21 +123,21 @@ impl Spares {
         let _ = thread.try_send(request);
     }
 
-    /// How many runs took a spare.
+    /// How many runs took an instance made ahead.
     pub(crate) fn taken(&self) -> u64 {
         self.taken.load(Ordering::Relaxed)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Shape, Guest)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(InstanceShape, Guest)>> {
         self.ready.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// The thread `name` that makes spares into `ready`, with folders from `folders`.
+/// The thread `name` that makes made_ahead into `ready`, with folders from `folders`.
 fn start(
     name: &'static str,
     folders: Arc<RunFolders>,
-    ready: Arc<Mutex<Option<(Shape, Guest)>>>,
+    ready: Arc<Mutex<Option<(InstanceShape, Guest)>>>,
 ) -> Option<HelperThread<Request>> {
     // Room for one request: the first is sent before the thread waits for it, and one made
     // while the thread is busy is the next to serve, not lost.
@@ -144,7 +149,9 @@ fn start(
         {
             Ok(executor) => executor,
             Err(e) => {
-                tracing::warn!("cannot start the spare instance thread's executor: {e}");
+                tracing::warn!(
+                    "cannot start the thread that makes instances ahead's executor: {e}"
+                );
                 return;
             }
         };
@@ -153,16 +160,18 @@ fn start(
         }
     })
     .inspect_err(|e| {
-        tracing::warn!("cannot start the spare instance thread; runs make their own: {e}")
+        tracing::warn!(
+            "cannot start the thread that makes instances ahead; runs make their own: {e}"
+        )
     })
     .ok()
 }
 
-/// Make a spare of the request's shape and keep it, unless one of that shape is ready.
+/// Make an instance of the request's shape and keep it, unless one of that shape is ready.
 fn make(
     executor: &tokio::runtime::Runtime,
     folders: &Arc<RunFolders>,
-    ready: &Mutex<Option<(Shape, Guest)>>,
+    ready: &Mutex<Option<(InstanceShape, Guest)>>,
     Request { runtime, shape }: Request,
 ) {
     let lock = || ready.lock().unwrap_or_else(PoisonError::into_inner);
@@ -174,20 +183,21 @@ fn make(
     }
     let limits = shape.limits();
     // Tool access that grants nothing: the taking run puts in its own.
-    let no_tools = match ToolAccess::for_run(&RunOptions::default(), &limits) {
+    let deadline = Deadline::starting_now(limits.timeout);
+    let no_tools = match ToolAccess::for_run(&RunOptions::default(), &limits, deadline) {
         Ok(no_tools) => no_tools,
         Err(refused) => {
             tracing::debug!("no spare instance: {}", refused.message());
             return;
         }
     };
+    let options = RunOptions::default();
     let made = Guest::new(
         &runtime,
         folders,
         &limits,
-        limits.memory_bytes,
-        &RunOptions::default(),
-        false,
+        &options,
+        InstanceFor::Ahead,
         no_tools,
     );
     let mut guest = match made {
@@ -206,7 +216,7 @@ fn make(
     drop(replaced);
 }
 
-impl Drop for Spares {
+impl Drop for MadeAhead {
     /// Stop the thread, then drop the spare: its folder goes back before the sandbox's
     /// folders are removed.
     fn drop(&mut self) {
