@@ -64,6 +64,11 @@
 //! beyond its own linear memory.
 #![deny(missing_docs)]
 
+// Linux only, stated once: the native tier is confined by Linux namespaces, Landlock and
+// seccomp, and only Linux is built and tested (CI's machine is Linux).
+#[cfg(not(target_os = "linux"))]
+compile_error!("sandpy runs on Linux only (see the README's platform note)");
+
 mod admission;
 mod bindings;
 mod config;
@@ -87,7 +92,6 @@ pub mod settings;
 pub mod tls;
 pub mod tools;
 mod verdict;
-#[cfg(target_os = "linux")]
 mod wasm;
 
 pub use config::{Config, Interruption, OnOverrun, Progress};

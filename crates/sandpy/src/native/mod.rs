@@ -17,30 +17,18 @@
 //!
 //! What it shares with the host is the kernel: see the security model in docs/guide/security.md.
 
-#[cfg(target_os = "linux")]
 mod child;
-#[cfg(target_os = "linux")]
 mod confine;
-#[cfg(target_os = "linux")]
 mod guest_files;
-#[cfg(target_os = "linux")]
 mod left_output;
-#[cfg(target_os = "linux")]
 mod protocol;
-#[cfg(target_os = "linux")]
 mod python;
-#[cfg(target_os = "linux")]
 mod seccomp;
-#[cfg(target_os = "linux")]
 mod serve;
-#[cfg(target_os = "linux")]
 mod session;
-#[cfg(target_os = "linux")]
 mod tier;
-#[cfg(target_os = "linux")]
 mod zygote;
 
-#[cfg(target_os = "linux")]
 /// What the zygote keeps for the runs it clones.
 pub(crate) struct Zygote {
     pub api: python::CApi,
@@ -49,18 +37,10 @@ pub(crate) struct Zygote {
     pub vm_bytes: u64,
 }
 
-#[cfg(target_os = "linux")]
 pub(crate) use serve::Inputs;
-#[cfg(target_os = "linux")]
 pub(crate) use session::NativeSession;
-#[cfg(target_os = "linux")]
 pub use tier::NativeTier;
-#[cfg(target_os = "linux")]
 pub use zygote::{main_if_requested, serve_as_zygote, ZYGOTE_ARG};
-
-/// Without Linux there is no native tier, and no process is ever a zygote.
-#[cfg(not(target_os = "linux"))]
-pub fn main_if_requested() {}
 
 /// A confinement layer, named for the test builds that switch one off to show that its
 /// own attack then gets through (honoured only by debug builds).

@@ -36,7 +36,6 @@ pub(crate) struct Runner {
     folders: Arc<RunFolders>,
     /// The native tier, started by its first run and again by the first run after its
     /// zygote died (the lock also keeps two runs from starting it at once).
-    #[cfg(target_os = "linux")]
     native: tokio::sync::Mutex<Option<Arc<crate::native::NativeTier>>>,
     /// Fresh runs' instances left to the process's exit (`Config::leave_instances_to_exit`).
     left: std::sync::Mutex<Vec<Guest>>,
@@ -99,7 +98,6 @@ impl Runner {
             admission: Admission::new(concurrency, config.max_queued_runs),
             folders,
             config,
-            #[cfg(target_os = "linux")]
             native: tokio::sync::Mutex::new(None),
             left: std::sync::Mutex::new(Vec::new()),
             disposal: (concurrency > 1).then(Disposal::new),
@@ -250,10 +248,7 @@ impl Runner {
     pub(crate) async fn runtime_id_of(&self, tier: crate::Tier) -> Result<String, String> {
         match tier {
             crate::Tier::Wasm => Ok(self.runtime_id.clone()),
-            #[cfg(target_os = "linux")]
             crate::Tier::Native => Ok(self.native_tier().await?.runtime_id().to_string()),
-            #[cfg(not(target_os = "linux"))]
-            crate::Tier::Native => Err("the native tier needs Linux".into()),
         }
     }
 

@@ -1,7 +1,6 @@
 //! Runs on the native tier: a fresh run in a confined fork of the tier's zygote, a
 //! session's cell in its own kept process, and the tier itself, started on first use.
 
-#[cfg(target_os = "linux")]
 use super::{error_chain, guest_options, Admitted};
 use super::{Interpreter, Runner, SessionRun, Stage};
 use crate::bindings::Task;
@@ -10,13 +9,11 @@ use crate::plan::Plan;
 use crate::tools::access::RecordedCall;
 use crate::RunOptions;
 use std::collections::VecDeque;
-#[cfg(target_os = "linux")]
 use std::sync::Arc;
 
 impl Runner {
     /// Run `task` in a confined fork of the native tier's zygote (started now if this is
     /// its first run).
-    #[cfg(target_os = "linux")]
     pub(super) async fn native_fresh(&self, task: &Task, options: &RunOptions) -> Execution {
         let (tier, run, inputs) = match self.native_admit(task, options).await {
             Ok(admitted) => admitted,
@@ -35,7 +32,6 @@ impl Runner {
     /// What a native run needs before it starts: the tier (started now if need be, before
     /// admission: the zygote's imports are not the run's time), a run slot, and its
     /// checked inputs; or the refusal, and whether it came after the slot was taken.
-    #[cfg(target_os = "linux")]
     async fn native_admit(
         &self,
         task: &Task,
@@ -67,14 +63,8 @@ impl Runner {
         Ok((tier, run, inputs))
     }
 
-    #[cfg(not(target_os = "linux"))]
-    pub(super) async fn native_fresh(&self, _: &Task, _: &RunOptions) -> Execution {
-        Execution::refused(Status::InvalidInput, "the native tier needs Linux".into())
-    }
-
     /// The native tier, started on first use or when its zygote is gone (off the async
     /// threads: starting blocks while the zygote imports its packages).
-    #[cfg(target_os = "linux")]
     pub(crate) async fn native_tier(&self) -> Result<Arc<crate::native::NativeTier>, String> {
         let mut current = self.native.lock().await;
         if let Some(tier) = current.as_ref().filter(|tier| tier.is_alive()) {
@@ -99,7 +89,6 @@ impl Runner {
     }
 
     /// Run a session's cell in its native tier process (started now for its first).
-    #[cfg(target_os = "linux")]
     pub(super) async fn native_cell(
         &self,
         task: Task,
@@ -109,7 +98,7 @@ impl Runner {
     ) -> SessionRun {
         let (tier, mut run, inputs) = match self.native_admit(&task, options).await {
             Ok(admitted) => admitted,
-            Err((execution, reached)) => return SessionRun { execution, reached },
+            Err((execution, stage)) => return SessionRun { execution, stage },
         };
         run.tools.recorded = Some(Vec::new());
         run.tools.replay = replay;
@@ -125,27 +114,10 @@ impl Runner {
         let (execution, calls) = tier
             .cell(&mut kept.native, memory_cap, &plan, run.tools, inputs)
             .await;
-        let reached = match calls {
+        let stage = match calls {
             Some(calls) => Stage::Fit(calls),
             None => Stage::Unfit,
         };
-        SessionRun { execution, reached }
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    pub(super) async fn native_cell(
-        &self,
-        _: Task,
-        _: &RunOptions,
-        _: &mut Interpreter,
-        _: Option<VecDeque<RecordedCall>>,
-    ) -> SessionRun {
-        SessionRun {
-            execution: Execution::refused(
-                Status::InvalidInput,
-                "the native tier needs Linux".into(),
-            ),
-            reached: Stage::Refused,
-        }
+        SessionRun { execution, stage }
     }
 }

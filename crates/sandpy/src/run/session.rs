@@ -22,7 +22,6 @@ pub(crate) struct Interpreter {
     /// The tier of the session's first run; every later run must ask for the same.
     pub(super) tier: Option<crate::Tier>,
     pub(super) wasm: crate::wasm::SessionInstance,
-    #[cfg(target_os = "linux")]
     pub(super) native: Option<crate::native::NativeSession>,
 }
 
@@ -32,7 +31,6 @@ impl Interpreter {
         Interpreter {
             tier: None,
             wasm: crate::wasm::SessionInstance::new(memory_cap),
-            #[cfg(target_os = "linux")]
             native: None,
         }
     }
@@ -42,10 +40,9 @@ impl Interpreter {
         self.tier
     }
 
-    /// The largest size its interpreter reached (the instance's linear memory, the
+    /// The largest size its interpreter stage (the instance's linear memory, the
     /// process's resident size).
     pub(crate) fn memory_peak(&self) -> u64 {
-        #[cfg(target_os = "linux")]
         if let Some(session) = &self.native {
             return session.memory_peak();
         }
@@ -68,7 +65,7 @@ pub(crate) enum Stage {
 /// A session run's execution and how far it got.
 pub(crate) struct SessionRun {
     pub execution: Execution,
-    pub reached: Stage,
+    pub stage: Stage,
 }
 
 impl Runner {
@@ -97,9 +94,9 @@ impl Runner {
         kept: &mut Interpreter,
         replay: Option<VecDeque<RecordedCall>>,
     ) -> SessionRun {
-        let refused = |refused: Refusal, reached| SessionRun {
+        let refused = |refused: Refusal, stage| SessionRun {
             execution: refused.into(),
-            reached,
+            stage,
         };
         if let Some(tier) = kept.tier.filter(|&tier| tier != options.tier) {
             let message = format!(
@@ -164,13 +161,13 @@ impl Runner {
             }
         };
         let calls = guest.end_cell();
-        let reached = if fit && execution.status != Status::MemoryLimit {
+        let stage = if fit && execution.status != Status::MemoryLimit {
             kept.keep(guest);
             Stage::Fit(calls)
         } else {
             Stage::Unfit
         };
-        SessionRun { execution, reached }
+        SessionRun { execution, stage }
     }
 
     /// The runtime for sessions: the same component on an engine without the instance

@@ -357,7 +357,7 @@ impl Session {
             .runner()
             .kept(task, &options, &mut state.kept, replay)
             .await;
-        match ran.reached {
+        match ran.stage {
             Stage::Refused => {}
             Stage::Admitted => state.runs += 1,
             Stage::Fit(tool_calls) => {

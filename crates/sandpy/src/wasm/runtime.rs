@@ -193,7 +193,7 @@ fn start_epoch_ticker(engine: &Engine) {
 /// (Ray does in its processes): such a handler would take the guest's faults, which every
 /// epoch now makes, for crashes. Called before each call into a guest and at every tick.
 pub(crate) fn keep_trap_handlers_first() {
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[cfg(target_arch = "x86_64")]
     wasmtime::unix::ensure_trap_handlers_first();
 }
 
