@@ -4,7 +4,7 @@
 mod commands;
 mod exit;
 mod log;
-mod warm_runner;
+mod warm;
 
 use clap::Parser;
 use std::process::ExitCode;

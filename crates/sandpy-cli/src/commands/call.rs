@@ -96,15 +96,15 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
                 };
                 #[cfg(target_os = "linux")]
                 {
-                    let call = crate::warm_runner::WarmCall {
+                    let call = crate::warm::Call {
                         function: args.function.clone(),
                         arguments: arguments.clone(),
                     };
                     let usage = args.warm.usage(true);
-                    let served = super::warm::served(
+                    let served = crate::warm::served(
                         usage,
                         &resolved,
-                        &args.settings,
+                        &args.settings.to_flags(),
                         &code,
                         Some(call),
                         &options,
@@ -137,7 +137,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     if args.files.output_dir.is_some() {
         bail!("--output-dir is for a single call; with --args-file each line's files are in its result");
     }
-    if args.warm.usage(true) == super::warm::WarmUse::Start {
+    if args.warm.usage(true) == crate::warm::Usage::Start {
         // Not an error: `SANDPY_WARM` may be set for every command of a shell.
         eprintln!(
             "sandpy: --warm (or SANDPY_WARM) is for a single call; an --args-file batch \

@@ -192,9 +192,14 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
         .warm
         .usage(!args.list_modules && config.servers.is_empty() && !args.approve);
     #[cfg(target_os = "linux")]
-    if let Some(execution) =
-        super::warm::served(usage, &resolved, &args.settings, &code, None, &options)
-    {
+    if let Some(execution) = crate::warm::served(
+        usage,
+        &resolved,
+        &args.settings.to_flags(),
+        &code,
+        None,
+        &options,
+    ) {
         if streamed {
             print_after_stream(&execution)?;
         } else {

@@ -50,14 +50,14 @@ fn keep(args: &Args) -> anyhow::Result<()> {
     if !config.servers.is_empty() {
         bail!("a warm runner serves configs without MCP servers; this one names some");
     }
-    let key = crate::warm_runner::WarmKey::of(&resolved)?;
+    let key = crate::warm::Key::of(&resolved)?;
     let idle = Duration::from_secs(args.idle_secs);
-    super::warm::start_runner(&key, &args.settings, Some(idle))
+    crate::warm::start(&key, &args.settings.to_flags(), Some(idle))
         .context("cannot start the warm runner")?;
-    let probe = crate::warm_runner::WarmRequest::new(key, "pass", None, &resolved.run_options());
+    let probe = crate::warm::Request::new(key, "pass", None, &resolved.run_options());
     let deadline = Instant::now() + KEEP_WAIT;
     loop {
-        match crate::warm_runner::run_warm(&probe, None) {
+        match crate::warm::run(&probe, None) {
             Ok(_) => break,
             Err(e) if Instant::now() >= deadline => {
                 return Err(e).context(format!(
