@@ -52,6 +52,9 @@ pub struct HttpLimits {
     pub session_idle: Duration,
     /// How long shutdown waits for requests still being answered. Default 5 s.
     pub drain: Duration,
+    /// What each MCP session holds of its request streams for clients that reconnect
+    /// with `Last-Event-ID` ([`ReplayLimits`](crate::ReplayLimits)).
+    pub replay: super::replay::ReplayLimits,
 }
 
 impl Default for HttpLimits {
@@ -64,6 +67,7 @@ impl Default for HttpLimits {
             max_sessions: 1024,
             session_idle: Duration::from_secs(600),
             drain: Duration::from_secs(5),
+            replay: super::replay::ReplayLimits::default(),
         }
     }
 }

@@ -14,16 +14,20 @@
 //! The count is taken in [`admit`], a middleware inside the bearer check, which reserves a
 //! place before rmcp makes the session and hands the reservation on in a task-local:
 //! rmcp calls [`SessionManager::create_session`] within the request's own task.
+//!
+//! Each session's request streams go through its resume buffer ([`Replays`]): a client
+//! that reconnects with `Last-Event-ID` gets the events it missed.
 
 use super::connections::HttpLimits;
+use super::replay::Replays;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::local::{
-    LocalSessionManager, LocalSessionManagerError,
+    LocalSessionManager, LocalSessionManagerError, SessionError,
 };
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use rmcp::transport::streamable_http_server::{SessionId, SessionManager};
@@ -224,6 +228,7 @@ fn trim_heap() {
 pub(crate) struct CappedSessions {
     inner: LocalSessionManager,
     book: Arc<SessionBook>,
+    replays: Arc<Replays>,
 }
 
 impl CappedSessions {
@@ -238,7 +243,14 @@ impl CappedSessions {
                 total: limits.max_sessions.max(1),
                 state: Mutex::new(Book::default()),
             }),
+            replays: Arc::new(Replays::new(limits.replay)),
         }
+    }
+
+    /// Close session `id` and forget what its streams held.
+    async fn close(&self, id: &SessionId) -> Result<(), LocalSessionManagerError> {
+        self.replays.close(id);
+        self.inner.close_session(id).await
     }
 
     /// How many sessions are open or being made.
@@ -253,6 +265,7 @@ impl SessionManager for CappedSessions {
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
         let (id, transport) = self.inner.create_session().await?;
+        self.replays.open(&id);
         self.book.made(&id);
         Ok((id, transport))
     }
@@ -270,21 +283,20 @@ impl SessionManager for CappedSessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
-        let closed = self.inner.close_session(id).await;
+        let closed = self.close(id).await;
         if self.book.closed(id) {
             trim_heap();
         }
         closed
     }
 
-    fn create_stream(
+    async fn create_stream(
         &self,
         id: &SessionId,
         message: ClientJsonRpcMessage,
-    ) -> impl std::future::Future<
-        Output = Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>,
-    > + Send {
-        self.inner.create_stream(id, message)
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let events = self.inner.create_stream(id, message).await?;
+        Ok(self.replays.tee(id.clone(), events))
     }
 
     async fn accept_message(
@@ -304,14 +316,21 @@ impl SessionManager for CappedSessions {
         self.inner.create_standalone_stream(id)
     }
 
-    fn resume(
+    async fn resume(
         &self,
         id: &SessionId,
         last_event_id: String,
-    ) -> impl std::future::Future<
-        Output = Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>,
-    > + Send {
-        self.inner.resume(id, last_event_id)
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        match self.replays.resume(id, &last_event_id) {
+            Ok(Some(replayed)) => Ok(replayed.left_stream()),
+            Ok(None) => Ok(self.inner.resume(id, last_event_id).await?.right_stream()),
+            Err(unknown) => {
+                tracing::debug!("resume refused: {unknown}");
+                Err(LocalSessionManagerError::SessionError(
+                    SessionError::InvalidEventId,
+                ))
+            }
+        }
     }
 }
 
@@ -376,7 +395,7 @@ pub(crate) async fn admit(
                 "a client is at its {} MCP sessions: closing its least recently used",
                 book.per_client
             );
-            let _ = sessions.inner.close_session(&lru).await;
+            let _ = sessions.close(&lru).await;
             if book.lock().note_closed() {
                 trim_heap();
             }

@@ -14,6 +14,7 @@ pub(crate) mod connections;
 pub(crate) mod mcp_sessions;
 pub(crate) mod origin;
 pub(crate) mod parse_errors;
+pub(crate) mod replay;
 
 use crate::server::{SandpyServer, TokenTenantName};
 use axum::body::Body;

@@ -8,6 +8,7 @@ mod audit;
 mod hostile_upstream;
 mod http_limits;
 mod keep_alive;
+mod resume;
 mod server;
 mod tenants;
 mod tls;
