@@ -373,7 +373,8 @@ impl SandpyServer {
     }
 
     /// The tools in [`LISTED`] order, `run_python`'s description completed with the
-    /// upstream servers as they are now.
+    /// upstream servers as they are now, and the run tools' `tier` argument only where the
+    /// operator lets requests choose it (`sandpy.native.per_run`).
     fn tools(&self) -> Vec<Tool> {
         let rank = |tool: &Tool| {
             LISTED
@@ -384,6 +385,9 @@ impl SandpyServer {
         let mut tools = self.state.tools.list_all();
         tools.sort_by_key(rank); // stable: the unlisted stay sorted by name
         for tool in &mut tools {
+            if !self.state.tier_per_run {
+                run::without_tier(tool);
+            }
             if tool.name == "run_python" {
                 let guide = tool.description.as_deref().unwrap_or_default();
                 let (runs_on, servers) = (&self.state.runs_on, self.state.servers_line());
@@ -567,6 +571,9 @@ impl ServerHandler for SandpyServer {
             .ok_or_else(|| invalid(format!("unknown tool {name:?}")))?;
         if let Some(check) = state.checks.get(name) {
             let arguments = Value::Object(request.arguments.take().unwrap_or_default());
+            if let Some(refused) = state.tier_refused(name, &arguments) {
+                return Ok(CallToolResponse::from(refused));
+            }
             if let Err(why) = check(&arguments) {
                 let message = format!("arguments of {name} do not fit its inputSchema: {why}");
                 return Ok(CallToolResponse::from(

@@ -50,7 +50,7 @@ struct RunPython {
     session_id: Option<String>,
     /// input files, put in /tmp (the working directory) before the code runs
     files: Option<Vec<FileArg>>,
-    /// wasm (default) or native (compiled packages such as numpy), if the server allows it
+    /// wasm, or native (compiled packages such as numpy); without it, the server's tier
     tier: Option<TierArg>,
 }
 
@@ -63,17 +63,43 @@ enum TierArg {
     Native,
 }
 
+/// Why a request may not name its tier where the operator does not allow it.
+const TIER_NOT_CHOSEN: &str =
+    "this server does not let requests choose their tier (sandpy.native.per_run): leave out `tier`";
+
+/// The run tools' `inputSchema` where the operator does not let requests choose their
+/// tier: without `tier`, so that the schema lists only what a caller may send.
+pub(super) fn without_tier(tool: &mut rmcp::model::Tool) {
+    if !CHECKS.iter().any(|(name, _)| *name == tool.name) {
+        return;
+    }
+    let mut schema = tool.input_schema.as_ref().clone();
+    if let Some(Value::Object(properties)) = schema.get_mut("properties") {
+        properties.remove("tier");
+    }
+    tool.input_schema = std::sync::Arc::new(schema);
+}
+
 impl ServerState {
+    /// A run tool's `arguments` that name a tier (any value) where the operator does not
+    /// let requests choose it: the refusal, a tool error saying why, before the value is
+    /// parsed (a made-up tier is refused for the same reason, not for its spelling).
+    pub(super) fn tier_refused(&self, tool: &str, arguments: &Value) -> Option<CallToolResult> {
+        let names_tier = arguments.get("tier").is_some_and(|tier| !tier.is_null());
+        if self.tier_per_run || !names_tier || !CHECKS.iter().any(|(name, _)| *name == tool) {
+            return None;
+        }
+        let message = format!("`tier` refused: {TIER_NOT_CHOSEN}");
+        Some(self.refused_run(sandpy::Status::InvalidInput, message))
+    }
+
     /// The tier a request asked for, or why it may not choose.
     fn requested_tier(&self, tier: Option<TierArg>) -> Result<Option<sandpy::Tier>, String> {
         let Some(tier) = tier else {
             return Ok(None);
         };
         if !self.tier_per_run {
-            return Err(
-                "this server does not let requests choose their tier (sandpy.native.per_run)"
-                    .into(),
-            );
+            return Err(TIER_NOT_CHOSEN.into());
         }
         let tier = match tier {
             TierArg::Wasm => sandpy::Tier::Wasm,
@@ -97,7 +123,7 @@ struct CallPythonFunction {
     timeout_ms: Option<NonZeroU64>,
     /// input files, put in /tmp (the working directory) before the code runs
     files: Option<Vec<FileArg>>,
-    /// wasm (default) or native (compiled packages such as numpy), if the server allows it
+    /// wasm, or native (compiled packages such as numpy); without it, the server's tier
     tier: Option<TierArg>,
 }
 

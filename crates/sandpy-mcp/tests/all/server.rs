@@ -600,3 +600,62 @@ fn malformed_arguments_are_tool_errors_naming_the_field_and_unknown_tools_protoc
         );
     });
 }
+
+/// `tier` is in the run tools' `inputSchema` only where the operator lets requests choose
+/// it (`sandpy.native.per_run`); elsewhere a request that names one, whatever its value,
+/// gets a tool error saying why (the model can correct its call), not a protocol error.
+#[test]
+fn tier_is_offered_only_where_the_operator_lets_requests_choose_it() {
+    block_on(async {
+        let tier_in_schemas = |tools: &[rmcp::model::Tool]| -> Vec<Option<Value>> {
+            ["run_python", "call_python_function"]
+                .iter()
+                .map(|name| {
+                    let tool = tools.iter().find(|t| t.name == *name).expect("listed");
+                    tool.input_schema["properties"].get("tier").cloned()
+                })
+                .collect()
+        };
+        let fixed = Connection::open().await;
+        let tools = fixed.client.list_tools(None).await.expect("tools").tools;
+        assert_eq!(tier_in_schemas(&tools), [None, None]);
+        for (tool, arguments) in [
+            ("run_python", json!({"code": "1", "tier": "native"})),
+            ("run_python", json!({"code": "1", "tier": "wasm"})),
+            ("run_python", json!({"code": "1", "tier": "gpu"})),
+            (
+                "call_python_function",
+                json!({"code": "def f(): return 1", "function": "f", "tier": "native"}),
+            ),
+        ] {
+            let message = fixed.tool_error(tool, arguments.clone()).await;
+            assert_eq!(
+                message,
+                "`tier` refused: this server does not let requests choose their tier (sandpy.native.per_run): leave out `tier`",
+                "{tool} {arguments}"
+            );
+        }
+        let ran = fixed
+            .result("run_python", json!({"code": "6 * 7", "tier": null}))
+            .await;
+        assert_eq!(ran["structuredContent"]["return_value"], 42, "{ran}");
+
+        let chosen = Connection::open_with(json!({"native": {"per_run": true}})).await;
+        let tools = chosen.client.list_tools(None).await.expect("tools").tools;
+        for tier in tier_in_schemas(&tools) {
+            let tier = tier.expect("offered");
+            assert_eq!(tier["enum"], json!(["wasm", "native", null]), "{tier}");
+        }
+        let message = chosen
+            .tool_error("run_python", json!({"code": "1", "tier": "gpu"}))
+            .await;
+        assert!(
+            message.contains("at /tier: unknown variant `gpu`"),
+            "{message}"
+        );
+        let ran = chosen
+            .result("run_python", json!({"code": "6 * 7", "tier": "wasm"}))
+            .await;
+        assert_eq!(ran["structuredContent"]["return_value"], 42, "{ran}");
+    });
+}
