@@ -16,3 +16,6 @@ pub(crate) use self::sandpy::runtime::types::{
     FunctionCall, Host as TypesHost, Policy as GuestPolicy, PythonError,
     RunOptions as GuestOptions, Value, Violation as GuestViolation,
 };
+
+// The C stack size the guest component was built with (build.rs writes it).
+include!(concat!(env!("OUT_DIR"), "/c_stack.rs"));

@@ -51,3 +51,15 @@ impl Error {
         error.into_boxed_dyn_error()
     }
 }
+
+/// `error` and its causes on one line, for a message a person reads.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -69,6 +69,7 @@
 #[cfg(not(target_os = "linux"))]
 compile_error!("sandpy runs on Linux only (see the README's platform note)");
 
+mod access;
 mod admission;
 mod bindings;
 mod config;

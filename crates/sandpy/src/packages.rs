@@ -156,11 +156,11 @@ pub fn build_runtime(
     );
     let vendored = Path::new(VENDORED_COMPONENTIZE_PY);
     let (program, stack_size) = if vendored.is_file() {
-        (vendored.to_path_buf(), Some(crate::wasm::C_STACK_BYTES))
+        (vendored.to_path_buf(), Some(crate::bindings::C_STACK_BYTES))
     } else {
         config.report_progress(&format!(
             "sandpy: the componentize-py this sandpy was built with is gone; using {COMPONENTIZE_PY}, whose C stack is 1 MiB where the built-in runtime's is {} KiB: recursion through C functions ends that much sooner",
-            crate::wasm::C_STACK_BYTES >> 10,
+            crate::bindings::C_STACK_BYTES >> 10,
         ));
         (toolchain(config)?.join("bin/componentize-py"), None)
     };

@@ -399,7 +399,7 @@ pub(crate) fn confine_child(
 
 fn set_limits(request: &RunRequest, zygote_vm_bytes: u64) -> Result<(), ConfineError> {
     use nix::sys::resource::{setrlimit, Resource};
-    let seconds = super::zygote::cpu_limit_seconds(request.timeout_ms);
+    let seconds = cpu_limit_seconds(request.timeout_ms);
     // A session's CPU time grows with each cell (the zygote moves the soft limit as a
     // cell starts), so its hard limit stays where it was.
     let cpu_hard = if request.session {
@@ -544,6 +544,13 @@ impl RunRequest {
     pub(super) fn without(&self, layer: Layer) -> bool {
         cfg!(debug_assertions) && self.without.contains(&layer)
     }
+}
+
+/// The CPU time a run with a time limit of `ms` may use, in whole seconds: the limit
+/// rounded up, and one more (the wall-clock deadline is the limit; this is its backstop
+/// for a zygote that could not act on it).
+pub(crate) fn cpu_limit_seconds(ms: u64) -> u64 {
+    ms.div_ceil(1000) + 1
 }
 
 #[cfg(test)]

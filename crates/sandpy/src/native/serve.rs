@@ -10,6 +10,7 @@ use super::protocol::{
     cell_limit, task_line, Collected, Ended, GuestMessage, GuestOutcome, Report, ReportFile,
     ANSWERED, CELL_ENDED,
 };
+use crate::access::Access;
 use crate::bindings::{GuestOptions, Task, ToolCall};
 use crate::execution::Execution;
 use crate::files::OutputFile;
@@ -17,7 +18,6 @@ use crate::network::FetchError;
 use crate::options::{OutputSink, Stream};
 use crate::output::Capture;
 use crate::plan::Deadline;
-use crate::tools::access::ToolAccess;
 use crate::verdict::{self, NativeEnd};
 use crate::Limits;
 use std::os::fd::OwnedFd;
@@ -141,7 +141,7 @@ impl RunEnd {
 
 /// One run being served.
 pub(super) struct Run<'a> {
-    pub(super) tools: ToolAccess,
+    pub(super) access: Access,
     capture: Capture,
     limits: &'a Limits,
 }
@@ -192,9 +192,9 @@ async fn collect(report: &mut tokio::net::UnixStream, cap: usize) -> Option<Coll
 }
 
 impl<'a> Run<'a> {
-    pub(super) fn new(tools: ToolAccess, limits: &'a Limits, inputs: &Inputs) -> Run<'a> {
+    pub(super) fn new(access: Access, limits: &'a Limits, inputs: &Inputs) -> Run<'a> {
         Run {
-            tools,
+            access,
             capture: Capture::new(limits.output_bytes, inputs.on_output.clone()),
             limits,
         }
@@ -206,7 +206,7 @@ impl<'a> Run<'a> {
             ended.end,
             self.capture.finish(),
             self.limits,
-            self.tools.calls as u64,
+            self.access.tools.calls as u64,
             ended.max_rss_bytes,
             started.elapsed(),
         );
@@ -224,7 +224,7 @@ impl<'a> Run<'a> {
             })
             .map(|f| OutputFile::new(f.name, f.content))
             .collect();
-        if let Some(network) = self.tools.network.take() {
+        if let Some(network) = self.access.network.take() {
             execution.requests = network.made;
         }
         execution
@@ -236,7 +236,11 @@ impl<'a> Run<'a> {
     fn max_message(&self) -> usize {
         let limits = self.limits;
         // A request's body and headers, base64 and JSON-escaped.
-        let network_out = self.tools.network.as_ref().map_or(0, |n| n.max_bytes_out());
+        let network_out = self
+            .access
+            .network
+            .as_ref()
+            .map_or(0, |n| n.max_bytes_out());
         limits
             .tool_result_bytes
             .saturating_mul(4)
@@ -368,13 +372,13 @@ impl<'a> Run<'a> {
                                 }
                                 Some(Err(_)) => {
                                     stopped.get_or_insert(NativeEnd::Timeout {
-                                        waiting_for: self.tools.waiting_for(),
+                                        waiting_for: self.access.tools.waiting_for(),
                                     });
                                     break;
                                 }
                                 None => {
                                     stopped.get_or_insert(NativeEnd::Cancelled {
-                                        waiting_for: self.tools.waiting_for(),
+                                        waiting_for: self.access.tools.waiting_for(),
                                     });
                                     break;
                                 }
@@ -392,13 +396,13 @@ impl<'a> Run<'a> {
                 },
                 () = cancelled(inputs.cancel.as_ref()) => {
                     stopped.get_or_insert(NativeEnd::Cancelled {
-                        waiting_for: self.tools.waiting_for(),
+                        waiting_for: self.access.tools.waiting_for(),
                     });
                     break;
                 }
                 _ = tokio::time::sleep_until(hard_deadline) => {
                     stopped.get_or_insert(NativeEnd::Timeout {
-                        waiting_for: self.tools.waiting_for(),
+                        waiting_for: self.access.tools.waiting_for(),
                     });
                     break;
                 }
@@ -449,7 +453,7 @@ impl<'a> Run<'a> {
         };
         let end = match report.ended {
             Ended::TimedOut => NativeEnd::Timeout {
-                waiting_for: self.tools.waiting_for(),
+                waiting_for: self.access.tools.waiting_for(),
             },
             Ended::Failed(why) => {
                 NativeEnd::Internal(format!("the run could not be set up: {why}"))
@@ -492,28 +496,33 @@ impl<'a> Run<'a> {
                         arguments: c.arguments,
                     })
                     .collect();
-                match self.tools.call_tools(calls).await {
+                match self.access.tools.call_tools(calls).await {
                     Ok(results) => serde_json::to_value(results),
-                    Err(_) if self.tools.limit_hit => return Err(NativeEnd::ToolCalls),
+                    Err(_) if self.access.tools.limit_hit => return Err(NativeEnd::ToolCalls),
                     Err(e) => return Err(internal(e)),
                 }
             }
             GuestMessage::ListTools => {
-                serde_json::to_value(self.tools.list_tools().await.map_err(internal)?)
+                serde_json::to_value(self.access.tools.list_tools().await.map_err(internal)?)
             }
             GuestMessage::ToolNames => {
-                serde_json::to_value(self.tools.tool_names().await.map_err(internal)?)
+                serde_json::to_value(self.access.tools.tool_names().await.map_err(internal)?)
             }
-            GuestMessage::ToolSchema(name) => {
-                serde_json::to_value(self.tools.tool_schema(name).await.map_err(internal)?)
-            }
+            GuestMessage::ToolSchema(name) => serde_json::to_value(
+                self.access
+                    .tools
+                    .tool_schema(name)
+                    .await
+                    .map_err(internal)?,
+            ),
             GuestMessage::SearchTools { query, limit } => serde_json::to_value(
-                self.tools
+                self.access
+                    .tools
                     .search_tools(query, limit)
                     .await
                     .map_err(internal)?,
             ),
-            GuestMessage::Fetch(request) => serde_json::to_value(match &mut self.tools.network {
+            GuestMessage::Fetch(request) => serde_json::to_value(match &mut self.access.network {
                 Some(network) => network.fetch(request).await,
                 None => Err(FetchError::Refused(crate::network::NO_NETWORK.into())),
             }),

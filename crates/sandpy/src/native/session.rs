@@ -7,9 +7,10 @@
 use super::protocol::{cell_limit, CELL_STARTED};
 use super::serve::{Inputs, Run, RunEnd, Streams};
 use super::tier::NativeTier;
+use crate::access::Access;
 use crate::execution::{Execution, Status};
 use crate::plan::Plan;
-use crate::tools::access::{RecordedCall, ToolAccess};
+use crate::tools::RecordedCall;
 use crate::verdict::NativeEnd;
 use crate::Limits;
 use std::sync::Arc;
@@ -70,14 +71,14 @@ impl NativeTier {
         kept: &mut Option<NativeSession>,
         memory_cap: u64,
         plan: &Plan<'_>,
-        tools: ToolAccess,
+        access: Access,
         inputs: Inputs,
     ) -> (Execution, Option<Vec<RecordedCall>>) {
         let limits = &Limits {
             memory_bytes: memory_cap as usize,
             ..plan.limits.clone()
         };
-        let mut run = Run::new(tools, limits, &inputs);
+        let mut run = Run::new(access, limits, &inputs);
         let session = match kept.take() {
             Some(mut session) => session.start_cell(limits).await.map(|()| session),
             None => self
@@ -117,7 +118,7 @@ impl NativeTier {
             if fit {
                 session.memory_peak = session.memory_peak.max(memory_peak);
                 *kept = Some(session);
-                let calls = run.tools.recorded.take().unwrap_or_default();
+                let calls = run.access.tools.recorded.take().unwrap_or_default();
                 return (execution, Some(calls));
             }
         }

@@ -7,9 +7,9 @@ use super::protocol::{RunFds, RunRequest, ZygoteSetup, ZygoteStatus};
 use super::python::PythonInstall;
 use super::serve::{Inputs, Launched, Run, RunEnd, Streams};
 use super::{guest_files, Layer, NativeConfig, NativeError};
+use crate::access::Access;
 use crate::execution::Execution;
 use crate::plan::Plan;
-use crate::tools::access::ToolAccess;
 use crate::verdict::NativeEnd;
 use crate::Limits;
 use nix::sys::socket::{
@@ -207,14 +207,9 @@ impl NativeTier {
     }
 
     /// Run `task` in a new confined fork of the zygote.
-    pub(crate) async fn run(
-        &self,
-        plan: &Plan<'_>,
-        tools: ToolAccess,
-        inputs: Inputs,
-    ) -> Execution {
+    pub(crate) async fn run(&self, plan: &Plan<'_>, access: Access, inputs: Inputs) -> Execution {
         let limits = plan.limits;
-        let mut run = Run::new(tools, limits, &inputs);
+        let mut run = Run::new(access, limits, &inputs);
         let launched = self
             .launch(limits, &inputs.mounts, false)
             .and_then(Streams::open)

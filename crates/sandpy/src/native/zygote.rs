@@ -376,7 +376,7 @@ impl Supervised {
         unsafe {
             if libc::prlimit(self.pid, libc::RLIMIT_CPU, std::ptr::null(), &mut limit) == 0 {
                 limit.rlim_cur = cpu_seconds(self.pid)
-                    .saturating_add(cpu_limit_seconds(ms))
+                    .saturating_add(super::confine::cpu_limit_seconds(ms))
                     .min(limit.rlim_max);
                 libc::prlimit(self.pid, libc::RLIMIT_CPU, &limit, std::ptr::null_mut());
             }
@@ -589,13 +589,6 @@ fn deadline_in(ms: u64) -> Instant {
     let now = Instant::now();
     now.checked_add(Duration::from_millis(ms))
         .unwrap_or_else(|| now + Duration::from_secs(365 * 86_400))
-}
-
-/// The CPU time a run with a time limit of `ms` may use, in whole seconds: the limit
-/// rounded up, and one more (the wall-clock deadline is the limit; this is its backstop
-/// for a zygote that could not act on it).
-pub(crate) fn cpu_limit_seconds(ms: u64) -> u64 {
-    ms.div_ceil(1000) + 1
 }
 
 /// The CPU time process `pid` used so far, in whole seconds rounded up.

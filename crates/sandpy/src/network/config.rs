@@ -93,7 +93,7 @@ impl RawNetwork {
             ca_file,
         };
         Network::new(rules).map_err(|e| {
-            let message = crate::run::error_chain(&e);
+            let message = crate::error::error_chain(&e);
             ("sandpy.network".to_string(), message)
         })
     }

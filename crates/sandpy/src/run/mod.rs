@@ -10,11 +10,12 @@ mod session;
 
 pub(crate) use session::{Interpreter, SessionRun, Stage};
 
+use crate::access::Access;
 use crate::admission::Admission;
 use crate::bindings::{GuestOptions, GuestPolicy, Task};
+use crate::error::error_chain;
 use crate::execution::{Execution, Status};
 use crate::plan::{Deadline, Plan};
-use crate::tools::access::ToolAccess;
 use crate::verdict::Refusal;
 use crate::wasm::{Disposal, Guest, InstanceFor, InstanceShape, MadeAhead, RunFolders, Runtime};
 use crate::{Config, Error, Limits, Policy, RunOptions};
@@ -53,7 +54,7 @@ pub(crate) struct Runner {
 /// A run that passed its checks and holds a run slot.
 struct Admitted {
     limits: Limits,
-    tools: ToolAccess,
+    access: Access,
     /// Held until the run's instance is dropped (see [`Disposal`]).
     slot: tokio::sync::OwnedSemaphorePermit,
     /// Its clock starts at admission, so setting up the instance and writing input files
@@ -139,10 +140,10 @@ impl Runner {
         };
         let slot = entered.map_err(|refusal| Refusal::new(Status::Busy, refusal.message()))?;
         let deadline = Deadline::starting_now(limits.timeout);
-        let tools = ToolAccess::for_run(options, &limits, deadline)?;
+        let access = Access::for_run(options, &limits, deadline)?;
         Ok(Admitted {
             limits,
-            tools,
+            access,
             slot,
             deadline,
         })
@@ -180,7 +181,7 @@ impl Runner {
             InstanceFor::Fresh,
             options,
             limits,
-            run.tools,
+            run.access,
         );
         let mut guest = match made {
             Ok(guest) => guest,
@@ -225,13 +226,20 @@ impl Runner {
         instance_for: InstanceFor,
         options: &RunOptions,
         limits: &Limits,
-        tools: ToolAccess,
+        access: Access,
     ) -> Result<Guest, Refusal> {
         if let Some(mut guest) = ahead.and_then(|(made_ahead, shape)| made_ahead.take(shape)) {
-            guest.reuse(tools, limits, options.on_output.clone());
+            guest.reuse(access, limits, options.on_output.clone());
             return Ok(guest);
         }
-        Guest::new(runtime, &self.folders, limits, options, instance_for, tools)
+        Guest::new(
+            runtime,
+            &self.folders,
+            limits,
+            options,
+            instance_for,
+            access,
+        )
     }
 
     /// How many runs (fresh, or a session's first) took an instance made ahead.
@@ -318,16 +326,4 @@ fn guest_policy(policy: &Policy) -> GuestPolicy {
         denied_builtins: policy.denied_builtins.clone(),
         denied_attributes: policy.denied_attributes.clone(),
     }
-}
-
-/// `error` and its causes on one line, for a message a person reads.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -1,12 +1,13 @@
 //! Runs on the native tier: a fresh run in a confined fork of the tier's zygote, a
 //! session's cell in its own kept process, and the tier itself, started on first use.
 
-use super::{error_chain, guest_options, Admitted};
+use super::{guest_options, Admitted};
 use super::{Interpreter, Runner, SessionRun, Stage};
 use crate::bindings::Task;
+use crate::error::error_chain;
 use crate::execution::{Execution, Status};
 use crate::plan::Plan;
-use crate::tools::access::RecordedCall;
+use crate::tools::RecordedCall;
 use crate::RunOptions;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -26,7 +27,7 @@ impl Runner {
             limits: &run.limits,
             deadline: run.deadline,
         };
-        tier.run(&plan, run.tools, inputs).await
+        tier.run(&plan, run.access, inputs).await
     }
 
     /// What a native run needs before it starts: the tier (started now if need be, before
@@ -100,8 +101,8 @@ impl Runner {
             Ok(admitted) => admitted,
             Err((execution, stage)) => return SessionRun { execution, stage },
         };
-        run.tools.recorded = Some(Vec::new());
-        run.tools.replay = replay;
+        run.access.tools.recorded = Some(Vec::new());
+        run.access.tools.replay = replay;
         kept.tier = Some(crate::Tier::Native);
         let plan = Plan {
             task: &task,
@@ -112,7 +113,7 @@ impl Runner {
         };
         let memory_cap = kept.wasm.memory_cap() as u64;
         let (execution, calls) = tier
-            .cell(&mut kept.native, memory_cap, &plan, run.tools, inputs)
+            .cell(&mut kept.native, memory_cap, &plan, run.access, inputs)
             .await;
         let stage = match calls {
             Some(calls) => Stage::Fit(calls),

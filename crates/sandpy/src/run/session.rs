@@ -4,11 +4,12 @@
 //! ahead of it (`wasm::made_ahead`); it is kept while runs return normally, and its tool calls
 //! are journaled for save and restore.
 
-use super::{error_chain, guest_options, run_span, tier_name, InstanceFor, Runner};
+use super::{guest_options, run_span, tier_name, InstanceFor, Runner};
 use crate::bindings::Task;
+use crate::error::error_chain;
 use crate::execution::{Execution, Status};
 use crate::plan::Plan;
-use crate::tools::access::RecordedCall;
+use crate::tools::RecordedCall;
 use crate::verdict::Refusal;
 use crate::wasm::{InstanceShape, Runtime};
 use crate::{Config, RunOptions};
@@ -52,9 +53,9 @@ impl Interpreter {
 
 /// How far a session's run got, for the session to keep its books.
 pub(crate) enum Stage {
-    /// Refusal before it had a run slot: nothing changed.
+    /// Refused before it had a run slot: nothing changed.
     Refused,
-    /// Refusal after it had a slot, before the guest was called.
+    /// Refused after it had a slot, before the guest was called.
     Admitted,
     /// The guest was called and is fit for another call; its tool calls, in order.
     Fit(Vec<RecordedCall>),
@@ -114,8 +115,8 @@ impl Runner {
             Err(execution) => return refused(execution, Stage::Refused),
         };
         let limits = &run.limits;
-        run.tools.recorded = Some(Vec::new());
-        run.tools.replay = replay;
+        run.access.tools.recorded = Some(Vec::new());
+        run.access.tools.replay = replay;
         let runtime = match self.session_runtime() {
             Ok(runtime) => runtime,
             Err(execution) => return refused(execution, Stage::Admitted),
@@ -126,7 +127,7 @@ impl Runner {
         // own; either way the next session's is asked for once this run answered.
         let (mut guest, first) = match kept.take() {
             Some(mut guest) => {
-                guest.reuse(run.tools, limits, options.on_output.clone());
+                guest.reuse(run.access, limits, options.on_output.clone());
                 (guest, None)
             }
             None => {
@@ -136,7 +137,7 @@ impl Runner {
                     .as_ref()
                     .zip(InstanceShape::of(options, limits, memory_cap));
                 let instance_for = InstanceFor::Session { memory_cap };
-                match self.new_guest(runtime, ahead, instance_for, options, limits, run.tools) {
+                match self.new_guest(runtime, ahead, instance_for, options, limits, run.access) {
                     Ok(guest) => (guest, ahead),
                     Err(execution) => return refused(execution, Stage::Admitted),
                 }

@@ -4,11 +4,9 @@
 //! The allowlist is applied here, on the host: the guest only ever sees and reaches the
 //! tools it allows, whatever its Python does.
 
-pub(crate) mod access;
 pub(crate) mod approval;
 pub(crate) mod search;
 
-pub use access::RecordedCall;
 pub use approval::{ApprovalFuture, ApprovalRequest, Approver, Decision, Unshowable};
 pub use search::{search, ToolSummary};
 
@@ -17,6 +15,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
+
+/// One tool call as a session journal keeps it: replaying a session answers the call
+/// from here instead of calling the tool again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedCall {
+    /// The tool called.
+    pub name: String,
+    /// What the guest got: the result as JSON, or the error message.
+    pub result: Result<String, ToolError>,
+}
 
 /// A tool the guest can discover and call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

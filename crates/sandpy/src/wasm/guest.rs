@@ -6,13 +6,14 @@ use super::host::{HostState, MemoryLimiter};
 use super::overrun::Watchdog;
 use super::runtime::Runtime;
 use super::workspace::{RunFolders, Workspace};
+use crate::access::Access;
 use crate::bindings::{GuestOptions, Sandbox as Instance, Task};
 use crate::execution::{ErrorInfo, Execution, Status};
 use crate::files::InputsError;
 use crate::options::OutputSink;
 use crate::output::{Capture, Captured};
 use crate::plan::{Deadline, Plan};
-use crate::tools::access::{RecordedCall, ToolAccess};
+use crate::tools::RecordedCall;
 use crate::verdict::{outcome_verdict, ran, CallResult, Cutoff, Refusal, Stop};
 use crate::{Limits, RunOptions};
 use std::sync::Arc;
@@ -98,7 +99,7 @@ impl Guest {
         limits: &Limits,
         options: &RunOptions,
         made_for: InstanceFor,
-        tools: ToolAccess,
+        access: Access,
     ) -> Result<Guest, Refusal> {
         let (memory_cap, with_stdin) = match made_for {
             InstanceFor::Fresh => (limits.memory_bytes, true),
@@ -130,7 +131,7 @@ impl Guest {
                 peak: 0,
                 refused: false,
             },
-            tools,
+            access,
             disk: workspace.guard(),
         };
         let mut store = Store::new(&runtime.engine, state);
@@ -214,6 +215,7 @@ impl Guest {
         self.workspace.clear_outputs();
         self.store
             .data_mut()
+            .access
             .tools
             .recorded
             .take()
@@ -222,15 +224,10 @@ impl Guest {
 
     /// Ready a kept guest (a session's, or one made ahead) for its next call: new tools,
     /// output cap and time slice.
-    pub(crate) fn reuse(
-        &mut self,
-        tools: ToolAccess,
-        limits: &Limits,
-        on_output: Option<OutputSink>,
-    ) {
+    pub(crate) fn reuse(&mut self, access: Access, limits: &Limits, on_output: Option<OutputSink>) {
         self.capture.reset(limits.output_bytes, on_output);
         let data = self.store.data_mut();
-        data.tools = tools;
+        data.access = access;
         data.limiter.refused = false;
         self.store.set_epoch_deadline(1);
     }
@@ -300,7 +297,7 @@ impl Guest {
         let state = self.store.data();
         let mut execution = decide(state, captured, result, limits, self.memory_cap, duration);
         execution.files = self.workspace.outputs();
-        if let Some(network) = &state.tools.network {
+        if let Some(network) = &state.access.network {
             execution.requests = network.made.clone();
         }
         (execution, fit)
@@ -321,17 +318,17 @@ fn decide(
         captured,
         duration,
         state.limiter.peak as u64,
-        state.tools.calls as u64,
+        state.access.tools.calls as u64,
     );
     let disk_refusal = state.disk.take_refusal();
     let (status, error) = match result {
         Err(Cutoff::Elapsed) => Stop::Timeout {
             limit: limits.timeout,
-            waiting_for: state.tools.waiting_for(),
+            waiting_for: state.access.tools.waiting_for(),
         }
         .verdict(),
         Err(Cutoff::Cancelled) => Stop::Cancelled {
-            waiting_for: state.tools.waiting_for(),
+            waiting_for: state.access.tools.waiting_for(),
         }
         .verdict(),
         Ok(Err(trap)) => trap_verdict(&trap, state, execution.output_truncated, limits, memory_cap),
@@ -359,7 +356,7 @@ fn trap_verdict(
     if truncated {
         return Stop::Output(limits.output_bytes).verdict();
     }
-    if state.tools.limit_hit {
+    if state.access.tools.limit_hit {
         return Stop::ToolCalls(limits.tool_calls).verdict();
     }
     if let Some(exit) = trap.downcast_ref::<I32Exit>() {

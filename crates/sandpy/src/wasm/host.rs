@@ -2,11 +2,11 @@
 //! tool access; the guest's tool imports forward to [`ToolAccess`].
 
 use super::quota::DiskGuard;
+use crate::access::Access;
 use crate::bindings::{
     GuestFetchError, GuestRequest, GuestResponse, NetworkHost, ToolCall, ToolsHost, TypesHost,
 };
 use crate::network::{FetchError, Request};
-use crate::tools::access::ToolAccess;
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -50,7 +50,7 @@ pub(crate) struct HostState {
     pub wasi: WasiCtx,
     pub table: ResourceTable,
     pub limiter: MemoryLimiter,
-    pub tools: ToolAccess,
+    pub access: Access,
     pub disk: DiskGuard,
 }
 
@@ -68,23 +68,23 @@ impl ToolsHost for HostState {
         &mut self,
         calls: Vec<ToolCall>,
     ) -> wasmtime::Result<Vec<Result<String, String>>> {
-        self.tools.call_tools(calls).await
+        self.access.tools.call_tools(calls).await
     }
 
     async fn list_tools(&mut self) -> wasmtime::Result<String> {
-        self.tools.list_tools().await
+        self.access.tools.list_tools().await
     }
 
     async fn tool_schema(&mut self, name: String) -> wasmtime::Result<Result<String, String>> {
-        self.tools.tool_schema(name).await
+        self.access.tools.tool_schema(name).await
     }
 
     async fn tool_names(&mut self) -> wasmtime::Result<Vec<String>> {
-        self.tools.tool_names().await
+        self.access.tools.tool_names().await
     }
 
     async fn search_tools(&mut self, query: String, limit: u32) -> wasmtime::Result<String> {
-        self.tools.search_tools(query, limit).await
+        self.access.tools.search_tools(query, limit).await
     }
 }
 
@@ -93,7 +93,7 @@ impl NetworkHost for HostState {
         &mut self,
         request: GuestRequest,
     ) -> wasmtime::Result<Result<GuestResponse, GuestFetchError>> {
-        let Some(network) = &mut self.tools.network else {
+        let Some(network) = &mut self.access.network else {
             return Ok(Err(GuestFetchError::Refused(
                 crate::network::NO_NETWORK.into(),
             )));
@@ -103,6 +103,7 @@ impl NetworkHost for HostState {
             url: request.url,
             headers: request.headers,
             body: request.body,
+            timeout_ms: request.timeout_ms,
         };
         Ok(match network.fetch(request).await {
             Ok(response) => Ok(GuestResponse {

@@ -24,8 +24,8 @@ use super::guest::{Guest, InstanceFor};
 use super::helper_thread::HelperThread;
 use super::runtime::Runtime;
 use super::workspace::RunFolders;
+use crate::access::Access;
 use crate::plan::Deadline;
-use crate::tools::access::ToolAccess;
 use crate::{Limits, RunOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -184,7 +184,7 @@ fn make(
     let limits = shape.limits();
     // Tool access that grants nothing: the taking run puts in its own.
     let deadline = Deadline::starting_now(limits.timeout);
-    let no_tools = match ToolAccess::for_run(&RunOptions::default(), &limits, deadline) {
+    let no_tools = match Access::for_run(&RunOptions::default(), &limits, deadline) {
         Ok(no_tools) => no_tools,
         Err(refused) => {
             tracing::debug!("no spare instance: {}", refused.message());

@@ -1,7 +1,7 @@
 //! The WebAssembly tier: CPython compiled to a WebAssembly component, a fresh wasmtime
 //! instance per run (or one kept by a session). The boundary is the component's imports:
 //! WASI with no network, the run's folders under host-enforced quotas, and the tool
-//! imports, which forward to the shared [`ToolAccess`](crate::tools::access::ToolAccess).
+//! imports, which forward to the shared [`ToolAccess`](crate::access::ToolAccess).
 //!
 //! - `runtime`: the engine, the compiled component (cached `.cwasm`), the epoch ticker.
 //! - `guest`: one run's instance and store, called under its limits, and its verdict.
@@ -27,5 +27,5 @@ mod workspace;
 pub(crate) use disposal::Disposal;
 pub(crate) use guest::{Guest, InstanceFor, SessionInstance};
 pub(crate) use made_ahead::{InstanceShape, MadeAhead};
-pub(crate) use runtime::{Runtime, C_STACK_BYTES};
+pub(crate) use runtime::Runtime;
 pub(crate) use workspace::{remove_own_folders, sweep_stale, RunFolders};

@@ -82,14 +82,12 @@ fn engine_config(config: &Config) -> wasmtime::Config {
     engine
 }
 
-include!(concat!(env!("OUT_DIR"), "/c_stack.rs"));
-
 /// The WebAssembly stack of one run: deeper than CPython's C stack lets C recursion go
 /// (`lru_cache`, `map`, `sorted` keys, `json.dumps` and `pickle` of nested lists ended in
 /// a `RecursionError` at 6x already; 8x leaves room for kinds not measured: see
 /// docs/dev/performance.md, "A 4 MiB C stack"). Address space is reserved for it per run
 /// slot; only the pages a run touches are memory.
-const WASM_STACK_BYTES: usize = 8 * C_STACK_BYTES;
+const WASM_STACK_BYTES: usize = 8 * crate::bindings::C_STACK_BYTES;
 
 /// Room on a run's fiber above the WebAssembly stack for the host functions it calls.
 const HOST_STACK_BYTES: usize = 1 << 20;

@@ -1,15 +1,17 @@
-//! What one run may do with tools, and what it did: the allowlist, the call and size
-//! limits, the deadline, the journal of a session. Both tiers serve the guest's tool
-//! requests through [`ToolAccess`]: the WebAssembly host functions (`wasm/host.rs`) and
-//! the native tier's channel (`native/serve.rs`) only forward to it.
+//! What one run may reach outside its sandbox ([`Access`]): its tools ([`ToolAccess`]: the
+//! allowlist, the call and size limits, the deadline, the journal of a session) and its
+//! network ([`NetworkAccess`]). Both tiers serve the guest's requests through it: the
+//! WebAssembly host functions (`wasm/host.rs`) and the native tier's channel
+//! (`native/serve.rs`) only forward to it.
 
 use crate::bindings::ToolCall;
 use crate::execution::Status;
+use crate::network::NetworkAccess;
 use crate::options::ToolCallSink;
 use crate::plan::Deadline;
 use crate::tools::approval::Approval;
 use crate::tools::search::{self, ToolSummary};
-use crate::tools::{Allowlist, ToolError, ToolHost, ToolInfo};
+use crate::tools::{Allowlist, RecordedCall, ToolError, ToolHost, ToolInfo};
 use crate::verdict::Refusal;
 use crate::{Limits, RunOptions};
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -17,14 +19,34 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
-/// One tool call as a session journal keeps it: replaying a session answers the call
-/// from here instead of calling the tool again.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RecordedCall {
-    /// The tool called.
-    pub name: String,
-    /// What the guest got: the result as JSON, or the error message.
-    pub result: Result<String, ToolError>,
+/// What one run may reach outside its sandbox, handed around by both tiers as one value.
+pub(crate) struct Access {
+    pub tools: ToolAccess,
+    /// The run's network, when the operator gave it one.
+    pub network: Option<NetworkAccess>,
+}
+
+impl Access {
+    /// What a run may reach under its options (tools and network narrowed by its policy),
+    /// until `deadline`; the run's refusal when the allowlist or approval patterns are
+    /// invalid.
+    pub(crate) fn for_run(
+        options: &RunOptions,
+        limits: &Limits,
+        deadline: Deadline,
+    ) -> Result<Access, Refusal> {
+        let network = options.network.clone().map(|network| {
+            let narrowed = options
+                .policy
+                .as_ref()
+                .and_then(|p| p.network_allow.clone());
+            NetworkAccess::new(network, narrowed, deadline)
+        });
+        Ok(Access {
+            tools: ToolAccess::for_run(options, limits, deadline)?,
+            network,
+        })
+    }
 }
 
 /// What one run may do with tools, and what it did.
@@ -52,9 +74,6 @@ pub(crate) struct ToolAccess {
     pub recorded: Option<Vec<RecordedCall>>,
     /// Answers to give instead of calling tools, when replaying a journal.
     pub replay: Option<std::collections::VecDeque<RecordedCall>>,
-    /// The run's network, when the operator gave it one. It rides with the tools because
-    /// both tiers hand the run's way out of the sandbox around as one value.
-    pub network: Option<crate::network::NetworkAccess>,
 }
 
 impl ToolAccess {
@@ -90,13 +109,6 @@ impl ToolAccess {
             limit_hit: false,
             recorded: None,
             replay: None,
-            network: options.network.clone().map(|network| {
-                let narrowed = options
-                    .policy
-                    .as_ref()
-                    .and_then(|p| p.network_allow.clone());
-                crate::network::NetworkAccess::new(network, narrowed, deadline)
-            }),
         })
     }
 
