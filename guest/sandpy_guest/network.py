@@ -9,7 +9,9 @@ tier has none) this module also gives `http.client` its `HTTPSConnection`, TLS b
 host's.
 
 Redirects are the library's to follow (`urllib.request` does): each hop is a new request
-that the host checks like the first.
+that the host checks like the first. `requests` and `httpx` go the same way, through
+`fetch` (`http_libraries.py`). A request's own timeout (the connection's, the library's)
+goes with it: the host stops waiting at the shorter of it and its own limit.
 
 A refusal by the operator's rules (the allowlist, a policy, a limit) is a
 `PermissionError`, never a `ConnectionError` that retry loops would take for a passing
@@ -20,6 +22,7 @@ they always did, but say why and where HTTP goes instead.
 import errno
 import http.client
 import io
+import math
 import socket
 
 from componentize_py_types import Err
@@ -30,9 +33,10 @@ class _HostSocket:
     """What an `http.client` connection takes for its socket: requests go out as one
     host call when their response is read."""
 
-    def __init__(self, scheme: str, hostname: str, port: int) -> None:
+    def __init__(self, scheme: str, hostname: str, port: int, timeout: float | None) -> None:
         self._origin = f"{scheme}://{_bracketed(hostname)}:{port}"
         self._sent = bytearray()
+        self._timeout = timeout
 
     def sendall(self, data: bytes) -> None:
         self._sent += data
@@ -56,7 +60,7 @@ class _HostSocket:
         # when the code wrote one.
         url = self._origin + target if target.startswith("/") else target
         try:
-            response = host.fetch(host.Request(method=method, url=url, headers=headers, body=body))
+            response = fetch(method, url, headers, body, self._timeout)
         except Err as refused:
             raise _error(refused.value) from None
         out = [f"HTTP/1.1 {response.status} {response.reason}".encode("latin-1")]
@@ -71,9 +75,10 @@ class _HostSocket:
         out.append(b"Connection: close")
         return b"\r\n".join(out) + b"\r\n\r\n" + bytes(response.body)
 
-    # What `http.client` and its users call on a socket; nothing to do here.
     def settimeout(self, timeout: float | None) -> None:
-        pass
+        self._timeout = timeout
+
+    # What `http.client` and its users call on a socket; nothing to do here.
 
     def setsockopt(self, *args: object) -> None:
         pass
@@ -83,6 +88,15 @@ class _HostSocket:
 
     def close(self) -> None:
         self._sent = bytearray()
+
+
+def fetch(method: str, url: str, headers: list[tuple[str, str]], body: bytes, timeout: float | None) -> "host.Response":
+    """One request by the host, which waits for the whole answer at most `timeout` seconds
+    (or its own limit, when shorter); raises `Err` with the host's `FetchError`."""
+    timeout_ms = None
+    if isinstance(timeout, (int, float)) and timeout >= 0:
+        timeout_ms = min(max(math.ceil(timeout * 1000), 1), 2**32 - 1)
+    return host.fetch(host.Request(method=method, url=url, headers=headers, body=body, timeout_ms=timeout_ms))
 
 
 def _bracketed(hostname: str) -> str:
@@ -101,7 +115,7 @@ def _unchunk(body: bytes) -> bytes:
     return bytes(out)
 
 
-NO_SOCKETS = "sandpy: no sockets; HTTP(S) to allowed hosts goes through urllib.request / http.client"
+NO_SOCKETS = "sandpy: no sockets; HTTP(S) to allowed hosts goes through urllib.request, http.client, requests or httpx"
 
 
 class NoSockets(socket.gaierror, PermissionError):
@@ -152,7 +166,8 @@ def _error(error: object) -> OSError:
 def _connect(self: http.client.HTTPConnection, scheme: str) -> None:
     if getattr(self, "_tunnel_host", None):
         raise OSError("sandpy network: proxies (CONNECT tunnels) are not supported; the host makes the request")
-    self.sock = _HostSocket(scheme, self.host, self.port)  # type: ignore[assignment]
+    timeout = self.timeout if isinstance(self.timeout, (int, float)) else None
+    self.sock = _HostSocket(scheme, self.host, self.port, timeout)  # type: ignore[assignment]
 
 
 def _connect_http(self: http.client.HTTPConnection) -> None:
@@ -188,6 +203,9 @@ def install() -> None:
         # connection, which does not use one.
         http.client._create_https_context = lambda http_version: None  # type: ignore[attr-defined]
     _refuse_sockets()
+    from . import http_libraries
+
+    http_libraries.install()
 
 
 install()

@@ -302,7 +302,7 @@ fn list_modules_help_and_version() {
         stdout.contains("stdlib modules available") && stdout.contains("tkinter"),
         "{stdout}"
     );
-    assert!(stdout.contains("Third-party packages: attr, attrs, dateutil, idna, jinja2, markupsafe, six, tabulate, yaml"), "{stdout}");
+    assert!(stdout.contains("Third-party packages: attr, attrs, certifi, charset_normalizer, dateutil, httpx, idna, jinja2, markupsafe, requests, six, tabulate, urllib3, yaml"), "{stdout}");
     let (code, stdout, _) = run(&["--help"]);
     assert_eq!(code, 0);
     for command in ["run", "serve", "demo", "warmup", "bench", "build"] {

@@ -47,6 +47,10 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../../../../guest/sandpy_guest/network.py"),
     ),
     (
+        "sandpy_guest/http_libraries.py",
+        include_str!("../../../../guest/sandpy_guest/http_libraries.py"),
+    ),
+    (
         "sandpy_guest/packages.py",
         include_str!("../../../../guest/sandpy_guest/packages.py"),
     ),

@@ -7,6 +7,7 @@ use super::{Network, Secret};
 use crate::plan::Deadline;
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 /// One request as the code asked for it.
 #[derive(Debug, Clone, Deserialize)]
@@ -16,6 +17,10 @@ pub(crate) struct Request {
     pub headers: Vec<(String, String)>,
     #[serde(with = "crate::files::base64_bytes", rename = "body_base64")]
     pub body: Vec<u8>,
+    /// The code's own time limit for the whole answer, milliseconds (the connection's or
+    /// the library's timeout); the host's `request_timeout` when that is shorter.
+    #[serde(default)]
+    pub timeout_ms: Option<u32>,
 }
 
 /// The answer the code gets (the status of any kind, redirects included).
@@ -241,7 +246,19 @@ impl NetworkAccess {
             destination.scheme,
             reachable(&rules.allow, self.narrowed.as_deref(), &destination),
         )?;
-        let timeout = self.deadline.call_timeout(limits.request_timeout);
+        // The code's own timeout when it is the shorter, named in the message.
+        let own = request
+            .timeout_ms
+            .map(|ms| Duration::from_millis(ms.into()))
+            .filter(|own| *own < limits.request_timeout);
+        let (limit, which) = match own {
+            Some(own) => (own, "the request's own timeout"),
+            None => (
+                limits.request_timeout,
+                "sandpy.network.limits.request_timeout_ms",
+            ),
+        };
+        let timeout = self.deadline.call_timeout(limit);
         self.bytes_out += size;
         if let Some(record) = self.made.get_mut(index) {
             record.bytes_out = size;
@@ -315,7 +332,7 @@ impl NetworkAccess {
         let answered = match timeout {
             Some(timeout) => tokio::time::timeout(timeout, exchange).await.map_err(|_| {
                 FetchError::Timeout(format!(
-                    "no whole answer from {shown} within {} ms (sandpy.network.limits.request_timeout_ms)",
+                    "no whole answer from {shown} within {} ms ({which})",
                     timeout.as_millis()
                 ))
             })?,

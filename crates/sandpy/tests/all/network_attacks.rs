@@ -453,8 +453,8 @@ for f in (lambda: socket.socket(),
     print(attempt(f))
 "#;
     let execution = crate::run_ok(code);
-    let said =
-        "sandpy: no sockets; HTTP(S) to allowed hosts goes through urllib.request / http.client";
+    let said = "sandpy: no sockets; HTTP(S) to allowed hosts goes through urllib.request, \
+                http.client, requests or httpx";
     let lines = lines(&execution.stdout);
     assert_eq!(lines.len(), 4, "{}", execution.stdout);
     for line in &lines {

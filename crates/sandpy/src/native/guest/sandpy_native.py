@@ -34,6 +34,7 @@ GUEST_MODULES = (
     "sandpy_guest",
     "sandpy_guest.event_loop",
     "sandpy_guest.network",
+    "sandpy_guest.http_libraries",
     "sandpy_guest.packages",
     "sandpy_guest.policy",
     "sandpy_guest.tools",

@@ -15,6 +15,7 @@ class Request:
     url: str
     headers: list[tuple[str, str]]
     body: bytes
+    timeout_ms: int | None = None
 
 
 @dataclass
@@ -53,6 +54,7 @@ def fetch(request: Request) -> Response:
                 "url": request.url,
                 "headers": [list(pair) for pair in request.headers],
                 "body_base64": base64.b64encode(request.body).decode(),
+                "timeout_ms": request.timeout_ms,
             }
         }
     )
