@@ -1,7 +1,9 @@
 //! `sandpy`: run untrusted Python in a WebAssembly sandbox, from the shell or as an MCP
-//! server. Each command is one file in `commands/`; exit codes live in `exit.rs`.
+//! server. Each command is one file in `commands/` (its router: `commands/mod.rs`); what
+//! commands share is in `common/`, the warm runner in `warm/`; exit codes live in `exit.rs`.
 
 mod commands;
+mod common;
 mod exit;
 mod log;
 mod warm;

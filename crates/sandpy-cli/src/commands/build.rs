@@ -2,6 +2,7 @@
 //! or (with --folder) just the packages, to mount at /packages at run time. Without
 //! `--with`, the config's `sandpy.packages` list is built into its `sandpy.runtime` file.
 
+use crate::common;
 use crate::exit::Outcome;
 use anyhow::{bail, Context};
 use sandpy::packages;
@@ -78,11 +79,11 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     }
     let Some(folder) = &args.folder else {
         // Load the new runtime once: compiles and caches it, and shows what imports.
-        let sandbox = super::sandbox_with(sandpy::Config {
+        let sandbox = common::sandbox_with(sandpy::Config {
             runtime: Some(output.clone()),
             ..sandpy::Config::default()
         })?;
-        let report = super::tokio_runtime()?.block_on(sandbox.module_report())?;
+        let report = common::tokio_runtime()?.block_on(sandbox.module_report())?;
         eprintln!(
             "sandpy: wrote {} with packages {}",
             output.display(),

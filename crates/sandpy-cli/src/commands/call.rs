@@ -10,7 +10,7 @@
 use super::batch_lines::{
     line_error, line_result, next_line, parse_arguments, parse_line, InOrder,
 };
-use super::run::Program;
+use crate::common::{self, outln, Program};
 use crate::exit::Outcome;
 use anyhow::{bail, Context};
 use sandpy::{Execution, RunOptions, Status};
@@ -49,25 +49,19 @@ pub(super) struct Args {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    warm: super::warm::WarmArgs,
+    warm: common::WarmArgs,
     #[command(flatten)]
-    limits: super::run::LimitArgs,
+    limits: common::LimitArgs,
     #[command(flatten)]
-    files: super::files::FileArgs,
+    files: common::FileArgs,
     #[command(flatten)]
-    settings: super::ConfigArgs,
+    settings: common::ConfigArgs,
 }
 
 pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     let program = Program::read(Some(&args.file), None)?;
     let resolved = args.settings.resolve()?;
-    let options = RunOptions {
-        limit_overrides: args.limits.overrides(),
-        allowed_tools: args.settings.allowed(),
-        files: args.files.inputs()?,
-        mounts: args.files.mounts(&resolved.settings.mounts)?,
-        ..resolved.run_options()
-    };
+    let options = common::run_options(&resolved, &args.settings, &args.limits, &args.files)?;
     if args.worker {
         let Ok((code, filename)) = program.into_text() else {
             bail!("a worker needs a program that is UTF-8 text");
@@ -113,16 +107,16 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
                         break 'call execution;
                     }
                 }
-                let overrun = super::print_and_exit(args.json, false);
-                let sandbox = super::one_shot_sandbox(&resolved, Some(overrun))?;
-                let rt = super::one_shot_runtime()?;
+                let overrun = common::print_and_exit(args.json, false);
+                let sandbox = common::one_shot_sandbox(&resolved, Some(overrun))?;
+                let rt = common::one_shot_runtime()?;
                 let execution =
                     rt.block_on(sandbox.call_function(&code, &args.function, &arguments, &options));
-                super::release_at_exit(sandbox, rt);
+                common::release_at_exit(sandbox, rt);
                 execution
             }
         };
-        super::run::print_execution(&execution, args.json)?;
+        common::print_execution(&execution, args.json)?;
         if !args.json {
             if let Some(value) = &execution.return_value {
                 outln!("{value}")?;
@@ -175,7 +169,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     let native = options.tier == sandpy::Tier::Native;
     if program.is_ok() && !args.in_process && !native && args.file.as_os_str() != "-" {
         // Compile the workers' runtime here once, not in every worker at the same time.
-        super::workers::sandbox(&resolved, super::print_and_exit(false, false))?;
+        super::workers::sandbox(&resolved, common::print_and_exit(false, false))?;
         let all_ok = super::workers::batch(&super::workers::worker_command(), reader, jobs)?;
         return Ok(if all_ok {
             Outcome::Success
@@ -184,14 +178,14 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
         });
     }
     let batch = batch(
-        super::resolved_sandbox(&resolved)?,
+        common::resolved_sandbox(&resolved)?,
         Arc::new(program),
         Arc::from(args.function.as_str()),
         Arc::new(options),
         reader,
         jobs,
     );
-    let all_ok = super::tokio_runtime()?.block_on(batch)?;
+    let all_ok = common::tokio_runtime()?.block_on(batch)?;
     Ok(if all_ok {
         Outcome::Success
     } else {

@@ -1,6 +1,6 @@
 //! `sandpy check`: the policy's static check, without running the code.
 
-use super::run::Program;
+use crate::common::{self, outln, Program};
 use crate::exit::Outcome;
 use anyhow::{bail, Context};
 use std::path::PathBuf;
@@ -13,7 +13,7 @@ pub(super) struct Args {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    settings: super::ConfigArgs,
+    settings: common::ConfigArgs,
 }
 
 pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
@@ -27,8 +27,8 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
         .policy
         .clone()
         .unwrap_or_else(sandpy::Policy::standard);
-    let sandbox = super::one_shot_sandbox(&resolved, None)?;
-    let violations = super::one_shot_runtime()?
+    let sandbox = common::one_shot_sandbox(&resolved, None)?;
+    let violations = common::one_shot_runtime()?
         .block_on(sandbox.validate(&code, &policy))
         .context("the check could not run")?;
     if args.json {

@@ -2,6 +2,7 @@
 //! calls the tools of the MCP reference server `everything` (started with `npx`), several
 //! at once with `asyncio.gather`, and returns one combined result.
 
+use crate::common::{self, outln};
 use crate::exit::Outcome;
 use sandpy::RunOptions;
 use sandpy_mcp::{ConfigFile, ServerSpec};
@@ -55,10 +56,10 @@ pub(super) fn everything_config() -> ConfigFile {
 
 pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     let config = everything_config();
-    let sandbox = super::sandbox()?;
+    let sandbox = common::sandbox()?;
     eprintln!("sandpy demo: starting `npx {EVERYTHING}` and running this program in the sandbox:\n{PROGRAM}");
-    let execution = super::tokio_runtime()?.block_on(async {
-        let hub = super::start_hub(&config).await;
+    let execution = common::tokio_runtime()?.block_on(async {
+        let hub = common::start_hub(&config).await;
         let options = RunOptions {
             tools: hub.as_ref().map(|h| h.for_execution("demo".into(), None)),
             ..RunOptions::default()

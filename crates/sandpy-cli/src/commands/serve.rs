@@ -10,6 +10,7 @@
 //! the runtime is not waited for (its stdin reader is a blocking read no one can
 //! interrupt).
 
+use crate::common;
 use crate::exit::Outcome;
 use anyhow::Context;
 use std::net::SocketAddr;
@@ -28,7 +29,7 @@ pub(super) struct Args {
     #[arg(long, env = "SANDPY_TOKEN", hide_env_values = true)]
     token: Option<String>,
     #[command(flatten)]
-    settings: super::ConfigArgs,
+    settings: common::ConfigArgs,
 }
 
 /// SIGTERM and SIGINT (Ctrl-C). The handlers are installed when this is made, not when
@@ -88,8 +89,8 @@ impl Signals {
 
 pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     let (config, resolved) = args.settings.resolve_with_servers()?;
-    let sandbox = super::resolved_sandbox(&resolved)?;
-    let runtime = super::tokio_runtime()?;
+    let sandbox = common::resolved_sandbox(&resolved)?;
+    let runtime = common::tokio_runtime()?;
     let served = runtime.block_on(async {
         let signals = Signals::install();
         let hub = sandpy_mcp::Hub::launch(&config);
@@ -141,5 +142,5 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
 /// patterns match nothing.
 async fn report_start(hub: sandpy_mcp::Hub, settings: sandpy::settings::Settings) {
     hub.wait_started(Duration::MAX).await;
-    super::report_start(&hub, &settings);
+    common::report_start(&hub, &settings);
 }

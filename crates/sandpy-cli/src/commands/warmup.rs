@@ -2,6 +2,7 @@
 //! the warm runner for these settings, which later `sandpy run` and `sandpy call`
 //! commands then use.
 
+use crate::common;
 use crate::exit::Outcome;
 use anyhow::{bail, Context};
 use std::time::{Duration, Instant};
@@ -21,16 +22,16 @@ pub(super) struct Args {
           value_parser = clap::value_parser!(u64).range(1..))]
     idle_secs: u64,
     #[command(flatten)]
-    settings: super::ConfigArgs,
+    settings: common::ConfigArgs,
 }
 
 pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     let started = Instant::now();
-    super::sandbox()?;
+    common::sandbox()?;
     // The one-shot commands' code, compiled without interruption checks, is cached apart.
-    super::one_shot_sandbox(
+    common::one_shot_sandbox(
         &sandpy::settings::Resolved::default(),
-        Some(super::print_and_exit(false, false)),
+        Some(common::print_and_exit(false, false)),
     )?;
     let dir = sandpy::Config::default().resolved_cache_dir();
     eprintln!(

@@ -11,6 +11,7 @@
 //! line is sent to it any more.
 
 use super::batch_lines::{line_error, line_result, next_line, parse_line, InOrder};
+use crate::common;
 use anyhow::Context;
 use sandpy::Status;
 use serde_json::{json, Value};
@@ -37,7 +38,7 @@ pub(super) fn serve(
     options: &sandpy::RunOptions,
     current: &AtomicUsize,
 ) -> anyhow::Result<()> {
-    let rt = super::one_shot_runtime()?;
+    let rt = common::one_shot_runtime()?;
     for request in std::io::stdin().lock().lines() {
         let request: Request =
             serde_json::from_str(&request?).context("a worker request is not valid")?;
@@ -57,7 +58,7 @@ pub(super) fn sandbox(
     resolved: &sandpy::settings::Resolved,
     overrun: sandpy::OnOverrun,
 ) -> anyhow::Result<sandpy::Sandbox> {
-    super::sandbox_with(resolved.sandbox_config(sandpy::Config {
+    common::sandbox_with(resolved.sandbox_config(sandpy::Config {
         pooled_instances: Some(1),
         max_concurrent_runs: Some(1),
         interruption: sandpy::Interruption::EndProcess(overrun),

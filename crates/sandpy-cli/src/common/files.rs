@@ -1,28 +1,29 @@
-//! File flags shared by `run` and `call`: input files, read-only mounts, and where the
-//! files a program leaves under `/output` are saved.
+//! File flags of the commands that run code: input files, read-only mounts, and where
+//! the files a program leaves under `/output` are saved.
 
 use anyhow::{bail, Context};
 use sandpy::files::{InputFile, Mount};
 use sandpy::Execution;
 use std::path::{Component, Path, PathBuf};
 
+/// The file flags of `sandpy run` and `sandpy call`.
 #[derive(clap::Args, Clone, Default)]
-pub(super) struct FileArgs {
+pub(crate) struct FileArgs {
     /// Copy a local file into the sandbox's working directory (/tmp), under its own name
     /// or at GUEST (relative to /tmp); repeatable.
     #[arg(long = "file", value_name = "LOCAL[:GUEST]")]
-    pub files: Vec<String>,
+    pub(crate) files: Vec<String>,
     /// Let the program read a host folder at GUEST (read-only); repeatable.
     #[arg(long = "mount", value_name = "HOST:GUEST")]
-    pub mounts: Vec<String>,
+    pub(crate) mounts: Vec<String>,
     /// Save the files the program leaves under /output into DIR.
     #[arg(long, value_name = "DIR")]
-    pub output_dir: Option<PathBuf>,
+    pub(crate) output_dir: Option<PathBuf>,
 }
 
 impl FileArgs {
     /// The input files, read now.
-    pub(super) fn inputs(&self) -> anyhow::Result<Vec<InputFile>> {
+    pub(crate) fn inputs(&self) -> anyhow::Result<Vec<InputFile>> {
         self.files
             .iter()
             .map(|spec| {
@@ -47,7 +48,7 @@ impl FileArgs {
     }
 
     /// The config's mounts followed by the flags'.
-    pub(super) fn mounts(&self, config: &[Mount]) -> anyhow::Result<Vec<Mount>> {
+    pub(crate) fn mounts(&self, config: &[Mount]) -> anyhow::Result<Vec<Mount>> {
         let mut mounts = config.to_vec();
         for spec in &self.mounts {
             let Some((host, guest)) = spec.rsplit_once(':') else {
@@ -64,7 +65,7 @@ impl FileArgs {
 
     /// Save the execution's output files into --output-dir, or say on stderr that there
     /// are some to save.
-    pub(super) fn save_outputs(&self, execution: &Execution) -> anyhow::Result<()> {
+    pub(crate) fn save_outputs(&self, execution: &Execution) -> anyhow::Result<()> {
         if execution.files.is_empty() {
             return Ok(());
         }
