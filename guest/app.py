@@ -6,7 +6,6 @@ the component's memory image; at run time the guest has no filesystem to import 
 
 from sandpy_guest import preload as _preload  # noqa: F401  (pre-imports the stdlib)
 from sandpy_guest import packages as _packages  # noqa: F401  (pre-imports bundled packages)
-from sandpy_guest import testing as _testing  # noqa: F401  (used by the guest's own tests)
 from sandpy_guest import heap as _heap
 from sandpy_guest.runner import execute
 

@@ -5,5 +5,4 @@ Modules:
 - `event_loop`: an asyncio loop that needs no sockets and batches tool calls.
 - `tools`: the in-sandbox MCP tool API (`call_mcp_tool`, `tools.<server>.<tool>`, ...).
 - `runner`: runs a task and turns its result or exception into an `Outcome`.
-- `testing`: a tiny test runner for this package's own tests, run inside the sandbox.
 """

@@ -1,4 +1,5 @@
-//! The guest package's own Python tests (`guest/tests/test_*.py`), run inside the sandbox.
+//! The guest package's own Python tests (`guest/tests/test_*.py`), run inside the sandbox
+//! with the runner `guest/tests/runner.py` appended (it is not built into the guest).
 
 use std::path::Path;
 
@@ -17,9 +18,12 @@ fn guest_package_tests_pass_inside_the_sandbox() {
     });
     files.sort();
     assert!(!files.is_empty());
+    let runner = std::fs::read_to_string(dir.join("runner.py")).expect("guest/tests/runner.py");
     for file in files {
         let code = std::fs::read_to_string(&file).expect("read")
-            + "\nfrom sandpy_guest.testing import run_tests\nrun_tests(globals())\n";
+            + "\n"
+            + &runner
+            + "\nrun_tests(globals())\n";
         let options = sandpy::RunOptions {
             filename: Some(file.display().to_string()),
             ..Default::default()
@@ -34,4 +38,11 @@ fn guest_package_tests_pass_inside_the_sandbox() {
         );
         assert!(e.return_value.unwrap()["passed"].as_u64().unwrap() > 0);
     }
+}
+
+#[test]
+fn the_guest_test_runner_is_not_built_into_the_guest() {
+    let e = crate::run("import sandpy_guest.testing");
+    assert_eq!(e.status, sandpy::Status::Error, "{e:?}");
+    assert_eq!(e.error.unwrap().kind, "ModuleNotFoundError");
 }
