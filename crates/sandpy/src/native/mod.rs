@@ -26,6 +26,7 @@ mod python;
 mod seccomp;
 mod serve;
 mod session;
+mod supervised;
 mod tier;
 mod zygote;
 

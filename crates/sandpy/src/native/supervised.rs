@@ -1,0 +1,341 @@
+//! A run's process as the zygote sees it: cloned into its namespaces
+//! ([`spawn_run`]), supervised to its deadline and CPU limit ([`Supervised`]), stopped,
+//! read (its `/output` at a deadline, its peak size) and reaped.
+
+use super::protocol::{
+    collected_frame, Collected, Ended, Report, ReportFile, RunFds, RunRequest, ANSWERED,
+    CELL_STARTED,
+};
+use super::Zygote;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// A run the zygote supervises: its time limit, and its report to the host.
+pub(super) struct Supervised {
+    pub(super) pid: i32,
+    pub(super) pidfd: OwnedFd,
+    pub(super) report: OwnedFd,
+    /// When the run (a session: its current cell) is ended; none between a session's
+    /// cells.
+    pub(super) deadline: Option<Instant>,
+    /// A session, whose cells the host starts and ends on the report socket.
+    pub(super) session: bool,
+    /// Bytes of a cell limit not yet whole.
+    pub(super) from_host: Vec<u8>,
+    pub(super) timed_out: bool,
+    pub(super) abandoned: bool,
+    /// The size of the run's `/output`, which bounds what is read of it at the deadline.
+    pub(super) output_files_bytes: u64,
+    /// The files of a run ended at its deadline.
+    pub(super) files: Vec<ReportFile>,
+}
+
+impl Supervised {
+    /// Read what the host wrote on the report socket: [`ANSWERED`], and a session's cell
+    /// limits. False when the host hung up.
+    pub(super) fn read_from_host(&mut self) -> bool {
+        let mut bytes = [0u8; 64];
+        // SAFETY: a non-blocking read into a valid buffer.
+        let n = unsafe {
+            libc::recv(
+                self.report.as_raw_fd(),
+                bytes.as_mut_ptr().cast(),
+                bytes.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let error = std::io::Error::last_os_error().kind();
+            return matches!(
+                error,
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+            );
+        }
+        if n == 0 {
+            return false;
+        }
+        self.from_host.extend_from_slice(&bytes[..n as usize]);
+        while let Some((limit, _)) = self.from_host.split_first_chunk::<8>() {
+            let ms = u64::from_le_bytes(*limit);
+            self.from_host.drain(..8);
+            if ms == ANSWERED {
+                self.collect();
+            } else if self.session && !self.abandoned {
+                self.start_cell(ms);
+            }
+        }
+        true
+    }
+
+    /// The run answered: stop the whole process, so that nothing it left running (a
+    /// thread that ignores `SIGXCPU`) uses the CPU after its cell, and tell the host what
+    /// the kernel says it left: the files under its `/output` (then emptied, for a
+    /// session's next cell) and its peak resident size. A one-shot run is then killed; a
+    /// session's process stays stopped until its next cell starts.
+    pub(super) fn collect(&mut self) {
+        if self.abandoned {
+            return;
+        }
+        self.deadline = None;
+        let stopped = stop(self.pid);
+        let files = super::left_output::read(self.pid, self.output_files_bytes);
+        if self.session && stopped {
+            super::left_output::empty(self.pid);
+        }
+        let collected = Collected {
+            stopped,
+            max_rss_bytes: peak_rss(self.pid),
+            files,
+        };
+        super::child::write_all(&self.report, &collected_frame(&collected));
+        if !self.session || !stopped {
+            // Nothing is reported of it any more: the host has what it needs.
+            self.abandoned = true;
+            self.kill();
+        }
+    }
+
+    /// Start a session's cell with a limit of `ms`: its deadline, and its CPU time on
+    /// top of what the run used so far; then let the stopped process go on.
+    pub(super) fn start_cell(&mut self, ms: u64) {
+        self.deadline = Some(deadline_in(ms));
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: prlimit of our own child with valid pointers: its hard limit is read
+        // and kept, only the soft one moves (the run itself may not change it: seccomp).
+        unsafe {
+            if libc::prlimit(self.pid, libc::RLIMIT_CPU, std::ptr::null(), &mut limit) == 0 {
+                limit.rlim_cur = cpu_seconds(self.pid)
+                    .saturating_add(super::confine::cpu_limit_seconds(ms))
+                    .min(limit.rlim_max);
+                libc::prlimit(self.pid, libc::RLIMIT_CPU, &limit, std::ptr::null_mut());
+            }
+        }
+        // SAFETY: SIGCONT to our own (unreaped) child, stopped since its last cell.
+        unsafe { libc::kill(self.pid, libc::SIGCONT) };
+        // The host sends the cell's task once the limits are in force: a cell must not
+        // run under the last one's CPU limit.
+        // SAFETY: a one-byte write from a valid buffer to an owned descriptor.
+        unsafe { libc::write(self.report.as_raw_fd(), [CELL_STARTED].as_ptr().cast(), 1) };
+    }
+
+    pub(super) fn kill(&self) {
+        // SAFETY: SIGKILL to our own (unreaped) child: pid 1 of its namespace, so all of
+        // the run goes.
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+    }
+
+    /// Reap the run and tell the host how it ended (unless the host gave up on it).
+    pub(super) fn reap_and_report(self) {
+        let (status, max_rss_bytes) = super::child::reap(self.pid);
+        if self.abandoned {
+            return;
+        }
+        let ended = if self.timed_out {
+            Ended::TimedOut
+        } else if libc::WIFEXITED(status) {
+            Ended::Exited(libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            match libc::WTERMSIG(status) {
+                libc::SIGXCPU => Ended::TimedOut,
+                signal => Ended::Signaled(signal),
+            }
+        } else {
+            Ended::Failed(format!("the run ended with wait status {status}"))
+        };
+        super::child::write_report(
+            &self.report,
+            &Report {
+                ended,
+                max_rss_bytes,
+                files: self.files,
+            },
+        );
+    }
+}
+
+/// Clone the run's process straight into its new namespaces, map its user ids, and let
+/// it go (a byte on its sync pipe); it builds its root and confines itself.
+pub(super) fn spawn_run(
+    control: &OwnedFd,
+    zygote: &Zygote,
+    request: RunRequest,
+    fds: RunFds,
+) -> Result<Supervised, String> {
+    let (sync_read, sync_write) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| e.to_string())?;
+    let flags = super::confine::namespaces(&request).bits() as libc::c_ulong;
+    let deadline = deadline_in(request.timeout_ms);
+    zygote.api.before_fork();
+    // SAFETY: clone without a new stack behaves as fork (the zygote is single-threaded);
+    // the child only runs the run and leaves with _exit.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags | libc::SIGCHLD as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if pid == 0 {
+        drop(sync_write);
+        // SAFETY: the control socket is the zygote's; the run never uses it.
+        unsafe { libc::close(control.as_raw_fd()) };
+        let RunFds {
+            channel,
+            stdin,
+            stdout,
+            stderr,
+            report,
+        } = fds;
+        drop(report);
+        let mut byte = [0u8; 1];
+        // SAFETY: a read into a valid one-byte buffer.
+        let n = unsafe { libc::read(sync_read.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
+        if n != 1 {
+            // SAFETY: leaves at once: the zygote could not map the user ids.
+            unsafe { libc::_exit(super::child::CONFINEMENT_FAILED) }
+        }
+        let child = super::confine::ChildFds {
+            stdin,
+            stdout,
+            stderr,
+            channel,
+        };
+        super::child::run(zygote, &request, child)
+    }
+    zygote.api.after_fork_parent();
+    drop(sync_read);
+    if pid < 0 {
+        let why = format!(
+            "clone into new namespaces: {}",
+            std::io::Error::last_os_error()
+        );
+        super::child::report_failure(&fds.report, why.clone());
+        return Err(why);
+    }
+    let pid = pid as i32;
+    let run = (|| {
+        super::confine::write_id_maps(pid).map_err(|e| e.to_string())?;
+        // SAFETY: pidfd_open of our own child.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if pidfd < 0 {
+            return Err(format!("pidfd_open: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: the kernel just made this descriptor for us.
+        Ok(unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) })
+    })();
+    let pidfd = match run {
+        Ok(pidfd) => pidfd,
+        Err(why) => {
+            // SAFETY: kill and reap our own child, which never started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            super::child::reap(pid);
+            super::child::report_failure(&fds.report, why.clone());
+            return Err(why);
+        }
+    };
+    // SAFETY: a one-byte write to the sync pipe.
+    unsafe { libc::write(sync_write.as_raw_fd(), b"1".as_ptr().cast(), 1) };
+    let RunFds { report, .. } = fds; // the run's other descriptors are the child's now
+    Ok(Supervised {
+        pid,
+        pidfd,
+        report,
+        deadline: Some(deadline),
+        session: request.session,
+        from_host: Vec::new(),
+        timed_out: false,
+        abandoned: false,
+        output_files_bytes: request.output_files_bytes,
+        files: Vec::new(),
+    })
+}
+
+/// How long the zygote waits for a run's every thread to stop.
+const STOP_WAIT: Duration = Duration::from_secs(1);
+
+/// Stop process `pid` (our child) and wait until all of its threads are stopped (its
+/// group stop is reported); false when that did not happen within [`STOP_WAIT`]. The
+/// run cannot undo it: seccomp refuses it `SIGCONT`.
+fn stop(pid: i32) -> bool {
+    // SAFETY: SIGSTOP to our own (unreaped) child.
+    if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
+        return false;
+    }
+    let until = Instant::now() + STOP_WAIT;
+    // Usually a few microseconds: looked at again soon at first, then less often.
+    let mut pause = Duration::from_micros(20);
+    loop {
+        // SAFETY: an all-zero siginfo is valid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on our own child with a valid out-pointer; nothing is consumed
+        // (WNOWAIT): the exit is reaped later, and a stop is reported only while the
+        // process is stopped.
+        let n = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WSTOPPED | libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: si_pid is set by waitid when it reported a child.
+        if n == 0 && unsafe { info.si_pid() } == pid {
+            // Stopped, or gone (a run that ended after its outcome is not waited for).
+            return info.si_code == libc::CLD_STOPPED;
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return false;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(2));
+    }
+}
+
+/// The peak resident size of process `pid` in bytes, as the kernel counts it (`VmHWM`).
+fn peak_rss(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map_or(0, |kib| kib.saturating_mul(1024))
+}
+
+/// The instant `ms` from now (a year for a limit past any run's life).
+fn deadline_in(ms: u64) -> Instant {
+    let now = Instant::now();
+    now.checked_add(Duration::from_millis(ms))
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 86_400))
+}
+
+/// The CPU time process `pid` used so far, in whole seconds rounded up.
+fn cpu_seconds(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command's closing parenthesis; utime and stime are the 14th
+    // and 15th of the line, in clock ticks.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: u64 = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|field| field.parse::<u64>().ok())
+        .sum();
+    // SAFETY: sysconf with a valid name.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    ticks.div_ceil(per_second)
+}
