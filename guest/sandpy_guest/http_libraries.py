@@ -23,9 +23,10 @@ What differs from the libraries over their own sockets:
 
 Errors are the library's own types carrying the host's message, and also the built-in
 error `urllib.request` raises for the same refusal: a refusal by the operator's rules is a
-`requests.ConnectionError` / `httpx.ConnectError` that is a `PermissionError`, a timeout a
-`requests.ReadTimeout` / `httpx.ReadTimeout` that is a `TimeoutError`, a failed exchange a
-`ConnectionError`.
+`SandpyRefused`, a `requests.ConnectionError` / `httpx.ConnectError` that is a
+`PermissionError`; a timeout a `SandpyTimeout`, a `requests.ReadTimeout` /
+`httpx.ReadTimeout` that is a `TimeoutError`; a failed exchange a `SandpyFailed`, that is a
+`ConnectionError` (each in the library's exceptions module).
 
 The libraries are changed as they are imported (a finder on `sys.meta_path`), or at
 once when they were imported before (the native tier's `preimport`); never imported here.
@@ -62,6 +63,22 @@ def _longest(*parts: object) -> float | None:
     return max(given) if given else None
 
 
+def _errors(module: ModuleType, connect: type, timeout: type) -> tuple[type, type, type]:
+    """A library's errors for the host's three answers, each also the built-in error
+    `urllib.request` raises, put in the library's exceptions `module` under their names
+    (so that a traceback names them where they are)."""
+    made = []
+    for name, bases, doc in (
+        ("SandpyRefused", (connect, PermissionError), "The operator's rules refused the request; nothing was sent."),
+        ("SandpyTimeout", (timeout, TimeoutError), "No whole answer within the request's timeout or the host's limit."),
+        ("SandpyFailed", (connect, ConnectionError), "The connection or the exchange failed."),
+    ):
+        kind = type(name, bases, {"__doc__": doc, "__module__": module.__name__})
+        setattr(module, name, kind)
+        made.append(kind)
+    return made[0], made[1], made[2]
+
+
 # --- requests -------------------------------------------------------------------------
 
 
@@ -71,14 +88,7 @@ def _patch_requests(adapters: ModuleType) -> None:
     from urllib3.response import HTTPResponse
     from urllib3.util import Timeout as TimeoutSauce
 
-    class Refused(exceptions.ConnectionError, PermissionError):
-        """The operator's rules refused the request; nothing was sent."""
-
-    class TimedOut(exceptions.ReadTimeout, TimeoutError):
-        """No whole answer within the request's timeout or the host's limit."""
-
-    class Failed(exceptions.ConnectionError, ConnectionError):
-        """The connection or the exchange failed."""
+    Refused, TimedOut, Failed = _errors(exceptions, exceptions.ConnectionError, exceptions.ReadTimeout)
 
     def send(self: Any, request: Any, stream: bool = False, timeout: Any = None, verify: Any = True, cert: Any = None, proxies: Any = None) -> Any:
         """Make `request` through the host (see `sandpy_guest.http_libraries`)."""
@@ -159,14 +169,7 @@ def _patch_httpx(default: ModuleType) -> None:
     # The package is still being imported: its parts are.
     from httpx import _content, _exceptions, _models
 
-    class Refused(_exceptions.ConnectError, PermissionError):
-        """The operator's rules refused the request; nothing was sent."""
-
-    class TimedOut(_exceptions.ReadTimeout, TimeoutError):
-        """No whole answer within the request's timeout or the host's limit."""
-
-    class Failed(_exceptions.ConnectError, ConnectionError):
-        """The connection or the exchange failed."""
+    Refused, TimedOut, Failed = _errors(_exceptions, _exceptions.ConnectError, _exceptions.ReadTimeout)
 
     def respond(request: Any, body: bytes) -> Any:
         if request.url.scheme not in ("http", "https"):
