@@ -78,7 +78,7 @@ include!("../curated.rs");
 
 /// Distributions whose compiled extensions are optional speedups with a pure-Python
 /// fallback: the extensions are removed instead of refusing the package.
-const PURE_FALLBACK: &[&str] = &["pyyaml", "markupsafe"];
+const PURE_FALLBACK: &[&str] = &["pyyaml", "markupsafe", "charset-normalizer"];
 
 include!(concat!(env!("OUT_DIR"), "/guest_files.rs"));
 
