@@ -6,6 +6,8 @@ mod cache;
 mod epoch_probes;
 mod files;
 mod guest_python;
+// `requests` and `httpx` through the host, under the rules urllib meets (issue 46).
+mod http_libraries;
 mod language;
 mod limits;
 mod live;

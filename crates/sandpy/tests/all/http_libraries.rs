@@ -1,0 +1,146 @@
+//! `requests` and `httpx` (sync and async) in the WebAssembly tier, against the network
+//! tests' real server over http and https (a CA the test makes): what they do
+//! (`tests/fixtures/http_libraries.py`, compared with `http_libraries.expected`, which the
+//! native tier's test in sandpy-cli is held to as well), and the allowlist, secrets and
+//! audit record attacked through them.
+
+use crate::network::{rules, run_on, Server, TlsServer, SECRET};
+use sandpy::network::{AllowRule, Secret};
+use sandpy::Status;
+use std::path::Path;
+
+/// The fixture program with its part and addresses put before it.
+pub(crate) fn program(part: &str, names: &[(&str, String)]) -> String {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/http_libraries.py");
+    let mut code = format!("PART = {part:?}\n");
+    for (name, value) in names {
+        code.push_str(&format!("{name} = {value:?}\n"));
+    }
+    code + &std::fs::read_to_string(fixture).expect("the fixture")
+}
+
+/// The lines `part` of the fixture prints, with `{NAME}`s filled in.
+pub(crate) fn expected(part: &str, names: &[(&str, String)]) -> String {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/http_libraries.expected"),
+    )
+    .expect("the expected lines");
+    let mut section = text
+        .split(&format!("--- {part}\n"))
+        .nth(1)
+        .expect("the part")
+        .split("--- ")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    for (name, value) in names {
+        section = section.replace(&format!("{{{name}}}"), value);
+    }
+    section
+}
+
+/// The "use" part against `base`: every line as expected, and every request recorded.
+fn uses(base: String, rules: sandpy::network::NetworkRules) {
+    let names = [("BASE", base.clone())];
+    let execution = run_on(&program("use", &names), rules);
+    assert_eq!(execution.status, Status::Ok, "{execution:#?}");
+    assert_eq!(execution.stdout, expected("use", &names));
+    // requests 7 (a redirect is two), httpx 6, httpx async 8.
+    assert_eq!(execution.requests.len(), 21, "{:#?}", execution.requests);
+    let timed_out: Vec<&str> = execution
+        .requests
+        .iter()
+        .filter_map(|r| r.error.as_deref())
+        .collect();
+    assert_eq!(timed_out.len(), 3, "{timed_out:?}");
+    assert!(
+        timed_out
+            .iter()
+            .all(|e| e.contains("within 1000 ms (the request's own timeout)")),
+        "{timed_out:?}"
+    );
+    assert!(
+        execution.requests.iter().all(|r| !r.url.contains('?')),
+        "the audit record has no query"
+    );
+}
+
+#[test]
+fn requests_and_httpx_get_post_redirect_stream_and_time_out_over_http() {
+    let server = Server::start(None);
+    let allow = [format!("127.0.0.1:{}", server.port)];
+    uses(format!("http://127.0.0.1:{}", server.port), rules(&allow));
+}
+
+#[test]
+fn requests_and_httpx_get_post_redirect_stream_and_time_out_over_https() {
+    let tls = TlsServer::start(&["127.0.0.1"]);
+    let mut trusted = rules(&[format!("127.0.0.1:{}", tls.server.port)]);
+    trusted.ca_file = Some(tls.ca.clone());
+    uses(format!("https://127.0.0.1:{}", tls.server.port), trusted);
+    assert!(!tls.server.received().is_empty());
+}
+
+#[test]
+fn network_boundary_requests_and_httpx_meet_the_allowlist_and_secrets() {
+    let server = Server::start(None);
+    let port = server.port;
+    let mut rules = rules(&[
+        format!("127.0.0.2:{port}"),
+        format!("127.0.0.4:{port}"),
+        format!("localhost:{port}"),
+    ]);
+    let hosts = vec![AllowRule::parse(&format!("127.0.0.2:{port}")).unwrap()];
+    let secret = Secret::new("API_TOKEN", SECRET.into(), hosts).unwrap();
+    rules.secrets = vec![secret.allow_http(true)];
+    let names = [
+        ("BASE", format!("http://127.0.0.2:{port}")),
+        ("SECOND", format!("http://127.0.0.4:{port}")),
+        ("REFUSED", format!("http://127.0.0.3:{port}")),
+        ("PORT", port.to_string()),
+    ];
+    let execution = run_on(&program("attacks", &names), rules);
+    assert_eq!(execution.status, Status::Ok, "{execution:#?}");
+    assert_eq!(execution.stdout, expected("attacks", &names));
+    // What reached the server, per library: the first hop of the redirect and the two
+    // requests with the secret's placeholder; nothing refused.
+    let received: Vec<(String, String, String)> = server
+        .received()
+        .iter()
+        .map(|r| {
+            let field = |name: &str| r["headers"][name].as_str().unwrap_or("").to_string();
+            let path = r["path"].as_str().unwrap_or("").to_string();
+            (field("Host"), path, field("Authorization"))
+        })
+        .collect();
+    let one_library = [
+        (
+            format!("127.0.0.2:{port}"),
+            format!("/redirect?to=http://127.0.0.3:{port}/echo"),
+            String::new(),
+        ),
+        (
+            format!("127.0.0.2:{port}"),
+            "/echo".to_string(),
+            format!("Bearer {SECRET}"),
+        ),
+        (
+            format!("127.0.0.4:{port}"),
+            "/echo".to_string(),
+            "Bearer sandpy-secret:API_TOKEN".to_string(),
+        ),
+    ];
+    let all_three: Vec<_> = (0..3).flat_map(|_| one_library.clone()).collect();
+    assert_eq!(received, all_three);
+    // Every request recorded, the refused ones with the refusal; the value nowhere.
+    assert_eq!(execution.requests.len(), 3 * 8, "{:#?}", execution.requests);
+    let refused = execution
+        .requests
+        .iter()
+        .filter(|r| r.status.is_none())
+        .count();
+    assert_eq!(refused, 3 * 5);
+    let everything = serde_json::to_string(&execution).unwrap();
+    assert!(!everything.contains(SECRET), "{everything}");
+    crate::assert_host_fine();
+}
