@@ -102,6 +102,8 @@ struct StreamState {
     ended: Option<Instant>,
     /// Its events that were sent but are not held (dropped or never held).
     lost: usize,
+    /// Its events held now.
+    held: usize,
 }
 
 /// One session's held events, oldest first.
@@ -245,7 +247,7 @@ impl Replays {
             };
             session.bytes -= old.bytes;
             book.total_bytes = book.total_bytes.saturating_sub(old.bytes);
-            session.lose(old.id.stream, 1);
+            session.dropped(old.id.stream);
         }
         if book.total_bytes + bytes > limits.total_bytes {
             tracing::warn!(
@@ -260,6 +262,9 @@ impl Replays {
             bytes,
             event: event.clone(),
         });
+        if let Some(state) = session.streams.get_mut(&event_id.stream) {
+            state.held += 1;
+        }
         session.bytes += bytes;
         book.total_bytes += bytes;
         to
@@ -284,13 +289,18 @@ impl Replays {
     /// sent; its events stay held for [`ReplayLimits::keep`].
     fn ended(&self, id: &SessionId, stream: u64) {
         let mut book = self.lock();
-        let state = book
-            .sessions
-            .get_mut(id)
-            .and_then(|s| s.streams.get_mut(&stream));
-        if let Some(state) = state {
-            state.ended = Some(Instant::now());
-            state.live = None;
+        let Some(session) = book.sessions.get_mut(id) else {
+            return;
+        };
+        let Some(state) = session.streams.get_mut(&stream) else {
+            return;
+        };
+        state.ended = Some(Instant::now());
+        state.live = None;
+        if state.held == 0 {
+            // Nothing to replay: a resume finds nothing either way, and the session's
+            // ended streams stay as few as its events.
+            session.streams.remove(&stream);
         }
     }
 
@@ -375,6 +385,19 @@ impl SessionReplay {
     fn lose(&mut self, stream: u64, n: usize) {
         if let Some(state) = self.streams.get_mut(&stream) {
             state.lost += n;
+        }
+    }
+
+    /// An event of `stream` was dropped to make room; an ended stream left with none is
+    /// forgotten (so a session holds at most as many ended streams as events).
+    fn dropped(&mut self, stream: u64) {
+        let Some(state) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        state.lost += 1;
+        state.held = state.held.saturating_sub(1);
+        if state.held == 0 && state.ended.is_some() {
+            self.streams.remove(&stream);
         }
     }
 }
@@ -536,6 +559,26 @@ mod tests {
         replays.close(&a);
         replays.close(&b);
         assert_eq!(replays.total_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn ended_streams_are_no_more_than_the_events_held() {
+        let replays = Arc::new(Replays::new(ReplayLimits {
+            events: 4,
+            ..ReplayLimits::default()
+        }));
+        let id: SessionId = Arc::from("s");
+        replays.open(&id);
+        for stream in 0..100 {
+            let events = vec![event(0, stream, "a"), event(1, stream, "b")];
+            drop(replays.tee(id.clone(), futures::stream::iter(events)));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let streams = replays.lock().sessions[&id].streams.len();
+        assert_eq!(streams, 2, "the two streams whose events are held");
+        assert!(replays.resume(&id, "0/0").is_err(), "forgotten");
+        let last = replays.resume(&id, "0/99").expect("held").expect("stream");
+        assert_eq!(texts(last.collect().await), ["b"]);
     }
 
     #[tokio::test]
