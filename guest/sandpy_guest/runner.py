@@ -35,7 +35,7 @@ from wit_world.imports.types import (
     Violation,
 )
 
-from . import event_loop, packages, policy, preload, tools
+from . import display, event_loop, packages, policy, preload, tools
 from . import network as _network  # noqa: F401  (routes http.client through the host)
 
 _GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -69,6 +69,7 @@ def _prepare_interpreter() -> None:
     event_loop.install()
     for name, value in tools.API.items():
         setattr(builtins, name, value)
+    builtins.display = display.display  # type: ignore[attr-defined]
 
 
 def _is_internal(filename: str) -> bool:
@@ -184,7 +185,20 @@ def _exec_module(code: str, options: RunOptions) -> dict[str, Any]:
 
 
 def _outcome(value: Value | None = None, error: PythonError | None = None) -> Outcome:
-    return Outcome(value=value, error=error, violations=[])
+    return Outcome(value=value, error=error, violations=[], outputs=[], outputs_dropped=0)
+
+
+def _with_outputs(outcome: Outcome) -> Outcome:
+    """The figures still open become outputs (and are closed); the run's outputs join
+    its outcome."""
+    try:
+        display.collect_figures()
+    except BaseException as exc:  # noqa: BLE001 - the user broke matplotlib; report the rest
+        sys.stderr.write(f"sandpy: the open figures could not be collected ({type(exc).__name__})\n")
+    outputs, dropped = display.take()
+    outcome.outputs = outputs
+    outcome.outputs_dropped = dropped
+    return outcome
 
 
 def _run(code: str, options: RunOptions) -> Outcome:
@@ -192,6 +206,7 @@ def _run(code: str, options: RunOptions) -> Outcome:
     if _RESULT_NAME in namespace:
         result = namespace.pop(_RESULT_NAME)
         if result is not None:
+            display.add_result(result)
             return _outcome(_to_value(result))
     return _outcome()
 
@@ -246,7 +261,7 @@ def _refused_by_check(code: str, options: RunOptions) -> Outcome | None:
     text = "".join(f"{options.filename}:{v.line}:{v.column}: {v.rule}: {v.message}\n" for v in found)
     sys.stderr.write(text)
     error = PythonError(type_name="PolicyViolation", message=first.message, traceback=text)
-    return Outcome(value=None, error=error, violations=found)
+    return Outcome(value=None, error=error, violations=found, outputs=[], outputs_dropped=0)
 
 
 def _with_runtime_violation(outcome: Outcome) -> Outcome:
@@ -258,7 +273,9 @@ def _with_runtime_violation(outcome: Outcome) -> Outcome:
     error = outcome.error
     if error is None or error.type_name != "PolicyViolation":
         error = PythonError(type_name="PolicyViolation", message=str(refused), traceback=error.traceback if error else "")
-    return Outcome(value=None, error=error, violations=[found])
+    return Outcome(
+        value=None, error=error, violations=[found], outputs=outcome.outputs, outputs_dropped=outcome.outputs_dropped
+    )
 
 
 def execute(task: Task, options: RunOptions) -> Outcome:
@@ -266,11 +283,12 @@ def execute(task: Task, options: RunOptions) -> Outcome:
     try:
         _prepare_interpreter()
         tools.new_run()
+        display.new_run(options.rich_output_limits)
         for name, value in options.environment:
             os.environ[name] = value
         if isinstance(task, Task_Check):
             found = policy.check(task.value, options.filename, options.policy or _NO_POLICY)
-            outcome = Outcome(value=None, error=None, violations=found)
+            outcome = Outcome(value=None, error=None, violations=found, outputs=[], outputs_dropped=0)
         elif isinstance(task, Task_Run):
             outcome = _refused_by_check(task.value, options) or _run(task.value, options)
         elif isinstance(task, Task_Call):
@@ -292,4 +310,4 @@ def execute(task: Task, options: RunOptions) -> Outcome:
                 stream.flush()
             except BaseException:  # noqa: BLE001 - a closed stream must not lose the outcome
                 pass
-    return _with_runtime_violation(outcome)
+    return _with_runtime_violation(_with_outputs(outcome))

@@ -144,6 +144,20 @@ pub struct Execution {
     /// HTTP requests the program made or tried (see [`crate::network`]), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<crate::network::NetworkRequest>,
+    /// What a notebook would show, in order: `display(obj)`, `plt.show()` and the figures
+    /// left open (as PNG), then the final value's bundle (see [`crate::RichOutput`]).
+    /// Printed text stays in `stdout` and `stderr`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<crate::RichOutput>,
+    /// Rich outputs past the run's budget ([`crate::MAX_RICH_OUTPUTS`] outputs, and
+    /// [`Limits::output_files_bytes`](crate::Limits::output_files_bytes) bytes together),
+    /// not kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub outputs_dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Execution {
@@ -175,6 +189,8 @@ impl Execution {
             violations: Vec::new(),
             files: Vec::new(),
             requests: Vec::new(),
+            outputs: Vec::new(),
+            outputs_dropped: 0,
         }
     }
 }

@@ -86,6 +86,7 @@ pub mod packages;
 mod plan;
 mod policy;
 mod private_folder;
+mod rich_output;
 mod run;
 mod sandbox;
 pub mod sessions;
@@ -101,6 +102,7 @@ pub use execution::{ErrorInfo, Execution, Status};
 pub use limits::{LimitError, LimitOverrides, Limits};
 pub use options::{OutputSink, RunOptions, Stream, Tier, ToolCallSink};
 pub use policy::{Policy, Violation};
+pub use rich_output::{RichOutput, RichOutputKind, MAX_COUNT as MAX_RICH_OUTPUTS};
 pub use sandbox::{GuestFailure, ModuleReport, Sandbox};
 /// Stops a run when cancelled ([`RunOptions::cancel`]).
 pub use tokio_util::sync::CancellationToken;

@@ -189,6 +189,8 @@ pub(crate) fn ran(
         violations: Vec::new(),
         files: Vec::new(),
         requests: Vec::new(),
+        outputs: Vec::new(),
+        outputs_dropped: 0,
     }
 }
 
@@ -202,6 +204,8 @@ pub(crate) fn outcome_verdict(
     memory_cap: usize,
     execution: &mut Execution,
 ) -> (Status, Option<ErrorInfo>) {
+    (execution.outputs, execution.outputs_dropped) =
+        crate::rich_output::from_guest(outcome.outputs, outcome.outputs_dropped, limits);
     if !outcome.violations.is_empty() {
         execution.violations = outcome.violations.into_iter().map(violation).collect();
         if let Some(error) = outcome.error {

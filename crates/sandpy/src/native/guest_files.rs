@@ -39,6 +39,10 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../../../../guest/sandpy_guest/__init__.py"),
     ),
     (
+        "sandpy_guest/display.py",
+        include_str!("../../../../guest/sandpy_guest/display.py"),
+    ),
+    (
         "sandpy_guest/event_loop.py",
         include_str!("../../../../guest/sandpy_guest/event_loop.py"),
     ),

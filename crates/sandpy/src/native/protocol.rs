@@ -203,6 +203,27 @@ pub(crate) struct GuestOutcome {
     value: Option<GuestValue>,
     error: Option<GuestError>,
     violations: Vec<GuestViolationLine>,
+    /// Rich outputs: bounded by the host again (`rich_output::from_guest`), whatever the
+    /// run says; the whole line is bounded by the channel's message cap first.
+    #[serde(default)]
+    outputs: Vec<GuestRichOutputLine>,
+    #[serde(default)]
+    outputs_dropped: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GuestRichOutputLine {
+    kind: GuestRichOutputKindLine,
+    data: Vec<(String, String)>,
+    omitted: Vec<(String, String)>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+enum GuestRichOutputKindLine {
+    Display,
+    Result,
 }
 
 #[derive(Debug, Deserialize)]
@@ -280,7 +301,9 @@ impl GuestOutcome {
 
 impl From<GuestOutcome> for crate::bindings::Outcome {
     fn from(outcome: GuestOutcome) -> Self {
-        use crate::bindings::{GuestViolation, PythonError, Value};
+        use crate::bindings::{
+            GuestRichOutput, GuestRichOutputKind, GuestViolation, PythonError, Value,
+        };
         crate::bindings::Outcome {
             value: outcome.value.map(|value| match value {
                 GuestValue::Json(text) => Value::Json(text),
@@ -301,6 +324,19 @@ impl From<GuestOutcome> for crate::bindings::Outcome {
                     message: v.message,
                 })
                 .collect(),
+            outputs: outcome
+                .outputs
+                .into_iter()
+                .map(|o| GuestRichOutput {
+                    kind: match o.kind {
+                        GuestRichOutputKindLine::Display => GuestRichOutputKind::DisplayData,
+                        GuestRichOutputKindLine::Result => GuestRichOutputKind::ExecuteResult,
+                    },
+                    data: o.data,
+                    omitted: o.omitted,
+                })
+                .collect(),
+            outputs_dropped: outcome.outputs_dropped,
         }
     }
 }
@@ -347,6 +383,10 @@ pub(crate) fn task_line(
             "policy": policy,
             "keep_globals": options.keep_globals,
             "environment": options.environment,
+            "rich_output_limits": {
+                "count": options.rich_output_limits.count,
+                "bytes": options.rich_output_limits.bytes,
+            },
         },
     });
     let mut bytes = line.to_string().into_bytes();

@@ -231,8 +231,9 @@ impl<'a> Run<'a> {
     }
 
     /// The longest channel message the host holds: a batch of calls with arguments at
-    /// their cap, or an outcome with texts at the output cap, each with room for JSON
-    /// escapes (an outcome carries no files: the zygote reads them).
+    /// their cap, or an outcome with texts at the output cap and rich outputs at their
+    /// budget, each with room for JSON escapes (an outcome carries no files: the zygote
+    /// reads them).
     fn max_message(&self) -> usize {
         let limits = self.limits;
         // A request's body and headers, base64 and JSON-escaped.
@@ -246,6 +247,11 @@ impl<'a> Run<'a> {
             .saturating_mul(4)
             .saturating_add(limits.output_bytes.saturating_mul(4))
             .saturating_add(network_out.saturating_mul(2))
+            .saturating_add(
+                usize::try_from(limits.output_files_bytes)
+                    .unwrap_or(usize::MAX)
+                    .saturating_mul(6),
+            )
             .saturating_add(1 << 20)
     }
 

@@ -190,7 +190,7 @@ impl Runner {
         let plan = Plan {
             task: &task,
             options,
-            guest: guest_options(options, false),
+            guest: guest_options(options, limits, false),
             limits,
             deadline: run.deadline,
         };
@@ -298,7 +298,7 @@ fn check_code(task: &Task, limits: &Limits) -> Option<Refusal> {
     })
 }
 
-fn guest_options(options: &RunOptions, keep_globals: bool) -> GuestOptions {
+fn guest_options(options: &RunOptions, limits: &Limits, keep_globals: bool) -> GuestOptions {
     GuestOptions {
         filename: options
             .filename
@@ -310,6 +310,10 @@ fn guest_options(options: &RunOptions, keep_globals: bool) -> GuestOptions {
             .filter(|p| p.restricts_code())
             .map(guest_policy),
         keep_globals,
+        rich_output_limits: crate::bindings::RichOutputLimits {
+            count: crate::rich_output::MAX_COUNT,
+            bytes: limits.output_files_bytes,
+        },
         environment: options
             .network
             .as_ref()

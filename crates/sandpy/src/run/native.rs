@@ -23,7 +23,7 @@ impl Runner {
         let plan = Plan {
             task,
             options,
-            guest: guest_options(options, false),
+            guest: guest_options(options, &run.limits, false),
             limits: &run.limits,
             deadline: run.deadline,
         };
@@ -107,7 +107,7 @@ impl Runner {
         let plan = Plan {
             task: &task,
             options,
-            guest: guest_options(options, true),
+            guest: guest_options(options, &run.limits, true),
             limits: &run.limits,
             deadline: run.deadline,
         };

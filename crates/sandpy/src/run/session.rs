@@ -146,7 +146,7 @@ impl Runner {
         let plan = Plan {
             task: &task,
             options,
-            guest: guest_options(options, true),
+            guest: guest_options(options, limits, true),
             limits,
             deadline: run.deadline,
         };

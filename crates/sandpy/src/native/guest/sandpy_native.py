@@ -32,6 +32,7 @@ GUEST_MODULES = (
     "wit_world.imports.tools",
     "wit_world.imports.network",
     "sandpy_guest",
+    "sandpy_guest.display",
     "sandpy_guest.event_loop",
     "sandpy_guest.network",
     "sandpy_guest.http_libraries",
@@ -135,6 +136,9 @@ RUN_HOME = [
     ("XDG_CONFIG_HOME", "/tmp/.config"),
     ("XDG_CACHE_HOME", "/tmp/.cache"),
     ("MPLCONFIGDIR", "/tmp/.config/matplotlib"),
+    # Figures come back as outputs (`sandpy_guest.display` is a non-interactive backend
+    # whose `show()` records them), whatever display the host has.
+    ("MPLBACKEND", "module://sandpy_guest.display"),
 ]
 
 
@@ -147,6 +151,7 @@ def _options(value: dict):  # type: ignore[no-untyped-def, type-arg]
         policy=types.Policy(**policy) if policy is not None else None,
         keep_globals=value["keep_globals"],
         environment=RUN_HOME + [tuple(pair) for pair in value["environment"]],
+        rich_output_limits=types.RichOutputLimits(**value["rich_output_limits"]),
     )
 
 
@@ -164,7 +169,21 @@ def _encode(outcome) -> dict:  # type: ignore[no-untyped-def, type-arg]
     violations = [
         {"line": v.line, "column": v.column, "rule": v.rule, "message": v.message} for v in outcome.violations
     ]
-    return {"value": value, "error": error, "violations": violations}
+    outputs = [
+        {
+            "kind": "Result" if output.kind == types.RichOutputKind.EXECUTE_RESULT else "Display",
+            "data": output.data,
+            "omitted": output.omitted,
+        }
+        for output in outcome.outputs
+    ]
+    return {
+        "value": value,
+        "error": error,
+        "violations": violations,
+        "outputs": outputs,
+        "outputs_dropped": outcome.outputs_dropped,
+    }
 
 
 def _reseed() -> None:

@@ -1,6 +1,7 @@
 """The records and variants of the `types` interface of `guest/wit/sandpy.wit`."""
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Optional
 
 
@@ -52,11 +53,30 @@ class Violation:
 
 
 @dataclass
+class RichOutputLimits:
+    count: int
+    bytes: int
+
+
+class RichOutputKind(Enum):
+    DISPLAY_DATA = 0
+    EXECUTE_RESULT = 1
+
+
+@dataclass
+class RichOutput:
+    kind: RichOutputKind
+    data: list[tuple[str, str]]
+    omitted: list[tuple[str, str]]
+
+
+@dataclass
 class RunOptions:
     filename: str
     policy: Optional[Policy]
     keep_globals: bool
     environment: list[tuple[str, str]]
+    rich_output_limits: RichOutputLimits
 
 
 @dataclass
@@ -84,3 +104,5 @@ class Outcome:
     value: Optional[Value]
     error: Optional[PythonError]
     violations: list[Violation]
+    outputs: list[RichOutput]
+    outputs_dropped: int
