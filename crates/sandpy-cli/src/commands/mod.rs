@@ -1,8 +1,6 @@
 //! The command line: the subcommands and their dispatch, each command in its own file.
 //! What commands share is in `crate::common`; a command never uses another's parts.
 
-mod approve;
-mod batch_lines;
 mod bench;
 mod build;
 mod call;
@@ -14,7 +12,6 @@ mod run;
 mod serve;
 mod warm_runner;
 mod warmup;
-mod workers;
 
 use crate::exit::Outcome;
 pub(crate) use bench::NoBenchProgram;

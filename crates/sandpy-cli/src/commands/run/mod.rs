@@ -1,5 +1,7 @@
 //! `sandpy run`: run a program and print what it printed, or the whole `Execution` as JSON.
 
+mod approver;
+
 use crate::common::{self, outln, print_after_stream, print_execution, Program};
 use crate::exit::Outcome;
 use anyhow::Context;
@@ -75,7 +77,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     }
     let options = RunOptions {
         approve: [base.approve, args.require_approval.clone()].concat(),
-        approver: args.approve.then(super::approve::terminal),
+        approver: args.approve.then(approver::terminal),
         on_output: streamed.then(to_own_streams),
         stdin,
         filename: Some(filename),

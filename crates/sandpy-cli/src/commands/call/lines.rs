@@ -1,5 +1,5 @@
 //! The lines of a `sandpy call --args-file` batch, shared by its two ways of running
-//! (`call.rs` in this process, `workers.rs` in worker processes): reading and parsing an
+//! (`mod.rs` in this process, `workers.rs` in worker processes): reading and parsing an
 //! input line, the result line of a run or of a line the host answers itself, and
 //! printing the results in input order.
 

@@ -2,17 +2,18 @@
 //! every line of a JSON Lines file (one fresh sandbox per line, in parallel, results in
 //! input order).
 //!
-//! A batch runs in worker processes (`workers.rs`: guest code without interruption
+//! A batch runs in worker processes (`call/workers.rs`: guest code without interruption
 //! checks, a call past its time ends its worker), `--jobs` at a time; with
 //! `--in-process`, or for a program read from stdin, on this process's runtime threads
 //! (code with checks). Why both: docs/dev/performance.md, "Threads or worker processes".
 
-use super::batch_lines::{
-    line_error, line_result, next_line, parse_arguments, parse_line, InOrder,
-};
+mod lines;
+mod workers;
+
 use crate::common::{self, outln, Program};
 use crate::exit::Outcome;
 use anyhow::{bail, Context};
+use lines::{line_error, line_result, next_line, parse_arguments, parse_line, InOrder};
 use sandpy::{Execution, RunOptions, Status};
 use serde_json::Value;
 
@@ -67,13 +68,12 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
             bail!("a worker needs a program that is UTF-8 text");
         };
         let current = Arc::new(AtomicUsize::new(0));
-        let sandbox =
-            super::workers::sandbox(&resolved, super::workers::overrun_answer(current.clone()))?;
+        let sandbox = workers::sandbox(&resolved, workers::overrun_answer(current.clone()))?;
         let options = RunOptions {
             filename: Some(filename),
             ..options
         };
-        super::workers::serve(&sandbox, &code, &args.function, &options, &current)?;
+        workers::serve(&sandbox, &code, &args.function, &options, &current)?;
         return Ok(Outcome::Success);
     }
     let Some(path) = &args.args_file else {
@@ -169,8 +169,8 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     let native = options.tier == sandpy::Tier::Native;
     if program.is_ok() && !args.in_process && !native && args.file.as_os_str() != "-" {
         // Compile the workers' runtime here once, not in every worker at the same time.
-        super::workers::sandbox(&resolved, common::print_and_exit(false, false))?;
-        let all_ok = super::workers::batch(&super::workers::worker_command(), reader, jobs)?;
+        workers::sandbox(&resolved, common::print_and_exit(false, false))?;
+        let all_ok = workers::batch(&workers::worker_command(), reader, jobs)?;
         return Ok(if all_ok {
             Outcome::Success
         } else {

@@ -10,7 +10,7 @@
 //! that is ending carries `"worker_ends": true` (removed before it is printed), so no
 //! line is sent to it any more.
 
-use super::batch_lines::{line_error, line_result, next_line, parse_line, InOrder};
+use super::lines::{line_error, line_result, next_line, parse_line, InOrder};
 use crate::common;
 use anyhow::Context;
 use sandpy::Status;
