@@ -85,16 +85,45 @@ pub(crate) fn stdout_closed() -> bool {
     })
 }
 
+/// An error with what a person can do about it: printed as the error, then its `hint:`
+/// line. For the commands whose own errors have a hint; the library's get theirs here.
+#[derive(Debug)]
+pub(crate) struct Hinted {
+    /// The error, shown as it is (its sources are the `Caused by:` lines).
+    error: Box<dyn std::error::Error + Send + Sync + 'static>,
+    /// What to do about it.
+    hint: &'static str,
+}
+
+impl Hinted {
+    /// `error`, with `hint` after it.
+    pub(crate) fn new(
+        error: impl std::error::Error + Send + Sync + 'static,
+        hint: &'static str,
+    ) -> Hinted {
+        Hinted {
+            error: Box::new(error),
+            hint,
+        }
+    }
+}
+
+impl std::fmt::Display for Hinted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for Hinted {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
 /// What to do about an error, where sandpy can tell more than the error says.
 fn hint(error: &anyhow::Error) -> Option<String> {
-    if error
-        .downcast_ref::<crate::commands::NoBenchProgram>()
-        .is_some()
-    {
-        return Some(
-            "build it beside this binary: `cargo build --release -p sandpy-cli -p sandpy-bench`"
-                .into(),
-        );
+    if let Some(hinted) = error.downcast_ref::<Hinted>() {
+        return Some(hinted.hint.into());
     }
     match error
         .chain()
@@ -162,6 +191,21 @@ mod tests {
         assert_eq!(closest_field(far), None);
         assert_eq!(closest_field("missing field `x`"), None);
         assert_eq!(distance("kitten", "sitting"), 3);
+    }
+
+    /// A command's hinted error reads as the error it holds, with the same causes, and
+    /// its hint is the one printed.
+    #[test]
+    fn a_hinted_error_shows_its_error_then_its_hint() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot read `x.json`")]
+        struct Unread(#[source] std::io::Error);
+        let cause = std::io::Error::other("the cause");
+        let error = anyhow::Error::from(Hinted::new(Unread(cause), "do this"));
+        let shown: Vec<String> = error.chain().map(ToString::to_string).collect();
+        assert_eq!(shown, ["cannot read `x.json`", "the cause"]);
+        assert_eq!(hint(&error).as_deref(), Some("do this"));
+        assert_eq!(hint(&anyhow::anyhow!("plain")), None);
     }
 
     /// The statuses table of docs/guide/cli.md lists every status (as serde names them

@@ -2,7 +2,7 @@
 //! kept out of this binary; this entry runs the one beside it with the same arguments,
 //! telling it which `sandpy` to measure.
 
-use crate::exit::Outcome;
+use crate::exit::{Hinted, Outcome};
 use anyhow::Context;
 use std::ffi::OsString;
 use std::process::Command;
@@ -25,16 +25,20 @@ pub(super) struct Args {
     "the benchmarks are the `sandpy-bench` program, and there is none at `{}`",
     path.display()
 )]
-pub(crate) struct NoBenchProgram {
+struct NoBenchProgram {
     /// Where it was looked for: beside this binary.
-    pub(crate) path: std::path::PathBuf,
+    path: std::path::PathBuf,
 }
+
+/// What to do without the benchmarks' program.
+const BUILD_IT: &str =
+    "build it beside this binary: `cargo build --release -p sandpy-cli -p sandpy-bench`";
 
 pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     let sandpy = std::env::current_exe()?;
     let path = sandpy.with_file_name(format!("sandpy-bench{}", std::env::consts::EXE_SUFFIX));
     if !path.is_file() {
-        return Err(NoBenchProgram { path }.into());
+        return Err(Hinted::new(NoBenchProgram { path }, BUILD_IT).into());
     }
     let mut command = Command::new(&path);
     command.args(&args.args).env("SANDPY_BENCH_SANDPY", &sandpy);

@@ -14,7 +14,6 @@ mod warm_runner;
 mod warmup;
 
 use crate::exit::Outcome;
-pub(crate) use bench::NoBenchProgram;
 use clap::{Parser, Subcommand};
 
 /// Run untrusted Python (real CPython 3.14) in a WebAssembly sandbox.
