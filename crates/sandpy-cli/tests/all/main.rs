@@ -8,9 +8,20 @@ mod help;
 mod hostile_clients;
 mod live;
 mod load;
+/// What the native tier's tests share: its venv, config, runs and attack prelude.
 mod native;
 /// Attacks on the native tier's channel, session bounds, devices and path.
 mod native_attacks;
+/// The native tier's filesystem boundary.
+mod native_files;
+/// The native tier's kernel interface, and each confinement layer.
+mod native_kernel;
+/// The native tier's network boundary.
+mod native_network;
+/// The native tier's process boundary.
+mod native_processes;
+/// What the native tier runs: packages, limits, tools, both tiers alike, warm runs.
+mod native_runs;
 mod native_sessions;
 mod packages;
 mod run;
