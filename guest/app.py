@@ -10,9 +10,19 @@ from sandpy_guest import heap as _heap
 from sandpy_guest.runner import execute
 
 import gc
+import importlib
+import linecache
+import sys
 
 import wit_world
 from wit_world.imports.types import Outcome, RunOptions, Task
+
+# What the imports cached of the build machine's folders goes: the path finders' listings
+# and modification times, importlib.metadata's lookups, linecache's lines. They would
+# differ from one build (and clone) to the next, and no run imports from those folders.
+importlib.invalidate_caches()
+sys.path_importer_cache.clear()
+linecache.clearcache()
 
 # Everything alive now is part of the snapshot that every run shares copy-on-write. Move
 # it out of the collector's sight: otherwise each run's collections would walk (and

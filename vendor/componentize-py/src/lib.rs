@@ -26,7 +26,8 @@ use {
         component::{Component, Instance, Linker, ResourceTable, ResourceType},
     },
     wasmtime_wasi::{
-        DirPerms, FilePerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
+        Deterministic, DirPerms, FilePerms, HostMonotonicClock, HostWallClock, WasiCtx,
+        WasiCtxBuilder, WasiCtxView, WasiView,
         p2::pipe::{MemoryInputPipe, MemoryOutputPipe},
     },
     wit_component::metadata,
@@ -669,12 +670,27 @@ impl ComponentGenerator<'_> {
         let stdout = MemoryOutputPipe::new(10000);
         let stderr = MemoryOutputPipe::new(10000);
 
+        // sandpy: pre-initialisation is deterministic, so that the same inputs give the
+        // same component wherever and whenever they are built: a fixed hash seed (string
+        // hashes order the snapshot's sets and dicts), fixed random bytes and clocks that
+        // count calls instead of time (a run reseeds `random` from the host's randomness;
+        // see guest/sandpy_guest/runner.py), and modules compiled from their sources: no
+        // bytecode read from (or written to) `__pycache__` folders, whose files hold the
+        // sources' modification times.
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdin(MemoryInputPipe::new(Bytes::new()))
             .stdout(stdout.clone())
             .stderr(stderr.clone())
             .env("PYTHONUNBUFFERED", "1")
             .env("PYTHONHOME", "/python")
+            .env("PYTHONHASHSEED", "0")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("PYTHONPYCACHEPREFIX", "/no-bytecode-cache")
+            .secure_random(Deterministic::new(fixed_bytes()))
+            .insecure_random(Deterministic::new(fixed_bytes()))
+            .insecure_random_seed(0)
+            .wall_clock(CountingClock::default())
+            .monotonic_clock(CountingClock::default())
             .preopened_dir(
                 embedded_python_standard_lib.path(),
                 "python",
@@ -1188,4 +1204,56 @@ fn is_wasip2_cli(interface_name: &str) -> bool {
         || interface_name.starts_with("wasi:filesystem/")
         || interface_name.starts_with("wasi:sockets/"))
         && interface_name.contains("@0.2.")
+}
+
+/// sandpy: 256 fixed bytes for pre-initialisation's random sources (see `CountingClock`).
+fn fixed_bytes() -> Vec<u8> {
+    // A xorshift sequence: fixed, but not a short repeating pattern.
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    (0..256)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+/// sandpy: a clock for pre-initialisation that moves one microsecond per reading from a
+/// fixed start (2026-01-01), so that what the snapshot keeps of the time is the same in
+/// every build, and code that waits for time to pass still sees it pass.
+#[derive(Default)]
+struct CountingClock {
+    readings: std::sync::atomic::AtomicU64,
+}
+
+impl CountingClock {
+    const START: std::time::Duration = std::time::Duration::from_secs(1_767_225_600);
+
+    fn tick(&self) -> u64 {
+        self.readings
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            * 1_000
+    }
+}
+
+impl HostWallClock for CountingClock {
+    fn resolution(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(1)
+    }
+
+    fn now(&self) -> std::time::Duration {
+        Self::START + std::time::Duration::from_nanos(self.tick())
+    }
+}
+
+impl HostMonotonicClock for CountingClock {
+    fn resolution(&self) -> u64 {
+        1_000
+    }
+
+    fn now(&self) -> u64 {
+        self.tick()
+    }
 }
