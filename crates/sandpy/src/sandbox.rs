@@ -1,4 +1,4 @@
-//! [`Sandbox`]: the facade over the one run path (`run.rs`) for fresh runs, function
+//! [`Sandbox`]: the facade over the one run path (`run/`) for fresh runs, function
 //! calls, checks and the module report.
 
 use crate::bindings::{FunctionCall, Task};
