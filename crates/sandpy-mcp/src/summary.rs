@@ -24,6 +24,27 @@ pub fn summarize(bounded: &Bounded) -> String {
     if let Some(value) = bounded.return_value_text() {
         let _ = writeln!(out, "--- return value ---\n{value}");
     }
+    for (i, output) in execution.outputs.iter().enumerate() {
+        let kind = match output.kind {
+            sandpy::RichOutputKind::Result => "result",
+            _ => "display",
+        };
+        let formats: Vec<&str> = output.data.keys().map(String::as_str).collect();
+        let _ = writeln!(
+            out,
+            "--- output {} ({kind}: {}) ---",
+            i + 1,
+            formats.join(", ")
+        );
+    }
+    if execution.outputs_dropped > 0 {
+        let _ = writeln!(
+            out,
+            "--- {} more outputs not kept (over the run's budget of {} outputs or its bytes) ---",
+            execution.outputs_dropped,
+            sandpy::MAX_RICH_OUTPUTS
+        );
+    }
     for file in &execution.files {
         let _ = writeln!(
             out,

@@ -133,6 +133,22 @@ impl ModelOutput {
                 shown.return_value = Some(Value::String(short));
             }
         }
+        // Rich outputs: texts cut as any text; images carry no bytes here (a model is
+        // shown them apart, as the MCP server's image content).
+        for (i, output) in shown.outputs.iter_mut().enumerate() {
+            for (mime, data) in output.data.iter_mut() {
+                let path = format!("outputs[{i}].data.{mime}");
+                if crate::RichOutput::is_binary(mime) {
+                    if !data.is_empty() {
+                        truncated.insert(path, data.len());
+                        data.clear();
+                    }
+                } else if let Some(short) = cut_text(data, max) {
+                    truncated.insert(path, data.len());
+                    *data = short;
+                }
+            }
+        }
         for (i, file) in shown.files.iter_mut().enumerate() {
             if !file.content.is_empty() {
                 let encoded = file.content.len().div_ceil(3) * 4;

@@ -63,6 +63,31 @@ impl RichOutput {
     pub fn text(&self) -> &str {
         self.get("text/plain").unwrap_or("")
     }
+
+    /// True for the mime types whose data is base64 (`image/png`, `image/jpeg`, ...; not
+    /// `image/svg+xml`, which is text).
+    pub fn is_binary(mime: &str) -> bool {
+        mime.starts_with("image/") && !mime.ends_with("+xml")
+    }
+
+    /// The format a person would be shown of this bundle, richest first: an image, then
+    /// HTML, Markdown, SVG, JSON, LaTeX, and `text/plain` last.
+    pub fn richest(&self) -> (&str, &str) {
+        const ORDER: [&str; 7] = [
+            "image/png",
+            "image/jpeg",
+            "text/html",
+            "text/markdown",
+            "image/svg+xml",
+            "application/json",
+            "text/latex",
+        ];
+        ORDER
+            .iter()
+            .find_map(|mime| self.data.get_key_value(*mime))
+            .map(|(mime, data)| (mime.as_str(), data.as_str()))
+            .unwrap_or(("text/plain", self.text()))
+    }
 }
 
 /// The guest's outputs, checked against the run's budget again: at most [`MAX_COUNT`]

@@ -16,6 +16,8 @@ mod native_attacks;
 mod native_files;
 /// The native tier's kernel interface, and each confinement layer.
 mod native_kernel;
+/// Showing results: figures, tables and `display()` as rich outputs (issue 43).
+mod native_outputs;
 /// The native tier's network boundary.
 mod native_network;
 /// The native tier's process boundary.

@@ -218,6 +218,29 @@ fn file_block(file: &sandpy::files::OutputFile) -> ContentBlock {
     }
 }
 
+/// The content item of the `i`th rich output: its richest format, an image as
+/// `ImageContent` (`whole`, as the run made it), a text (HTML, Markdown, ...) as text
+/// that names its mime type (`cut`, bounded as the model is shown text). A result with
+/// only `text/plain` has none: the summary shows the return value already.
+fn output_block(
+    i: usize,
+    whole: &sandpy::RichOutput,
+    cut: &sandpy::RichOutput,
+) -> Option<ContentBlock> {
+    let (mime, data) = whole.richest();
+    if sandpy::RichOutput::is_binary(mime) {
+        return Some(ContentBlock::image(data.to_string(), mime.to_string()));
+    }
+    if mime == "text/plain" && whole.kind == sandpy::RichOutputKind::Result {
+        return None;
+    }
+    let text = cut.get(mime).unwrap_or_default();
+    Some(ContentBlock::text(format!(
+        "--- output {} ({mime}) ---\n{text}",
+        i + 1
+    )))
+}
+
 #[tool_router(router = run_tools, vis = "pub(super)")]
 impl ServerState {
     #[tool(description = API_GUIDE)]
@@ -408,6 +431,12 @@ impl ServerState {
         let bounded = self.model_output.bound(&execution);
         let ok = execution.is_ok();
         let mut content = vec![ContentBlock::text(summarize(&bounded))];
+        let shown = execution.outputs.iter().zip(&bounded.execution.outputs);
+        content.extend(
+            shown
+                .enumerate()
+                .filter_map(|(i, (whole, cut))| output_block(i, whole, cut)),
+        );
         content.extend(execution.files.iter().map(file_block));
         let mut result = if ok {
             CallToolResult::success(content)
