@@ -11,10 +11,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The packages of the tests' native venv, pinned.
-const PACKAGES: [&str; 2] = ["numpy==2.4.6", "pandas==3.1.1"];
+/// The packages of the tests' native venv, pinned: numpy and pandas, and the HTTP
+/// clients the host makes requests for (the guest's pins, `crates/sandpy/curated.rs`).
+const PACKAGES: [&str; 4] = [
+    "numpy==2.4.6",
+    "pandas==3.1.1",
+    "requests==2.34.2",
+    "httpx==0.28.1",
+];
 
-/// A venv with numpy and pandas, made once under `target/` by `sandpy build --native`.
+/// A venv with those packages, made once under `target/` by `sandpy build --native`.
 pub(super) fn native_venv() -> &'static PathBuf {
     static VENV: OnceLock<PathBuf> = OnceLock::new();
     VENV.get_or_init(|| {
