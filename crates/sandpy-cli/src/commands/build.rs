@@ -19,7 +19,7 @@ pub(super) struct Args {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Leave out the curated set the built-in runtime has (attrs, python-dateutil, pyyaml,
-    /// tabulate, jinja2, markupsafe, idna, six).
+    /// tabulate, jinja2, markupsafe, idna, six, requests, httpx).
     #[arg(long)]
     no_defaults: bool,
     /// Where to write the runtime component (use it with --runtime or $SANDPY_RUNTIME)
