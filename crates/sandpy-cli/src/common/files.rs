@@ -66,6 +66,7 @@ impl FileArgs {
     /// Save the execution's output files into --output-dir, or say on stderr that there
     /// are some to save.
     pub(crate) fn save_outputs(&self, execution: &Execution) -> anyhow::Result<()> {
+        self.save_rich_outputs(execution)?;
         if execution.files.is_empty() {
             return Ok(());
         }
@@ -96,6 +97,53 @@ impl FileArgs {
                 path.display(),
                 file.size,
                 file.mime_type
+            );
+        }
+        Ok(())
+    }
+
+    /// The formats of the rich outputs a terminal cannot show (a figure's PNG, a table's
+    /// HTML): saved as `output-N.EXT` into --output-dir, or said on stderr.
+    fn save_rich_outputs(&self, execution: &Execution) -> anyhow::Result<()> {
+        use base64::Engine;
+        for (i, output) in execution.outputs.iter().enumerate() {
+            let (mime, data) = output.richest();
+            if mime == "text/plain" {
+                continue;
+            }
+            let Some(dir) = &self.output_dir else {
+                eprintln!(
+                    "sandpy: output {} has {mime}, which a terminal cannot show; pass \
+                     --output-dir DIR to save it, or --json to get it",
+                    i + 1
+                );
+                continue;
+            };
+            let extension = match mime {
+                "image/png" => "png",
+                "image/jpeg" => "jpg",
+                "text/html" => "html",
+                "text/markdown" => "md",
+                "image/svg+xml" => "svg",
+                "application/json" => "json",
+                _ => "txt",
+            };
+            let bytes = if sandpy::RichOutput::is_binary(mime) {
+                base64::engine::general_purpose::STANDARD
+                    .decode(data)
+                    .with_context(|| format!("output {}: {mime} is not base64", i + 1))?
+            } else {
+                data.as_bytes().to_vec()
+            };
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create `{}`", dir.display()))?;
+            let path = dir.join(format!("output-{}.{extension}", i + 1));
+            std::fs::write(&path, &bytes)
+                .with_context(|| format!("cannot write `{}`", path.display()))?;
+            eprintln!(
+                "sandpy: saved {} ({} bytes, {mime})",
+                path.display(),
+                bytes.len()
             );
         }
         Ok(())

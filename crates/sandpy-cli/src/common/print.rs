@@ -20,7 +20,21 @@ fn print_human(execution: &Execution) -> anyhow::Result<()> {
     std::io::stderr()
         .lock()
         .write_all(execution.stderr.as_bytes())?;
+    print_displays(execution)?;
     print_error_line(execution)
+}
+
+/// What `display()` showed, as a terminal can: each display's `text/plain` on stdout,
+/// after the program's own output (the final value is not printed, as Python does not
+/// print a script's last expression).
+fn print_displays(execution: &Execution) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    for output in &execution.outputs {
+        if output.kind == sandpy::RichOutputKind::Display {
+            writeln!(stdout, "{}", output.text())?;
+        }
+    }
+    Ok(())
 }
 
 /// What follows a run whose output was streamed: the mark of a cut, and the error of a
@@ -33,6 +47,7 @@ pub(crate) fn print_after_stream(execution: &Execution) -> anyhow::Result<()> {
             sandpy::model_output::TRUNCATION_MARKER
         )?;
     }
+    print_displays(execution)?;
     print_error_line(execution)
 }
 
