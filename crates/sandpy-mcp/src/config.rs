@@ -119,6 +119,8 @@ pub struct ConfigFile {
     pub servers: BTreeMap<String, ServerSpec>,
     /// sandpy's settings (the `sandpy` section).
     pub settings: Settings,
+    /// The OAuth issuer whose access tokens `sandpy serve --http` takes (`sandpy.auth`).
+    pub auth: Option<crate::OAuthConfig>,
 }
 
 #[derive(Deserialize)]
@@ -346,9 +348,14 @@ impl ConfigFile {
                 ));
             }
         }
+        let auth = match file.auth {
+            None => None,
+            Some(section) => Some(crate::OAuthConfig::from_json(section, &path)?),
+        };
         Ok(ConfigFile {
             servers,
             settings: file.settings,
+            auth,
         })
     }
 }
@@ -471,6 +478,11 @@ mod tests {
         );
         let e = error(r#"{"mcpServers": {"old": {"type": "sse", "url": "http://x"}}}"#);
         assert!(e.contains("SSE"), "{e}");
+        let e = error(r#"{"sandpy": {"auth": {"issuer": "https://id.example.com"}}}"#);
+        assert!(
+            e.contains("/x/.mcp.json") && e.contains("at `sandpy.auth`: missing field `audience`"),
+            "{e}"
+        );
         let e = error(r#"{"sandpy": {"default_policy": "nope"}}"#);
         assert!(
             e.contains("sandpy.default_policy") && e.contains("known policies: default, strict"),

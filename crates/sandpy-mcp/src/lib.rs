@@ -37,6 +37,7 @@ pub use client::{Hub, ServerStatus};
 pub use config::{ConfigFile, ServerSpec};
 pub use expand::Expansions;
 pub use http::connections::HttpLimits;
+pub use http::oauth::config::OAuthConfig;
 pub use http::replay::ReplayLimits;
 pub use http::{HttpError, HttpListener};
 pub use metrics::Metrics;

@@ -170,6 +170,9 @@ pub struct ConfigFile {
     pub settings: Settings,
     /// The `mcpServers` object's entries, unread.
     pub servers: BTreeMap<String, serde_json::Value>,
+    /// The `sandpy.auth` section (OAuth for `sandpy serve --http`), unread: the MCP front
+    /// end reads it.
+    pub auth: Option<serde_json::Value>,
 }
 
 /// Settings with the run-time choices made once: the policy picked. Front ends build it
@@ -230,6 +233,8 @@ struct RawSandpy {
     tier: crate::Tier,
     native: Option<crate::native::NativeConfig>,
     network: Option<crate::network::RawNetwork>,
+    /// Read by the MCP front end.
+    auth: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -301,10 +306,13 @@ impl ConfigFile {
             invalid(&key, e.into_inner().to_string())
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
-        let settings = Settings::from_raw(raw.sandpy, base, path, &invalid)?;
+        let mut sandpy = raw.sandpy;
+        let auth = sandpy.auth.take();
+        let settings = Settings::from_raw(sandpy, base, path, &invalid)?;
         Ok(ConfigFile {
             settings,
             servers: raw.mcp_servers,
+            auth,
         })
     }
 }

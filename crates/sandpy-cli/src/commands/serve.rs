@@ -113,10 +113,12 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
             Some(addr) => {
                 let tenants = &resolved.settings.tenants;
                 let settings = &resolved.settings;
-                let mut listener = sandpy_mcp::HttpListener::bind(addr, args.token, tenants)
-                    .await?
-                    .metrics_need_token(settings.metrics_require_token)
-                    .allowed_origins(&settings.allowed_origins);
+                let auth = config.auth.clone();
+                let mut listener =
+                    sandpy_mcp::HttpListener::bind_with_oauth(addr, args.token, tenants, auth)
+                        .await?
+                        .metrics_need_token(settings.metrics_require_token)
+                        .allowed_origins(&settings.allowed_origins);
                 if let Some(grace) = settings.drain_grace {
                     listener = listener.drain_grace(grace);
                 }

@@ -2,7 +2,8 @@
 //! `initialize` requests cannot fill the server's memory.
 //!
 //! Each session costs a worker task, its channels and buffers (some 50 KB). A client is
-//! the bearer token it presented (a hash of it), or its IP address without one. A client
+//! the tenant its OAuth access token names, else the bearer token it presented (a hash of
+//! it), or its IP address without one. A client
 //! at [`HttpLimits::max_sessions_per_client`](crate::HttpLimits) has its least recently
 //! used session closed for the new one: it only ever displaces itself. At
 //! [`HttpLimits::max_sessions`](crate::HttpLimits) in all, a new session is refused with
@@ -10,6 +11,11 @@
 //! which reaches [`CappedSessions::close_session`] like a client's `DELETE`; after many
 //! closes, the allocator is asked to return freed memory to the system (glibc keeps it
 //! otherwise, and RSS never goes down).
+//!
+//! A session is bound to the client that made it, as the MCP security best practices ask
+//! (bind session ids to the user): a request with another client's checked token and the
+//! session's id is answered 404, as an unknown session is, so that a leaked or guessed
+//! `Mcp-Session-Id` is no use to another tenant.
 //!
 //! The count is taken in [`admit`], a middleware inside the bearer check, which reserves a
 //! place before rmcp makes the session and hands the reservation on in a task-local:
@@ -19,6 +25,7 @@
 //! that reconnects with `Last-Event-ID` gets the events it missed.
 
 use super::connections::HttpLimits;
+use super::oauth::ClaimedTenant;
 use super::replay::Replays;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
@@ -201,6 +208,15 @@ impl SessionBook {
         book.note_closed()
     }
 
+    /// Whether session `id` is not another client's than `client` (a session the book
+    /// does not know is left to rmcp, which answers it as missing).
+    fn held_by(&self, id: &str, client: &ClientKey) -> bool {
+        self.lock()
+            .owner
+            .get(id)
+            .is_none_or(|owner| owner == client)
+    }
+
     fn touch(&self, id: &str) {
         let mut book = self.lock();
         if let Some(client) = book.owner.get(id).copied() {
@@ -334,10 +350,16 @@ impl SessionManager for CappedSessions {
     }
 }
 
-/// The client a request comes from: its bearer token when the server checked it, else
-/// its IP address.
+/// The client a request comes from: the tenant its OAuth access token names (a new token
+/// of the same person is the same client), else its bearer token when the server checked
+/// it, else its IP address.
 fn client_key(request: &Request) -> ClientKey {
     let mut hash = Sha256::new();
+    if let Some(claimed) = request.extensions().get::<ClaimedTenant>() {
+        hash.update(b"oauth\0");
+        hash.update(claimed.0.as_bytes());
+        return hash.finalize().into();
+    }
     let checked = request.extensions().get::<CheckedBearer>().is_some();
     let token = request
         .headers()
@@ -380,6 +402,12 @@ pub(crate) async fn admit(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
     {
+        // A session is its maker's: another client's token (another tenant's, another
+        // person's) cannot use it, and is answered as for a session that does not exist.
+        let checked = request.extensions().get::<CheckedBearer>().is_some();
+        if checked && !sessions.book.held_by(id, &client_key(&request)) {
+            return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+        }
         sessions.book.touch(id);
         return next.run(request).await;
     }

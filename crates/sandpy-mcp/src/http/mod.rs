@@ -4,6 +4,8 @@
 //! the single `--token` (which only lets a client in), or a token of a tenant the config
 //! names (`sandpy.tenants`), which also says whose sessions the client's calls reach
 //! (the request carries the tenant's name to the server, see [`crate::SandpyServer`]).
+//! With `sandpy.auth`, the OAuth issuer's access tokens are taken too, each for the tenant
+//! its claim names ([`oauth`]).
 //! Each MCP session gets its own handler ([`SandpyServer::connection`]).
 //! A client's `DELETE` of its session is answered 204 No Content (see
 //! [`deleted_is_no_content`]). Connections are timed and capped ([`crate::http::connections`]),
@@ -12,6 +14,7 @@
 
 pub(crate) mod connections;
 pub(crate) mod mcp_sessions;
+pub(crate) mod oauth;
 pub(crate) mod origin;
 pub(crate) mod parse_errors;
 pub(crate) mod replay;
@@ -27,6 +30,7 @@ use axum::Router;
 use connections::HttpLimits;
 use futures::StreamExt;
 use mcp_sessions::{CappedSessions, CheckedBearer};
+use oauth::config::OAuthConfig;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::ServerHandler;
 use std::net::SocketAddr;
@@ -55,6 +59,10 @@ pub enum HttpError {
     /// The server failed while running.
     #[error("HTTP server failed: {0}")]
     Serve(std::io::Error),
+    /// The HTTP client that fetches the OAuth issuer's keys could not be set up
+    /// (`sandpy.auth`).
+    #[error("OAuth (`sandpy.auth`): {0}")]
+    OAuthClient(String),
 }
 
 /// Equal-time comparison, so the token cannot be guessed byte by byte from timings.
@@ -71,12 +79,13 @@ fn bearer_token(value: &str) -> Option<&str> {
         .then(|| token.trim_start_matches(' '))
 }
 
-/// The tokens that let a client in: the single one, and the tenants' (each with the
-/// tenant's name).
+/// The tokens that let a client in: the single one, the tenants' (each with the
+/// tenant's name), and the OAuth issuer's access tokens ([`oauth`]).
 #[derive(Default)]
 pub(crate) struct Access {
     token: Option<String>,
     tenants: Vec<(String, Arc<str>)>,
+    oauth: Option<Arc<oauth::Verifier>>,
 }
 
 impl Access {
@@ -86,11 +95,12 @@ impl Access {
         Access {
             token,
             tenants: Vec::new(),
+            oauth: None,
         }
     }
 
     fn is_open(&self) -> bool {
-        self.token.is_none() && self.tenants.is_empty()
+        self.token.is_none() && self.tenants.is_empty() && self.oauth.is_none()
     }
 
     /// Whom `presented` lets in: `Some(None)` for the single token, `Some(Some(name))` for
@@ -113,7 +123,8 @@ impl Access {
 }
 
 /// Let in a request with a known bearer token; one with a tenant's token carries the
-/// tenant's name on ([`TokenTenantName`]).
+/// tenant's name on ([`TokenTenantName`]), one with the OAuth issuer's access token the
+/// tenant its claim names ([`oauth::ClaimedTenant`]).
 async fn require_bearer(
     State(access): State<Arc<Access>>,
     mut request: Request,
@@ -125,18 +136,27 @@ async fn require_bearer(
         .and_then(|v| v.to_str().ok())
         .and_then(bearer_token);
     let admitted = presented.and_then(|token| access.admit(token));
-    let Some(tenant) = admitted else {
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "missing or wrong bearer token\n",
-        )
-            .into_response();
-    };
-    request.extensions_mut().insert(CheckedBearer);
-    if let Some(name) = tenant {
-        request.extensions_mut().insert(TokenTenantName(name));
+    match (admitted, presented, &access.oauth) {
+        (Some(tenant), _, _) => {
+            if let Some(name) = tenant {
+                request.extensions_mut().insert(TokenTenantName(name));
+            }
+        }
+        (None, Some(token), Some(verifier)) => match verifier.verify(token).await {
+            Ok(claimed) => drop(request.extensions_mut().insert(claimed)),
+            Err(refusal) => return verifier.refuse(Some(&refusal)),
+        },
+        (None, None, Some(verifier)) => return verifier.refuse(None),
+        (None, _, None) => {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "missing or wrong bearer token\n",
+            )
+                .into_response()
+        }
     }
+    request.extensions_mut().insert(CheckedBearer);
     next.run(request).await
 }
 
@@ -235,6 +255,7 @@ where
         Some(metrics) if extras.metrics_need_token => app = app.merge(metrics),
         metrics => open_metrics = metrics,
     }
+    let resource_metadata = access.oauth.as_ref().map(|verifier| verifier.routes());
     if !access.is_open() {
         app = app.layer(middleware::from_fn_with_state(
             Arc::new(access),
@@ -257,6 +278,10 @@ where
             unready: extras.unready,
         });
     let mut app = app.merge(probes);
+    // Open too: a client reads it to learn where to get a token.
+    if let Some(resource_metadata) = resource_metadata {
+        app = app.merge(resource_metadata);
+    }
     if let Some(metrics) = open_metrics {
         app = app.merge(metrics);
     }
@@ -380,15 +405,34 @@ impl HttpListener {
         token: Option<String>,
         tenants: &[sandpy::settings::TokenTenant],
     ) -> Result<HttpListener, HttpError> {
+        HttpListener::bind_with_oauth(addr, token, tenants, None).await
+    }
+
+    /// [`HttpListener::bind`], also taking the access tokens of the OAuth issuer `oauth`
+    /// names (`sandpy.auth`), each for the tenant its claim names; `oauth` counts as a
+    /// token for a non-loopback address.
+    pub async fn bind_with_oauth(
+        addr: SocketAddr,
+        token: Option<String>,
+        tenants: &[sandpy::settings::TokenTenant],
+        oauth: Option<OAuthConfig>,
+    ) -> Result<HttpListener, HttpError> {
         if token.as_deref() == Some("") {
             return Err(HttpError::EmptyToken);
         }
+        let oauth = match oauth {
+            None => None,
+            Some(config) => Some(Arc::new(
+                oauth::Verifier::new(config).map_err(|e| HttpError::OAuthClient(e.to_string()))?,
+            )),
+        };
         let access = Access {
             token,
             tenants: tenants
                 .iter()
                 .map(|t| (t.token.clone(), Arc::from(t.name.as_str())))
                 .collect(),
+            oauth,
         };
         if access.is_open() && !addr.ip().is_loopback() {
             return Err(HttpError::TokenRequired(addr));
@@ -544,6 +588,7 @@ mod tests {
         let access = Access {
             token: Some("single".into()),
             tenants: vec![("ta".into(), "a".into()), ("tb".into(), "b".into())],
+            oauth: None,
         };
         assert_eq!(access.admit("single"), Some(None));
         assert_eq!(access.admit("tb"), Some(Some("b".into())));

@@ -14,8 +14,9 @@
 //! (the first one serde meets).
 //!
 //! Every call is made by a tenant ([`Caller`]), who owns the `run_python` sessions it
-//! makes: the process over stdio; over HTTP, the client's bearer token when the config
-//! names it in `sandpy.tenants`, else the client's MCP session (each MCP session gets its
+//! makes: the process over stdio; over HTTP, the claim of the client's OAuth access token
+//! (`sandpy.auth`), or its bearer token when the config names it in `sandpy.tenants`, else
+//! the client's MCP session (each MCP session gets its
 //! own handler, [`SandpyServer::connection`], whose sessions close when it ends).
 
 mod approval;
@@ -27,6 +28,7 @@ mod sessions;
 
 use crate::audit::AuditLog;
 use crate::client::Hub;
+use crate::http::oauth::ClaimedTenant;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
@@ -334,8 +336,10 @@ impl SandpyServer {
         saved
     }
 
-    /// Who makes a call that came with `context`: the tenant its bearer token names, else
-    /// this handler's own.
+    /// Who makes a call that came with `context`: the tenant its OAuth access token's
+    /// claim names (`oauth:<claim>`, with the per-tenant quota, saving to a folder named
+    /// by a hash of the claim), else the tenant its bearer token names, else this
+    /// handler's own.
     fn caller(&self, context: &RequestContext<RoleServer>) -> Caller {
         let state = &self.state;
         let named = context
@@ -353,6 +357,17 @@ impl SandpyServer {
                 tenant: tenant.map(str::to_string),
             },
         };
+        let claimed = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<ClaimedTenant>());
+        if let Some(claimed) = claimed {
+            let quota = state.sessions.limits().per_tenant;
+            return Caller {
+                tenant: Tenant::new(claimed.id(), quota),
+                saves: saves(Some(&claimed.folder())),
+            };
+        }
         match named {
             Some((name, tenant)) => Caller {
                 tenant: tenant.clone(),

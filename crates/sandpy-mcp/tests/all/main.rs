@@ -8,6 +8,7 @@ mod audit;
 mod hostile_upstream;
 mod http_limits;
 mod keep_alive;
+mod oauth;
 mod protocol;
 mod resume;
 mod server;
