@@ -3,7 +3,7 @@
 //! (`crates/sandpy/tests/fixtures/http_libraries.py`) against the network tests' real
 //! server over http and https (a CA made here with `openssl`), held to the same expected
 //! lines (`http_libraries.expected`): GET/POST/JSON/headers/redirect/stream/timeout with
-//! each library, then the allowlist and secrets attacked through each.
+//! each library, then the allowlist, secrets and the run's bytes in attacked through each.
 
 use super::native::{native_config, native_run};
 use serde_json::{json, Value};
@@ -206,6 +206,7 @@ fn network_boundary_native_requests_and_httpx_meet_the_allowlist_and_secrets() {
     let port = server.port;
     let network = json!({
         "allow": [format!("127.0.0.2:{port}"), format!("127.0.0.4:{port}"), format!("localhost:{port}")],
+        "limits": {"max_bytes_in": 1_048_576},
         "secrets": {"API_TOKEN": {"env": "SANDPY_TEST_HTTP_SECRET",
                                   "hosts": [format!("127.0.0.2:{port}")], "allow_http": true}},
     });
@@ -231,8 +232,9 @@ fn network_boundary_native_requests_and_httpx_meet_the_allowlist_and_secrets() {
         expected("attacks", &names),
         "{execution}"
     );
-    // Per library: the redirect's first hop and the two requests with the placeholder,
-    // the value only to its own host; nothing refused reached the server.
+    // Per library: the redirect's first hop, the two requests with the placeholder (the
+    // value only to its own host) and the two whose answers were cut; nothing refused
+    // reached the server.
     let received: Vec<(String, String)> = server
         .received()
         .iter()
@@ -248,11 +250,13 @@ fn network_boundary_native_requests_and_httpx_meet_the_allowlist_and_secrets() {
             format!("127.0.0.4:{port}"),
             "Bearer sandpy-secret:API_TOKEN".to_string(),
         ),
+        (format!("127.0.0.2:{port}"), String::new()),
+        (format!("127.0.0.2:{port}"), String::new()),
     ];
     let all_three: Vec<_> = (0..3).flat_map(|_| one_library.clone()).collect();
     assert_eq!(received, all_three);
     let records = execution["requests"].as_array().expect("requests");
-    assert_eq!(records.len(), 3 * 8, "{execution}");
+    assert_eq!(records.len(), 3 * 10, "{execution}");
     let refused = records.iter().filter(|r| r["status"].is_null()).count();
-    assert_eq!(refused, 3 * 5, "{execution}");
+    assert_eq!(refused, 3 * 7, "{execution}");
 }

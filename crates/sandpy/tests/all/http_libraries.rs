@@ -2,7 +2,8 @@
 //! tests' real server over http and https (a CA the test makes): what they do
 //! (`tests/fixtures/http_libraries.py`, compared with `http_libraries.expected`, which the
 //! native tier's test in sandpy-cli is held to as well), and the allowlist, secrets and
-//! audit record attacked through them.
+//! audit record attacked through them (and the run's bytes in, past which a streamed
+//! body is cut).
 
 use crate::network::{rules, run_on, Server, TlsServer, SECRET};
 use sandpy::network::{AllowRule, Secret};
@@ -93,6 +94,7 @@ fn network_boundary_requests_and_httpx_meet_the_allowlist_and_secrets() {
     let hosts = vec![AllowRule::parse(&format!("127.0.0.2:{port}")).unwrap()];
     let secret = Secret::new("API_TOKEN", SECRET.into(), hosts).unwrap();
     rules.secrets = vec![secret.allow_http(true)];
+    rules.limits.max_bytes_in = 1 << 20;
     let names = [
         ("BASE", format!("http://127.0.0.2:{port}")),
         ("SECOND", format!("http://127.0.0.4:{port}")),
@@ -102,8 +104,9 @@ fn network_boundary_requests_and_httpx_meet_the_allowlist_and_secrets() {
     let execution = run_on(&program("attacks", &names), rules);
     assert_eq!(execution.status, Status::Ok, "{execution:#?}");
     assert_eq!(execution.stdout, expected("attacks", &names));
-    // What reached the server, per library: the first hop of the redirect and the two
-    // requests with the secret's placeholder; nothing refused.
+    // What reached the server, per library: the first hop of the redirect, the two
+    // requests with the secret's placeholder and the two whose answers were cut; nothing
+    // refused.
     let received: Vec<(String, String, String)> = server
         .received()
         .iter()
@@ -129,17 +132,32 @@ fn network_boundary_requests_and_httpx_meet_the_allowlist_and_secrets() {
             "/echo".to_string(),
             "Bearer sandpy-secret:API_TOKEN".to_string(),
         ),
+        (
+            format!("127.0.0.2:{port}"),
+            "/big?n=2000000".to_string(),
+            String::new(),
+        ),
+        (
+            format!("127.0.0.2:{port}"),
+            "/endless".to_string(),
+            String::new(),
+        ),
     ];
     let all_three: Vec<_> = (0..3).flat_map(|_| one_library.clone()).collect();
     assert_eq!(received, all_three);
     // Every request recorded, the refused ones with the refusal; the value nowhere.
-    assert_eq!(execution.requests.len(), 3 * 8, "{:#?}", execution.requests);
+    assert_eq!(
+        execution.requests.len(),
+        3 * 10,
+        "{:#?}",
+        execution.requests
+    );
     let refused = execution
         .requests
         .iter()
         .filter(|r| r.status.is_none())
         .count();
-    assert_eq!(refused, 3 * 5);
+    assert_eq!(refused, 3 * 7);
     let everything = serde_json::to_string(&execution).unwrap();
     assert!(!everything.contains(SECRET), "{everything}");
     crate::assert_host_fine();
