@@ -26,6 +26,7 @@ mod native_processes;
 mod native_runs;
 mod native_sessions;
 mod packages;
+mod resumed;
 mod run;
 mod serve;
 mod service;
