@@ -25,6 +25,7 @@ mod native_processes;
 /// What the native tier runs: packages, limits, tools, both tiers alike, warm runs.
 mod native_runs;
 mod native_sessions;
+mod oauth;
 mod packages;
 mod resumed;
 mod run;
