@@ -125,6 +125,23 @@ impl PyExecution {
         json_to_py(py, &value)
     }
 
+    /// What a notebook would show, in order: dicts with `kind` (`"display"`: `display()`,
+    /// `plt.show()`, a figure left open; `"result"`: the final value), `data` (mime type
+    /// to text; `image/png` as base64) and, when some format was left out, `omitted`.
+    #[getter]
+    fn outputs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let value = serde_json::to_value(&self.inner.outputs)
+            .map_err(|e| crate::sandbox_error(format!("cannot serialise the outputs: {e}")))?;
+        json_to_py(py, &value)
+    }
+
+    /// Rich outputs past the run's budget (100 outputs, and the `/output` quota's bytes),
+    /// not kept.
+    #[getter]
+    fn outputs_dropped(&self) -> u64 {
+        self.inner.outputs_dropped
+    }
+
     /// The execution as the dict `sandpy run --json` prints (file contents in
     /// `content_base64`).
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

@@ -151,6 +151,16 @@ class Execution:
     @property
     def files(self) -> list[OutputFile]:
         """Files the program left under `/output`, whatever the status."""
+    @property
+    def outputs(self) -> list[dict[str, JSON]]:
+        """What a notebook would show, in order: `kind` ("display" for `display()`,
+        `plt.show()` and figures left open; "result" for the final value), `data` (mime
+        type to text, `image/png` as base64; `text/plain` always) and `omitted` when a
+        format was left out (over the budget, or its `_repr_*_` method failed)."""
+    @property
+    def outputs_dropped(self) -> int:
+        """Rich outputs past the run's budget (100 outputs, the `/output` quota's
+        bytes), not kept."""
     def to_dict(self) -> dict[str, JSON]:
         """The execution as the dict `sandpy run --json` prints (file contents in
         `content_base64`)."""
