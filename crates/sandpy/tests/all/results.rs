@@ -260,3 +260,61 @@ fn call_function_with_every_kind_of_argument_and_result() {
     let e = call("none", json!([1]));
     assert_eq!(e.error.unwrap().kind, "TypeError");
 }
+
+/// `display()` and the final value come back as MIME bundles in order (issue 43); a
+/// failing `_repr_*_` method leaves its format out and says why; the bundles are bounded.
+#[test]
+fn rich_outputs_are_mime_bundles_in_order_and_bounded() {
+    use sandpy::{RichOutputKind, RunOptions};
+    let e = run_ok(
+        "class Table:\n\
+         \x20   def _repr_html_(self): return '<table><td>7</td></table>'\n\
+         \x20   def _repr_json_(self): return {'cells': [7]}\n\
+         \x20   def _repr_svg_(self): raise ValueError('no')\n\
+         \x20   def __repr__(self): return 'Table(7)'\n\
+         display(Table())\n\
+         print('printed')\n\
+         Table",
+    );
+    assert_eq!(e.stdout, "printed\n");
+    assert_eq!(e.outputs.len(), 2, "{:#?}", e.outputs);
+    let table = &e.outputs[0];
+    assert_eq!(table.kind, RichOutputKind::Display);
+    assert_eq!(table.text(), "Table(7)");
+    assert_eq!(table.get("text/html"), Some("<table><td>7</td></table>"));
+    assert_eq!(table.get("application/json"), Some(r#"{"cells": [7]}"#));
+    assert_eq!(
+        table.omitted.get("image/svg+xml").map(String::as_str),
+        Some("_repr_svg_ raised ValueError")
+    );
+    // The class itself (not an instance): only its repr, as IPython shows a class.
+    assert_eq!(e.outputs[1].kind, RichOutputKind::Result);
+    assert_eq!(e.outputs[1].data.len(), 1);
+    assert_eq!(e.return_value, Some(json!("<class '__main__.Table'>")));
+
+    let options = RunOptions {
+        limits: sandpy::Limits {
+            output_files_bytes: 10_000,
+            ..sandpy::Limits::default()
+        },
+        ..RunOptions::default()
+    };
+    let e = run_with(
+        "class Big:\n\
+         \x20   def _repr_html_(self): return 'h' * 20_000\n\
+         for _ in range(1_000):\n\
+         \x20   display(Big())",
+        &options,
+    );
+    assert_eq!(e.status, Status::Ok, "{e:#?}");
+    let kept: usize = e
+        .outputs
+        .iter()
+        .flat_map(|o| o.data.values())
+        .map(String::len)
+        .sum();
+    assert!(kept <= 10_000, "{kept}");
+    assert!(e.outputs.iter().all(|o| o.get("text/html").is_none()));
+    assert_eq!(e.outputs.len() as u64 + e.outputs_dropped, 1_000);
+    assert_eq!(e.outputs.len(), sandpy::MAX_RICH_OUTPUTS as usize);
+}
