@@ -328,14 +328,7 @@ impl Settings {
             .validate()
             .map_err(|e| invalid(&format!("sandpy.limits.{}", e.key), e.requirement))?;
         let limits = raw.limits.apply(&Limits::default());
-        let mut model_output = ModelOutput::default();
-        if let Some(bytes) = raw.model_output.text_bytes {
-            if bytes == 0 {
-                let message = "must be at least 1".to_string();
-                return Err(invalid("sandpy.model_output.text_bytes", message));
-            }
-            model_output.text_bytes = bytes;
-        }
+        let model_output = model_output(&raw.model_output, invalid)?;
         let patterns = [
             (
                 "allowed_tools",
@@ -350,81 +343,10 @@ impl Settings {
                 }
             }
         }
-        let mut policies = BTreeMap::new();
-        for (name, mut policy) in raw.policies {
-            if Policy::builtin(&name).is_some() {
-                return Err(invalid(
-                    &format!("sandpy.policies.{name}"),
-                    format!("`{name}` is a built-in policy; choose another name"),
-                ));
-            }
-            policy.limits.validate().map_err(|e| {
-                invalid(&format!("sandpy.policies.{name}.{}", e.key), e.requirement)
-            })?;
-            let patterns = policy.allowed_tools.iter().flatten().chain(&policy.approve);
-            for pattern in patterns {
-                if let Err(e) = crate::tools::validate_tool_pattern(pattern) {
-                    return Err(invalid(&format!("sandpy.policies.{name}"), e.to_string()));
-                }
-            }
-            policy.name = name.clone();
-            policies.insert(name, policy);
-        }
-        let mut sessions = SessionLimits::default();
-        let raw_sessions = raw.sessions;
-        if let Some(ms) = raw_sessions.idle_ttl_ms {
-            sessions.idle_ttl = Duration::from_millis(ms);
-        }
-        sessions.max_sessions = raw_sessions.max_sessions.unwrap_or(sessions.max_sessions);
-        if let Some(mb) = raw_sessions.memory_mb {
-            let memory = LimitOverrides {
-                memory_mb: Some(mb),
-                ..LimitOverrides::default()
-            };
-            memory
-                .validate()
-                .map_err(|e| invalid("sandpy.sessions.memory_mb", e.requirement))?;
-            sessions.memory_bytes = memory.apply(&Limits::default()).memory_bytes;
-        }
-        if let Some(mb) = raw_sessions.journal_mb {
-            if mb == 0 {
-                return Err(invalid(
-                    "sandpy.sessions.journal_mb",
-                    "must be at least 1 (MiB)".into(),
-                ));
-            }
-            sessions.journal_bytes = mb.saturating_mul(1 << 20);
-        }
-        if let Some(mb) = raw_sessions.total_memory_mb {
-            let total = mb.saturating_mul(1 << 20) as usize;
-            if total < sessions.memory_bytes {
-                let message = format!(
-                    "must be at least sandpy.sessions.memory_mb ({}), the memory of one session",
-                    sessions.memory_bytes >> 20
-                );
-                return Err(invalid("sandpy.sessions.total_memory_mb", message));
-            }
-            sessions.total_memory_bytes = Some(total);
-        }
-        if let Some(max) = raw_sessions.tenant_max_sessions {
-            sessions.per_tenant.max_sessions = max;
-        }
-        match raw_sessions.tenant_memory_mb {
-            Some(mb) => sessions.per_tenant.memory_bytes = mb.saturating_mul(1 << 20) as usize,
-            // Sessions bigger than the default tenant memory: room for one at least.
-            None => {
-                let one = sessions.memory_bytes;
-                sessions.per_tenant.memory_bytes = sessions.per_tenant.memory_bytes.max(one);
-            }
-        }
-        check_quota(
-            &sessions.per_tenant,
-            &sessions,
-            "sandpy.sessions.tenant_",
-            invalid,
-        )?;
+        let policies = policies(raw.policies, invalid)?;
+        let sessions = session_limits(&raw.sessions, invalid)?;
         let tenants = tenants(raw.tenants, &sessions, invalid)?;
-        let session_dir = raw_sessions.save_dir.map(|dir| base.join(dir));
+        let session_dir = raw.sessions.save_dir.map(|dir| base.join(dir));
         let mounts: Vec<Mount> = raw
             .mounts
             .into_iter()
@@ -513,6 +435,112 @@ pub fn is_plain_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// `sandpy.model_output`, checked.
+fn model_output(
+    raw: &RawModelOutput,
+    invalid: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<ModelOutput, ConfigError> {
+    let mut model_output = ModelOutput::default();
+    if let Some(bytes) = raw.text_bytes {
+        if bytes == 0 {
+            let message = "must be at least 1".to_string();
+            return Err(invalid("sandpy.model_output.text_bytes", message));
+        }
+        model_output.text_bytes = bytes;
+    }
+    Ok(model_output)
+}
+
+/// `sandpy.policies`, each named and checked: no built-in name taken, valid limits and
+/// tool patterns.
+fn policies(
+    raw: BTreeMap<String, Policy>,
+    invalid: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<BTreeMap<String, Policy>, ConfigError> {
+    let mut policies = BTreeMap::new();
+    for (name, mut policy) in raw {
+        if Policy::builtin(&name).is_some() {
+            return Err(invalid(
+                &format!("sandpy.policies.{name}"),
+                format!("`{name}` is a built-in policy; choose another name"),
+            ));
+        }
+        policy
+            .limits
+            .validate()
+            .map_err(|e| invalid(&format!("sandpy.policies.{name}.{}", e.key), e.requirement))?;
+        let patterns = policy.allowed_tools.iter().flatten().chain(&policy.approve);
+        for pattern in patterns {
+            if let Err(e) = crate::tools::validate_tool_pattern(pattern) {
+                return Err(invalid(&format!("sandpy.policies.{name}"), e.to_string()));
+            }
+        }
+        policy.name = name.clone();
+        policies.insert(name, policy);
+    }
+    Ok(policies)
+}
+
+/// `sandpy.sessions` over the defaults, checked (the per-tenant quota too).
+fn session_limits(
+    raw: &RawSessions,
+    invalid: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<SessionLimits, ConfigError> {
+    let mut sessions = SessionLimits::default();
+    if let Some(ms) = raw.idle_ttl_ms {
+        sessions.idle_ttl = Duration::from_millis(ms);
+    }
+    sessions.max_sessions = raw.max_sessions.unwrap_or(sessions.max_sessions);
+    if let Some(mb) = raw.memory_mb {
+        let memory = LimitOverrides {
+            memory_mb: Some(mb),
+            ..LimitOverrides::default()
+        };
+        memory
+            .validate()
+            .map_err(|e| invalid("sandpy.sessions.memory_mb", e.requirement))?;
+        sessions.memory_bytes = memory.apply(&Limits::default()).memory_bytes;
+    }
+    if let Some(mb) = raw.journal_mb {
+        if mb == 0 {
+            return Err(invalid(
+                "sandpy.sessions.journal_mb",
+                "must be at least 1 (MiB)".into(),
+            ));
+        }
+        sessions.journal_bytes = mb.saturating_mul(1 << 20);
+    }
+    if let Some(mb) = raw.total_memory_mb {
+        let total = mb.saturating_mul(1 << 20) as usize;
+        if total < sessions.memory_bytes {
+            let message = format!(
+                "must be at least sandpy.sessions.memory_mb ({}), the memory of one session",
+                sessions.memory_bytes >> 20
+            );
+            return Err(invalid("sandpy.sessions.total_memory_mb", message));
+        }
+        sessions.total_memory_bytes = Some(total);
+    }
+    if let Some(max) = raw.tenant_max_sessions {
+        sessions.per_tenant.max_sessions = max;
+    }
+    match raw.tenant_memory_mb {
+        Some(mb) => sessions.per_tenant.memory_bytes = mb.saturating_mul(1 << 20) as usize,
+        // Sessions bigger than the default tenant memory: room for one at least.
+        None => {
+            let one = sessions.memory_bytes;
+            sessions.per_tenant.memory_bytes = sessions.per_tenant.memory_bytes.max(one);
+        }
+    }
+    check_quota(
+        &sessions.per_tenant,
+        &sessions,
+        "sandpy.sessions.tenant_",
+        invalid,
+    )?;
+    Ok(sessions)
 }
 
 /// A quota lets its tenant hold at least one session. `key` is the keys' prefix
