@@ -648,7 +648,7 @@ fn an_oversized_key_set_is_not_read_whole_and_no_token_passes() {
         assert_eq!(response.headers()["retry-after"], "10");
         let sent = issuer.state.huge_sent.load(Ordering::SeqCst);
         assert!(
-            sent < 8 * 1024 * 1024,
+            sent < huge / 4, // what the kernel's socket buffers took, not the server
             "{sent} bytes of a {huge}-byte key set were asked for"
         );
         // The server still answers, and refuses to fetch again before the interval.
