@@ -67,7 +67,7 @@ pub(crate) enum Error {
 /// The user's folder for runner sockets: `$XDG_RUNTIME_DIR/sandpy`, else
 /// `/tmp/sandpy-<uid>`; created `0700`, and refused unless it is a real folder of this
 /// user that no one else can enter (another user could otherwise answer for a runner).
-pub(crate) fn socket_folder() -> Result<PathBuf, Error> {
+fn socket_folder() -> Result<PathBuf, Error> {
     let path = socket_folder_path();
     checked_folder(&path)?;
     Ok(path)
