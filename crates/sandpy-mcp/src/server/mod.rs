@@ -300,18 +300,28 @@ impl SandpyServer {
         left
     }
 
-    /// Save every session of the config's token tenants under its own id, in the
-    /// tenant's folder of `save_dir` (`restore_session` with `name` = the session's id
-    /// brings it back, on any replica that shares the folder). Sessions whose id is not a
-    /// plain name, or whose journal passed its cap, are skipped and logged. Returns how
-    /// many were saved.
+    /// Save every session of the config's token tenants and of the OAuth tenants (those
+    /// named by an access token's claim) under its own id, in the tenant's folder of
+    /// `save_dir` (`restore_session` with `name` = the session's id brings it back, on any
+    /// replica that shares the folder). Sessions whose id is not a plain name, or whose
+    /// journal passed its cap, are skipped and logged. Returns how many were saved.
     pub async fn save_sessions(&self) -> usize {
         let state = &self.state;
         let Some(root) = &state.session_dir else {
             return 0;
         };
+        let mut owners: Vec<(String, Tenant)> = (state.token_tenants.iter())
+            .map(|(name, tenant)| (name.to_string(), tenant.clone()))
+            .collect();
+        let quota = state.sessions.limits().per_tenant;
+        for (id, _) in state.sessions.open_by_tenant() {
+            if let Some(claim) = id.strip_prefix("oauth:") {
+                let folder = ClaimedTenant(Arc::from(claim)).folder();
+                owners.push((folder, Tenant::new(id.clone(), quota)));
+            }
+        }
         let mut saved = 0;
-        for (name, tenant) in &state.token_tenants {
+        for (name, tenant) in &owners {
             for id in state.sessions.ids_of(&tenant.id) {
                 let written = async {
                     if !sandpy::settings::is_plain_name(&id) {

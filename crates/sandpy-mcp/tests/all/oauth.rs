@@ -204,16 +204,17 @@ impl Issuer {
 /// `sandpy serve --http` on a free loopback port behind `issuer`, with `extra` keys in
 /// `sandpy.auth` and an audit log in `dir`.
 async fn serve(issuer: &Issuer, extra: Value, dir: &std::path::Path) -> SocketAddr {
-    serve_with(issuer, extra, json!({}), dir).await
+    serve_with(issuer, extra, json!({}), dir).await.0
 }
 
-/// [`serve`] with `sandpy` keys besides `auth` and `audit_log`.
+/// [`serve`] with `sandpy` keys besides `auth` and `audit_log`; also the server, to save
+/// its sessions as a drain does.
 async fn serve_with(
     issuer: &Issuer,
     extra: Value,
     sandpy: Value,
     dir: &std::path::Path,
-) -> SocketAddr {
+) -> (SocketAddr, SandpyServer) {
     let mut auth = json!({"issuer": issuer.url, "audience": AUDIENCE, "tenant_claim": "sub"});
     if let (Value::Object(auth), Value::Object(extra)) = (&mut auth, extra) {
         auth.extend(extra);
@@ -236,8 +237,8 @@ async fn serve_with(
     .await
     .expect("bind");
     let address = listener.local_addr().expect("address");
-    tokio::spawn(listener.serve(server, std::future::pending()));
-    address
+    tokio::spawn(listener.serve(server.clone(), std::future::pending()));
+    (address, server)
 }
 
 /// A plain HTTP client (reqwest over http needs the process's rustls provider all the
@@ -287,6 +288,18 @@ fn refused_because(challenge: &str) -> &str {
         .split_once(", error=\"invalid_token\", error_description=\"")
         .unwrap_or_else(|| panic!("not an invalid_token challenge: {challenge:?}"));
     description.trim_end_matches('"')
+}
+
+/// An rmcp client with `token` calling `tool` with `arguments`; the result.
+async fn call_as(address: SocketAddr, token: &str, tool: &str, arguments: Value) -> Value {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{address}/mcp"))
+        .auth_header(token.to_string());
+    let client = ().serve(StreamableHttpClientTransport::from_config(config)).await;
+    let client = client.expect("initialize with the token");
+    let result = crate::tool_result(&client, tool, arguments).await;
+    let _ = client.cancel().await;
+    result
 }
 
 /// An rmcp client with `token`: initialize, list the tools, run `code`; the result's text.
@@ -666,7 +679,7 @@ fn a_token_for_another_tenant_cannot_use_its_mcp_session() {
         let issuer = Issuer::start(&keys, None).await;
         let dir = tempfile::tempdir().expect("tempdir");
         let tenants = json!({"tenants": {"agent-a": {"token": "token-a"}}});
-        let address = serve_with(&issuer, json!({}), tenants, dir.path()).await;
+        let (address, _) = serve_with(&issuer, json!({}), tenants, dir.path()).await;
         let rs = json!({"alg": "RS256", "kid": "rsa-1"});
         let alice = keys.sign(&rs, &issuer.claims("alice"));
         let (status, _, session) = post(address, Some(&alice), None, INITIALIZE).await;
@@ -705,5 +718,41 @@ fn a_token_for_another_tenant_cannot_use_its_mcp_session() {
         assert_eq!(status, 202, "alice's new token reaches her session");
         let (status, _, _) = post(address, Some(&alice_again), Some(&session), list).await;
         assert_eq!(status, 200);
+    });
+}
+
+#[test]
+fn an_oauth_tenants_sessions_are_saved_on_drain_and_restored_by_that_person_only() {
+    block_on(async {
+        let keys = Keys::new();
+        let issuer = Issuer::start(&keys, None).await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let saved = tempfile::tempdir().expect("save_dir");
+        let sessions = json!({"sessions": {"save_dir": saved.path()}});
+        let (address, server) = serve_with(&issuer, json!({}), sessions, dir.path()).await;
+        let rs = json!({"alg": "RS256", "kid": "rsa-1"});
+        let alice = keys.sign(&rs, &issuer.claims("alice@example.com"));
+        let ran = run_as(address, &alice, "x = 7\nx").await;
+        assert!(ran.contains('7'), "{ran}");
+        assert_eq!(server.save_sessions().await, 1, "alice's one session");
+        // In the folder named by a hash of the claim (a claim may hold any character).
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(b"alice@example.com");
+        let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        let file = saved.path().join(format!("oauth-{hex}/main.session.json"));
+        assert!(file.is_file(), "{} missing", file.display());
+        // Alice, with another token, restores it; Bob cannot.
+        let restore = json!({"name": "main", "session_id": "copy"});
+        let bob = keys.sign(&rs, &issuer.claims("bob"));
+        let refused = call_as(address, &bob, "restore_session", restore.clone()).await;
+        assert_eq!(text(&refused), "no saved session \"main\"", "{refused}");
+        let mut later = issuer.claims("alice@example.com");
+        later["jti"] = json!("later");
+        let alice_again = keys.sign(&rs, &later);
+        let restored = call_as(address, &alice_again, "restore_session", restore).await;
+        assert_eq!(restored["isError"], json!(false), "{restored}");
+        let copy = json!({"code": "x * 6", "session_id": "copy"});
+        let ran = call_as(address, &alice_again, "run_python", copy).await;
+        assert_eq!(ran["structuredContent"]["return_value"], 42, "{ran}");
     });
 }
