@@ -24,6 +24,7 @@ mod client;
 mod config;
 mod expand;
 mod http;
+mod identity;
 mod metrics;
 mod server;
 mod summary;

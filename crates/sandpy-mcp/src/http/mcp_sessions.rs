@@ -25,8 +25,8 @@
 //! that reconnects with `Last-Event-ID` gets the events it missed.
 
 use super::connections::HttpLimits;
-use super::oauth::ClaimedTenant;
 use super::replay::Replays;
+use crate::identity::ClaimedTenant;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;

@@ -19,7 +19,8 @@ pub(crate) mod origin;
 pub(crate) mod parse_errors;
 pub(crate) mod replay;
 
-use crate::server::{SandpyServer, TokenTenantName};
+use crate::identity::TokenTenantName;
+use crate::server::SandpyServer;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
@@ -124,7 +125,7 @@ impl Access {
 
 /// Let in a request with a known bearer token; one with a tenant's token carries the
 /// tenant's name on ([`TokenTenantName`]), one with the OAuth issuer's access token the
-/// tenant its claim names ([`oauth::ClaimedTenant`]).
+/// tenant its claim names ([`ClaimedTenant`](crate::identity::ClaimedTenant)).
 async fn require_bearer(
     State(access): State<Arc<Access>>,
     mut request: Request,

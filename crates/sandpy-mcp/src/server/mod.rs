@@ -28,7 +28,7 @@ mod sessions;
 
 use crate::audit::AuditLog;
 use crate::client::Hub;
-use crate::http::oauth::ClaimedTenant;
+use crate::identity::{ClaimedTenant, TokenTenantName};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
@@ -130,11 +130,6 @@ enum Saves {
     /// Nowhere, for this reason.
     Off(&'static str),
 }
-
-/// The tenant a request's bearer token names (from `sandpy.tenants`), put in the HTTP
-/// request's extensions by the bearer check.
-#[derive(Clone, Debug)]
-pub(crate) struct TokenTenantName(pub(crate) Arc<str>);
 
 /// Who a handler serves: the process (stdio), or one MCP session over HTTP, whose
 /// sessions are closed when its handler goes.

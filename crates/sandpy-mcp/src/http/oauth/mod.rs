@@ -23,6 +23,7 @@
 pub(crate) mod config;
 pub(crate) mod keys;
 
+use crate::identity::ClaimedTenant;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -40,28 +41,6 @@ use std::sync::Arc;
 pub(crate) const MAX_TOKEN: usize = 16 * 1024;
 /// The longest tenant name a claim may give.
 pub(crate) const MAX_TENANT: usize = 256;
-
-/// The tenant an access token's claim names, put in the request's extensions by the bearer
-/// check: the `run_python` sessions its calls make are the tenant's, whichever MCP session
-/// they come through.
-#[derive(Clone, Debug)]
-pub(crate) struct ClaimedTenant(pub(crate) Arc<str>);
-
-impl ClaimedTenant {
-    /// The tenant's id among the server's tenants (`oauth:<claim>`), apart from the
-    /// configured tenants (`tenant:<name>`) and MCP sessions (`client-<n>`).
-    pub(crate) fn id(&self) -> String {
-        format!("oauth:{}", self.0)
-    }
-
-    /// Its folder under `save_dir`: a hash of the claim, which may hold any character.
-    pub(crate) fn folder(&self) -> String {
-        use sha2::{Digest, Sha256};
-        let digest = Sha256::digest(self.0.as_bytes());
-        let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-        format!("oauth-{hex}")
-    }
-}
 
 /// Why an access token was refused.
 #[derive(Debug, thiserror::Error)]
