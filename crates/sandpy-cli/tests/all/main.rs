@@ -14,6 +14,8 @@ mod native;
 mod native_attacks;
 /// The native tier's filesystem boundary.
 mod native_files;
+/// `requests` and `httpx` from the native venv through the host (issue 46).
+mod native_http_libraries;
 /// The native tier's kernel interface, and each confinement layer.
 mod native_kernel;
 /// Showing results: figures, tables and `display()` as rich outputs (issue 43).
