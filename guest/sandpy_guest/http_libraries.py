@@ -119,7 +119,6 @@ def _patch_requests(adapters: ModuleType) -> None:
             headers=HTTPHeaderDict(answer.headers),
             status=answer.status,
             version=11,
-            version_string="HTTP/1.1",
             reason=answer.reason,
             preload_content=False,
             original_response=_Original(message, request.method),  # type: ignore[arg-type]
