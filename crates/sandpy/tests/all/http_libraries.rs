@@ -162,3 +162,32 @@ fn network_boundary_requests_and_httpx_meet_the_allowlist_and_secrets() {
     assert!(!everything.contains(SECRET), "{everything}");
     crate::assert_host_fine();
 }
+
+#[test]
+fn https_to_a_server_the_operator_does_not_trust_fails_in_each_library() {
+    let tls = TlsServer::start(&["127.0.0.1"]);
+    let url = format!("https://127.0.0.1:{}/echo", tls.server.port);
+    let code = format!(
+        r#"
+import asyncio, httpx, requests
+async def get_async():
+    async with httpx.AsyncClient() as client:
+        return await client.get({url:?})
+for get in (lambda: requests.get({url:?}), lambda: httpx.get({url:?}), lambda: asyncio.run(get_async())):
+    try:
+        get()
+        print("reached")
+    except Exception as e:
+        print(type(e).__name__, isinstance(e, (requests.ConnectionError, httpx.ConnectError)),
+              isinstance(e, ConnectionError), isinstance(e, PermissionError), "unknown issuer" in str(e))
+"#
+    );
+    // No `ca_file`: the test's CA is not the host's.
+    let execution = run_on(&code, rules(&[format!("127.0.0.1:{}", tls.server.port)]));
+    assert_eq!(execution.status, Status::Ok, "{execution:#?}");
+    assert_eq!(
+        execution.stdout,
+        "SandpyFailed True True False True\n".repeat(3),
+        "a failure that may pass: the library's connection error and ConnectionError, not a refusal"
+    );
+}
