@@ -94,7 +94,7 @@ impl Runner {
         &self,
         task: Task,
         options: &RunOptions,
-        kept: &mut Interpreter,
+        interpreter: &mut Interpreter,
         replay: Option<VecDeque<RecordedCall>>,
     ) -> SessionRun {
         let (tier, mut run, inputs) = match self.native_admit(&task, options).await {
@@ -103,7 +103,7 @@ impl Runner {
         };
         run.access.tools.recorded = Some(Vec::new());
         run.access.tools.replay = replay;
-        kept.tier = Some(crate::Tier::Native);
+        interpreter.tier = Some(crate::Tier::Native);
         let plan = Plan {
             task: &task,
             options,
@@ -111,9 +111,15 @@ impl Runner {
             limits: &run.limits,
             deadline: run.deadline,
         };
-        let memory_cap = kept.wasm.memory_cap() as u64;
+        let memory_cap = interpreter.wasm.memory_cap() as u64;
         let (execution, calls) = tier
-            .cell(&mut kept.native, memory_cap, &plan, run.access, inputs)
+            .cell(
+                &mut interpreter.native,
+                memory_cap,
+                &plan,
+                run.access,
+                inputs,
+            )
             .await;
         let stage = match calls {
             Some(calls) => Stage::Fit(calls),

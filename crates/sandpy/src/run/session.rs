@@ -72,34 +72,34 @@ pub(crate) struct SessionRun {
 impl Runner {
     /// Run `task` in the session's instance (made now if it has none), journaling its
     /// tool calls; they are answered from `replay` when given. stdin is always empty.
-    pub(crate) async fn kept(
+    pub(crate) async fn cell(
         &self,
         task: Task,
         options: &RunOptions,
-        kept: &mut Interpreter,
+        interpreter: &mut Interpreter,
         replay: Option<VecDeque<RecordedCall>>,
     ) -> SessionRun {
         let span = run_span(options, true);
         let ran = self
-            .kept_run(task, options, kept, replay)
+            .cell_run(task, options, interpreter, replay)
             .instrument(span.clone())
             .await;
         span.record("status", ran.execution.status.as_str());
         ran
     }
 
-    async fn kept_run(
+    async fn cell_run(
         &self,
         task: Task,
         options: &RunOptions,
-        kept: &mut Interpreter,
+        interpreter: &mut Interpreter,
         replay: Option<VecDeque<RecordedCall>>,
     ) -> SessionRun {
         let refused = |refused: Refusal, stage| SessionRun {
             execution: refused.into(),
             stage,
         };
-        if let Some(tier) = kept.tier.filter(|&tier| tier != options.tier) {
+        if let Some(tier) = interpreter.tier.filter(|&tier| tier != options.tier) {
             let message = format!(
                 "this session runs on the {} tier; a run of it cannot take the {} tier",
                 tier_name(tier),
@@ -108,7 +108,7 @@ impl Runner {
             return refused(Refusal::new(Status::InvalidInput, message), Stage::Refused);
         }
         if options.tier == crate::Tier::Native {
-            return self.native_cell(task, options, kept, replay).await;
+            return self.native_cell(task, options, interpreter, replay).await;
         }
         let mut run = match self.admit(&task, options).await {
             Ok(run) => run,
@@ -121,8 +121,8 @@ impl Runner {
             Ok(runtime) => runtime,
             Err(execution) => return refused(execution, Stage::Admitted),
         };
-        kept.tier = Some(crate::Tier::Wasm);
-        let kept = &mut kept.wasm;
+        interpreter.tier = Some(crate::Tier::Wasm);
+        let kept = &mut interpreter.wasm;
         // A session's first run takes the instance made ahead for sessions, or makes its
         // own; either way the next session's is asked for once this run answered.
         let (mut guest, first) = match kept.take() {

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
 struct State {
-    kept: Interpreter,
+    interpreter: Interpreter,
     poisoned: Option<String>,
     runs: u64,
     journal: Journal,
@@ -42,7 +42,7 @@ struct State {
 impl State {
     fn new(limits: &SessionLimits) -> State {
         State {
-            kept: Interpreter::new(limits.memory_bytes),
+            interpreter: Interpreter::new(limits.memory_bytes),
             poisoned: None,
             runs: 0,
             journal: Journal::default(),
@@ -240,7 +240,7 @@ impl Session {
                 run,
             });
         }
-        let tier = state.kept.tier().unwrap_or_default();
+        let tier = state.interpreter.tier().unwrap_or_default();
         let runtime = self
             .sandbox
             .runner()
@@ -321,7 +321,13 @@ impl Session {
     /// A second session with this one's state (by replay, on this one's tier), going
     /// its own way from here.
     pub async fn fork(&self, options: &RunOptions) -> Result<Session, SessionError> {
-        let tier = self.state.lock().await.kept.tier().unwrap_or(options.tier);
+        let tier = self
+            .state
+            .lock()
+            .await
+            .interpreter
+            .tier()
+            .unwrap_or(options.tier);
         let options = RunOptions {
             tier,
             ..options.clone()
@@ -355,7 +361,7 @@ impl Session {
         let ran = self
             .sandbox
             .runner()
-            .kept(task, &options, &mut state.kept, replay)
+            .cell(task, &options, &mut state.interpreter, replay)
             .await;
         match ran.stage {
             Stage::Refused => {}
@@ -394,7 +400,7 @@ impl Session {
             runs: state.runs,
             idle_ms: idle.as_millis() as u64,
             poisoned: state.poisoned.is_some(),
-            memory_bytes: state.kept.memory_peak(),
+            memory_bytes: state.interpreter.memory_peak(),
             journal_bytes: state.journal.bytes,
             saveable: state.journal.dropped_at.is_none(),
         }
