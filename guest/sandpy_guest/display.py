@@ -184,7 +184,7 @@ def _as_text(mime: str, value: Any) -> str | None:
 
 def _png_of_figure(obj: Any) -> str | None:
     """A matplotlib figure's PNG, base64, as the inline backend draws it."""
-    figure_module = sys.modules.get("matplotlib.figure")
+    figure_module = _module("matplotlib.figure")
     if figure_module is None or not isinstance(obj, figure_module.Figure):
         return None
     buffer = io.BytesIO()
@@ -192,12 +192,25 @@ def _png_of_figure(obj: Any) -> str | None:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+# matplotlib's modules once seen: the runner restores `sys.modules` to its start after an
+# error (for the report), and a session's later cells still draw with the same pyplot.
+_matplotlib: dict[str, Any] = {}
+
+
+def _module(name: str) -> Any:
+    module = sys.modules.get(name)
+    if module is not None:
+        _matplotlib[name] = module
+        return module
+    return _matplotlib.get(name)
+
+
 def collect_figures() -> None:
     """Each figure still open becomes a display output, in order, and is closed."""
-    helpers = sys.modules.get("matplotlib._pylab_helpers")
+    helpers = _module("matplotlib._pylab_helpers")
     if helpers is None:
         return
-    pyplot = sys.modules.get("matplotlib.pyplot")
+    pyplot = _module("matplotlib.pyplot")
     for manager in helpers.Gcf.get_all_fig_managers():
         figure = manager.canvas.figure
         try:

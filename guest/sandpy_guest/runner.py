@@ -47,6 +47,9 @@ _SNAPSHOT_MODULES = dict(sys.modules)
 
 
 _prepared = False
+# Tracebacks keep the user's frames only (the run's file and modules under the scratch
+# folder): set by the native tier, whose library frames name host paths (the venv's).
+USER_FRAMES_ONLY = False
 _session_namespace: dict[str, Any] | None = None
 
 
@@ -86,6 +89,8 @@ def _strip_internal(te: traceback.TracebackException, filename: str) -> None:
             continue
         seen.add(id(current))
         frames = [frame for frame in current.stack if not _is_internal(frame.filename)]
+        if USER_FRAMES_ONLY:
+            frames = [f for f in frames if f.filename == filename or f.filename.startswith(_SCRATCH_DIR + "/")]
         first_user = next((i for i, f in enumerate(frames) if f.filename == filename), 0)
         current.stack = traceback.StackSummary.from_list(frames[first_user:])
         for linked in (current.__cause__, current.__context__, *(current.exceptions or [])):
@@ -129,6 +134,7 @@ def _hint_for(exc: BaseException) -> str | None:
 
 
 def _python_error(exc: BaseException, filename: str) -> PythonError:
+    _collect_figures()  # before `sys.modules` is put back as it was
     sys.modules.clear()
     sys.modules.update(_SNAPSHOT_MODULES)
     hint = _hint_for(exc)
@@ -188,13 +194,17 @@ def _outcome(value: Value | None = None, error: PythonError | None = None) -> Ou
     return Outcome(value=value, error=error, violations=[], outputs=[], outputs_dropped=0)
 
 
-def _with_outputs(outcome: Outcome) -> Outcome:
-    """The figures still open become outputs (and are closed); the run's outputs join
-    its outcome."""
+def _collect_figures() -> None:
     try:
         display.collect_figures()
     except BaseException as exc:  # noqa: BLE001 - the user broke matplotlib; report the rest
         sys.stderr.write(f"sandpy: the open figures could not be collected ({type(exc).__name__})\n")
+
+
+def _with_outputs(outcome: Outcome) -> Outcome:
+    """The figures still open become outputs (and are closed); the run's outputs join
+    its outcome."""
+    _collect_figures()
     outputs, dropped = display.take()
     outcome.outputs = outputs
     outcome.outputs_dropped = dropped

@@ -70,3 +70,8 @@ def test_native_figure_is_a_png_and_a_table_is_html(figures_config):
     s.run("import matplotlib.pyplot as plt\nplt.plot([1, 2])")
     second = s.run("plt.figure()\nbars = plt.bar(['a'], [1])")
     assert [o["data"]["text/plain"] for o in second.outputs] == ["<Figure size 640x480 with 1 Axes>"]
+    # A cell that fails still shows its figure, and so do the cells after it.
+    failed = s.run("plt.plot([3, 1])\n1 / 0")
+    assert failed.status == "error" and len(failed.outputs) == 1
+    after = s.run("plt.plot([1, 3])\nNone")
+    assert [o["data"]["text/plain"] for o in after.outputs] == ["<Figure size 640x480 with 1 Axes>"]

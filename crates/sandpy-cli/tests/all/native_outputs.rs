@@ -194,6 +194,26 @@ fn run_json_holds_the_figure_and_the_table() {
     assert!(outputs[1]["data"]["text/html"]
         .as_str()
         .is_some_and(|h| h.contains("<td>Oslo</td>") || h.contains(">Oslo<")));
+    // A run that fails after drawing still shows what it drew.
+    let failed = run_json(
+        &["--config", &config],
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n1 / 0",
+    );
+    assert_eq!(failed["status"], "error", "{failed}");
+    assert_a_chart(failed["outputs"][0]["data"]["image/png"].as_str().expect("png"));
+    // Its traceback has the user's frames only: none of the venv's (host paths).
+    let traceback = failed["error"]["traceback"].as_str().expect("traceback");
+    assert!(traceback.contains("line 3, in <module>"), "{traceback}");
+    let deep = run_json(
+        &["--config", &config],
+        "import pandas as pd\npd.DataFrame({'a': [1]}).loc['missing']",
+    );
+    let traceback = deep["error"]["traceback"].as_str().expect("traceback");
+    assert!(traceback.contains("line 2, in <module>"), "{traceback}");
+    assert!(traceback.contains("KeyError"), "{traceback}");
+    for host in ["site-packages", "native-figures-venv", "/work/", "sandpy_guest"] {
+        assert!(!traceback.contains(host), "{host} in {traceback}");
+    }
     // A run with no figure and no value has no outputs.
     let plain = run_json(
         &["--config", &config],

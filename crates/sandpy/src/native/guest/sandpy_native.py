@@ -58,6 +58,7 @@ def boot(site_dirs: list[str], preimport: list[str]) -> None:
         # What the runner sets up once per interpreter is done here, once for every run
         # (each run's own part is in `run`): fewer pages for each fork to copy.
         runner._prepare_interpreter()
+        runner.USER_FRAMES_ONLY = True  # no venv or host paths in a run's traceback
         for name in GUEST_MODULES:
             importlib.import_module(name)
         _forget_guest_folder()
