@@ -200,7 +200,11 @@ fn run_json_holds_the_figure_and_the_table() {
         "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n1 / 0",
     );
     assert_eq!(failed["status"], "error", "{failed}");
-    assert_a_chart(failed["outputs"][0]["data"]["image/png"].as_str().expect("png"));
+    assert_a_chart(
+        failed["outputs"][0]["data"]["image/png"]
+            .as_str()
+            .expect("png"),
+    );
     // Its traceback has the user's frames only: none of the venv's (host paths).
     let traceback = failed["error"]["traceback"].as_str().expect("traceback");
     assert!(traceback.contains("line 3, in <module>"), "{traceback}");
@@ -211,7 +215,12 @@ fn run_json_holds_the_figure_and_the_table() {
     let traceback = deep["error"]["traceback"].as_str().expect("traceback");
     assert!(traceback.contains("line 2, in <module>"), "{traceback}");
     assert!(traceback.contains("KeyError"), "{traceback}");
-    for host in ["site-packages", "native-figures-venv", "/work/", "sandpy_guest"] {
+    for host in [
+        "site-packages",
+        "native-figures-venv",
+        "/work/",
+        "sandpy_guest",
+    ] {
         assert!(!traceback.contains(host), "{host} in {traceback}");
     }
     // A run with no figure and no value has no outputs.
