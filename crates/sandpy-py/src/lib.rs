@@ -15,6 +15,7 @@
 
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use pyo3::IntoPyObjectExt;
 use std::sync::OnceLock;
 
 mod approve;
@@ -184,6 +185,42 @@ where
     py.import("sandpy._host")?
         .getattr("awaited")?
         .call1((awaitable,))
+}
+
+/// What a run method answers: the result, waited for here with the GIL released
+/// ([`wait_run`]), or with `on_loop` a coroutine on the caller's running asyncio loop
+/// ([`run_coroutine`]). The sync method does both, so that its `_async` twin is a call of
+/// it ([`on_loop`]) instead of a second copy of its arguments.
+pub(crate) fn answer<'py, F, T>(
+    py: Python<'py>,
+    future: F,
+    stop: std::sync::Arc<tools::RunStop>,
+    on_loop: bool,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    if on_loop {
+        return run_coroutine(py, future, stop);
+    }
+    wait_run(py, future, &stop)?.into_bound_py_any(py)
+}
+
+/// An `_async` method: its sync twin `name` called with the same arguments and
+/// `_on_loop=True` (see [`answer`]), so that Python checks them against one signature.
+pub(crate) fn on_loop<'py>(
+    slf: &Bound<'py, PyAny>,
+    name: &str,
+    args: Bound<'py, pyo3::types::PyTuple>,
+    kwargs: Option<&Bound<'py, pyo3::types::PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let kwargs = match kwargs {
+        Some(kwargs) => kwargs.copy()?,
+        None => pyo3::types::PyDict::new(slf.py()),
+    };
+    kwargs.set_item("_on_loop", true)?;
+    slf.call_method(name, args, Some(&kwargs))
 }
 
 /// The library's settings for this process: progress messages on Python's stderr.

@@ -6,7 +6,7 @@ use crate::convert::{parse_policy, py_to_json, type_name, RunArgs};
 use crate::execution::{PyExecution, PyViolation};
 use crate::session::PySession;
 use crate::shared::{PySandbox, Shared};
-use crate::{block_on, config_error, run_coroutine, runtime, sandbox_error, wait_run, without_gil};
+use crate::{answer, block_on, config_error, on_loop, runtime, sandbox_error, without_gil};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
@@ -143,11 +143,14 @@ impl PySandbox {
     /// Run `code` as a program (`__main__`) in a fresh instance and return its
     /// `Execution`. Limits, stdin, input files (`/tmp/<path>`), the tool allowlist and
     /// the policy can be set for this run. Never raises for what the code does.
-    #[pyo3(signature = (code, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None, allow_hosts=None))]
+    #[pyo3(
+        signature = (code, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None, allow_hosts=None, _on_loop=false),
+        text_signature = "(self, code, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None, allow_hosts=None)"
+    )]
     #[allow(clippy::too_many_arguments)]
-    fn run(
+    fn run<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         code: String,
         timeout_ms: Option<&Bound<'_, PyAny>>,
         memory_mb: Option<&Bound<'_, PyAny>>,
@@ -160,7 +163,8 @@ impl PySandbox {
         approve: Option<&Bound<'_, PyAny>>,
         require_approval: Option<Vec<String>>,
         allow_hosts: Option<Vec<String>>,
-    ) -> PyResult<PyExecution> {
+        _on_loop: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let args = RunArgs::parse(
             &self.shared.resolved.settings,
             timeout_ms,
@@ -177,60 +181,40 @@ impl PySandbox {
             on_output,
             approve,
             require_approval,
-            false,
+            _on_loop,
         )?;
         crate::convert::allow_hosts(&mut options, allow_hosts)?;
         let shared = self.shared.clone();
-        let run = async move { shared.sandbox.run_with(&code, &options).await };
-        Ok(wait_run(py, run, &stop)?.into())
+        let run = async move { PyExecution::from(shared.sandbox.run_with(&code, &options).await) };
+        answer(py, run, stop, _on_loop)
     }
 
     /// `run` as a coroutine on the running asyncio loop: the run executes on sandpy's own
     /// threads, and cancelling the awaiting task stops it.
-    #[pyo3(signature = (code, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None, allow_hosts=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(
+        signature = (code, **kwargs),
+        text_signature = "(self, code, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None, allow_hosts=None)"
+    )]
     fn run_async<'py>(
-        &self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         code: String,
-        timeout_ms: Option<&Bound<'_, PyAny>>,
-        memory_mb: Option<&Bound<'_, PyAny>>,
-        stdin: Option<&Bound<'py, PyAny>>,
-        files: Option<&Bound<'py, PyAny>>,
-        tools: Option<&Bound<'py, PyAny>>,
-        allowed_tools: Option<Vec<String>>,
-        policy: Option<&Bound<'py, PyAny>>,
-        on_output: Option<&Bound<'py, PyAny>>,
-        approve: Option<&Bound<'py, PyAny>>,
-        require_approval: Option<Vec<String>>,
-        allow_hosts: Option<Vec<String>>,
+        kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let args = RunArgs::parse(
-            &self.shared.resolved.settings,
-            timeout_ms,
-            memory_mb,
-            stdin,
-            files,
-            allowed_tools,
-            policy,
-        )?;
-        let (mut options, stop) =
-            self.shared
-                .run_options(py, args, tools, on_output, approve, require_approval, true)?;
-        crate::convert::allow_hosts(&mut options, allow_hosts)?;
-        let shared = self.shared.clone();
-        let run = async move { PyExecution::from(shared.sandbox.run_with(&code, &options).await) };
-        run_coroutine(py, run, stop)
+        let args = PyTuple::new(slf.py(), [code])?;
+        on_loop(slf.as_any(), "run", args, kwargs)
     }
 
     /// Load `source` as a module, call its function `name` with `args` (positional) or
     /// `kwargs` (keywords), and return an `Execution` whose `return_value` is the result.
     /// Arguments and result cross as JSON.
-    #[pyo3(signature = (source, name, args=None, kwargs=None, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None))]
+    #[pyo3(
+        signature = (source, name, args=None, kwargs=None, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None, _on_loop=false),
+        text_signature = "(self, source, name, args=None, kwargs=None, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None)"
+    )]
     #[allow(clippy::too_many_arguments)]
-    fn call_function(
+    fn call_function<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         source: String,
         name: String,
         args: Option<&Bound<'_, PyAny>>,
@@ -242,7 +226,8 @@ impl PySandbox {
         tools: Option<&Bound<'_, PyAny>>,
         allowed_tools: Option<Vec<String>>,
         policy: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<PyExecution> {
+        _on_loop: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let arguments = call_arguments(args, kwargs)?;
         let run_args = RunArgs::parse(
             &self.shared.resolved.settings,
@@ -253,15 +238,16 @@ impl PySandbox {
             allowed_tools,
             policy,
         )?;
-        let (options, stop) = self.shared.options(py, run_args, tools, None)?;
+        let (options, stop) = self.shared.call_options(py, run_args, tools, _on_loop)?;
         let shared = self.shared.clone();
         let run = async move {
-            shared
+            let execution = shared
                 .sandbox
                 .call_function(&source, &name, &arguments, &options)
-                .await
+                .await;
+            PyExecution::from(execution)
         };
-        Ok(wait_run(py, run, &stop)?.into())
+        answer(py, run, stop, _on_loop)
     }
 
     /// `call_function` once per item of `arguments` (each a list: positional, or a dict:
@@ -269,11 +255,14 @@ impl PySandbox {
     /// cores), with the GIL released for the whole batch. The Executions are in the order
     /// of `arguments`; an item that is not usable arguments is that item's `invalid_input`,
     /// as a bad line is for `sandpy call --args-file`.
-    #[pyo3(signature = (source, name, arguments, *, jobs=None, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None))]
+    #[pyo3(
+        signature = (source, name, arguments, *, jobs=None, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None, _on_loop=false),
+        text_signature = "(self, source, name, arguments, *, jobs=None, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None)"
+    )]
     #[allow(clippy::too_many_arguments)]
-    fn call_batch(
+    fn call_batch<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         source: String,
         name: String,
         arguments: &Bound<'_, PyAny>,
@@ -285,89 +274,7 @@ impl PySandbox {
         tools: Option<&Bound<'_, PyAny>>,
         allowed_tools: Option<Vec<String>>,
         policy: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Vec<PyExecution>> {
-        let (inputs, jobs) = batch_inputs(arguments, jobs)?;
-        let run_args = RunArgs::parse(
-            &self.shared.resolved.settings,
-            timeout_ms,
-            memory_mb,
-            stdin,
-            files,
-            allowed_tools,
-            policy,
-        )?;
-        let (options, stop) = self.shared.options(py, run_args, tools, None)?;
-        let options = Arc::new(options);
-        let batch = run_batch(
-            self.shared.sandbox.clone(),
-            source,
-            name,
-            inputs,
-            options,
-            jobs,
-        );
-        let executions = wait_run(py, batch, &stop)?;
-        Ok(executions.into_iter().map(PyExecution::from).collect())
-    }
-
-    /// `call_function` as a coroutine on the running asyncio loop (see `run_async`).
-    #[pyo3(signature = (source, name, args=None, kwargs=None, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn call_function_async<'py>(
-        &self,
-        py: Python<'py>,
-        source: String,
-        name: String,
-        args: Option<&Bound<'py, PyAny>>,
-        kwargs: Option<&Bound<'py, PyAny>>,
-        timeout_ms: Option<&Bound<'py, PyAny>>,
-        memory_mb: Option<&Bound<'py, PyAny>>,
-        stdin: Option<&Bound<'py, PyAny>>,
-        files: Option<&Bound<'py, PyAny>>,
-        tools: Option<&Bound<'py, PyAny>>,
-        allowed_tools: Option<Vec<String>>,
-        policy: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let arguments = call_arguments(args, kwargs)?;
-        let run_args = RunArgs::parse(
-            &self.shared.resolved.settings,
-            timeout_ms,
-            memory_mb,
-            stdin,
-            files,
-            allowed_tools,
-            policy,
-        )?;
-        let (options, stop) = self.shared.coroutine_options(py, run_args, tools)?;
-        let shared = self.shared.clone();
-        let run = async move {
-            let execution = shared
-                .sandbox
-                .call_function(&source, &name, &arguments, &options)
-                .await;
-            PyExecution::from(execution)
-        };
-        run_coroutine(py, run, stop)
-    }
-
-    /// `call_batch` as a coroutine on the running asyncio loop (see `run_async`):
-    /// cancelling the awaiting task stops the calls not yet finished.
-    #[pyo3(signature = (source, name, arguments, *, jobs=None, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn call_batch_async<'py>(
-        &self,
-        py: Python<'py>,
-        source: String,
-        name: String,
-        arguments: &Bound<'py, PyAny>,
-        jobs: Option<usize>,
-        timeout_ms: Option<&Bound<'py, PyAny>>,
-        memory_mb: Option<&Bound<'py, PyAny>>,
-        stdin: Option<&Bound<'py, PyAny>>,
-        files: Option<&Bound<'py, PyAny>>,
-        tools: Option<&Bound<'py, PyAny>>,
-        allowed_tools: Option<Vec<String>>,
-        policy: Option<&Bound<'py, PyAny>>,
+        _on_loop: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (inputs, jobs) = batch_inputs(arguments, jobs)?;
         let run_args = RunArgs::parse(
@@ -379,14 +286,13 @@ impl PySandbox {
             allowed_tools,
             policy,
         )?;
-        let (options, stop) = self.shared.coroutine_options(py, run_args, tools)?;
-        let options = Arc::new(options);
+        let (options, stop) = self.shared.call_options(py, run_args, tools, _on_loop)?;
         let batch = run_batch(
             self.shared.sandbox.clone(),
             source,
             name,
             inputs,
-            options,
+            Arc::new(options),
             jobs,
         );
         let run = async move {
@@ -396,7 +302,46 @@ impl PySandbox {
                 .map(PyExecution::from)
                 .collect::<Vec<_>>()
         };
-        run_coroutine(py, run, stop)
+        answer(py, run, stop, _on_loop)
+    }
+
+    /// `call_function` as a coroutine on the running asyncio loop (see `run_async`).
+    #[pyo3(
+        signature = (source, name, *args, **kwargs),
+        text_signature = "(self, source, name, args=None, kwargs=None, *, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None)"
+    )]
+    fn call_function_async<'py>(
+        slf: &Bound<'py, Self>,
+        source: String,
+        name: String,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let args = (source, name)
+            .into_pyobject(slf.py())?
+            .add(args)?
+            .cast_into::<PyTuple>()?;
+        on_loop(slf.as_any(), "call_function", args, kwargs)
+    }
+
+    /// `call_batch` as a coroutine on the running asyncio loop (see `run_async`):
+    /// cancelling the awaiting task stops the calls not yet finished.
+    #[pyo3(
+        signature = (source, name, *args, **kwargs),
+        text_signature = "(self, source, name, arguments, *, jobs=None, timeout_ms=None, memory_mb=None, stdin=None, files=None, tools=None, allowed_tools=None, policy=None)"
+    )]
+    fn call_batch_async<'py>(
+        slf: &Bound<'py, Self>,
+        source: String,
+        name: String,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let args = (source, name)
+            .into_pyobject(slf.py())?
+            .add(args)?
+            .cast_into::<PyTuple>()?;
+        on_loop(slf.as_any(), "call_batch", args, kwargs)
     }
 
     /// Check `code` against a policy without running it: every violation with its line

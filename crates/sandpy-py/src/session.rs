@@ -4,10 +4,10 @@
 use crate::convert::RunArgs;
 use crate::execution::PyExecution;
 use crate::shared::{PySandbox, Shared};
-use crate::{block_on, run_coroutine, wait_run, SessionError};
+use crate::{answer, block_on, on_loop, SessionError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 use std::sync::{Arc, Mutex};
 
 /// One interpreter whose globals, imports and files stay between runs.
@@ -45,11 +45,14 @@ impl PySession {
     /// `files` are added to the session's `/tmp`; the memory limit is the session's;
     /// `tools` are host tools as for `Sandbox.run` (a restore answers their calls from the
     /// journal).
-    #[pyo3(signature = (code, *, timeout_ms=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None))]
+    #[pyo3(
+        signature = (code, *, timeout_ms=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None, _on_loop=false),
+        text_signature = "(self, code, *, timeout_ms=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None)"
+    )]
     #[allow(clippy::too_many_arguments)]
-    fn run(
+    fn run<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         code: String,
         timeout_ms: Option<&Bound<'_, PyAny>>,
         files: Option<&Bound<'_, PyAny>>,
@@ -59,7 +62,8 @@ impl PySession {
         on_output: Option<&Bound<'_, PyAny>>,
         approve: Option<&Bound<'_, PyAny>>,
         require_approval: Option<Vec<String>>,
-    ) -> PyResult<PyExecution> {
+        _on_loop: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let session = self.open()?;
         let args = RunArgs::parse(
             &self.shared.resolved.settings,
@@ -77,44 +81,25 @@ impl PySession {
             on_output,
             approve,
             require_approval,
-            false,
+            _on_loop,
         )?;
-        let run = async move { session.run(&code, &options).await };
-        Ok(wait_run(py, run, &stop)?.into())
+        let run = async move { PyExecution::from(session.run(&code, &options).await) };
+        answer(py, run, stop, _on_loop)
     }
 
     /// `run` as a coroutine on the running asyncio loop (runs of one session still go one
     /// at a time, in call order).
-    #[pyo3(signature = (code, *, timeout_ms=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(
+        signature = (code, **kwargs),
+        text_signature = "(self, code, *, timeout_ms=None, files=None, tools=None, allowed_tools=None, policy=None, on_output=None, approve=None, require_approval=None)"
+    )]
     fn run_async<'py>(
-        &self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         code: String,
-        timeout_ms: Option<&Bound<'py, PyAny>>,
-        files: Option<&Bound<'py, PyAny>>,
-        tools: Option<&Bound<'py, PyAny>>,
-        allowed_tools: Option<Vec<String>>,
-        policy: Option<&Bound<'py, PyAny>>,
-        on_output: Option<&Bound<'py, PyAny>>,
-        approve: Option<&Bound<'py, PyAny>>,
-        require_approval: Option<Vec<String>>,
+        kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let session = self.open()?;
-        let args = RunArgs::parse(
-            &self.shared.resolved.settings,
-            timeout_ms,
-            None,
-            None,
-            files,
-            allowed_tools,
-            policy,
-        )?;
-        let (options, stop) =
-            self.shared
-                .run_options(py, args, tools, on_output, approve, require_approval, true)?;
-        let run = async move { PyExecution::from(session.run(&code, &options).await) };
-        run_coroutine(py, run, stop)
+        let args = PyTuple::new(slf.py(), [code])?;
+        on_loop(slf.as_any(), "run", args, kwargs)
     }
 
     /// The session's journal as bytes (JSON), for `Session.restore`. Raises

@@ -66,11 +66,7 @@ impl Shared {
         require_approval: Option<Vec<String>>,
         on_loop: bool,
     ) -> PyResult<(RunOptions, Arc<RunStop>)> {
-        let (mut options, stop) = if on_loop {
-            self.coroutine_options(py, args, tools)?
-        } else {
-            self.options(py, args, tools, None)?
-        };
+        let (mut options, stop) = self.call_options(py, args, tools, on_loop)?;
         options.on_output = crate::convert::output_sink(on_output)?;
         let on_loop = on_loop.then_some(py);
         crate::approve::apply(
@@ -82,6 +78,22 @@ impl Shared {
             on_loop,
         )?;
         Ok((options, stop))
+    }
+
+    /// The options of a run without an output sink or approvals (a function call or a
+    /// batch): [`Shared::coroutine_options`] when `on_loop`, else [`Shared::options`].
+    pub(crate) fn call_options(
+        &self,
+        py: Python<'_>,
+        args: RunArgs,
+        tools: Option<&Bound<'_, PyAny>>,
+        on_loop: bool,
+    ) -> PyResult<(RunOptions, Arc<RunStop>)> {
+        if on_loop {
+            self.coroutine_options(py, args, tools)
+        } else {
+            self.options(py, args, tools, None)
+        }
     }
 
     /// [`Shared::options`] for a run awaited on the caller's asyncio loop: its async host
