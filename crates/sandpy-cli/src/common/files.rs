@@ -103,22 +103,31 @@ impl FileArgs {
     }
 
     /// The formats of the rich outputs a terminal cannot show (a figure's PNG, a table's
-    /// HTML): saved as `output-N.EXT` into --output-dir, or said on stderr.
+    /// HTML): saved as `output-N.EXT` into --output-dir, or said on stderr in one line.
     fn save_rich_outputs(&self, execution: &Execution) -> anyhow::Result<()> {
         use base64::Engine;
-        for (i, output) in execution.outputs.iter().enumerate() {
-            let (mime, data) = output.richest();
-            if mime == "text/plain" {
-                continue;
-            }
-            let Some(dir) = &self.output_dir else {
+        let rich: Vec<(usize, (&str, &str))> = execution
+            .outputs
+            .iter()
+            .map(sandpy::RichOutput::richest)
+            .enumerate()
+            .filter(|(_, (mime, _))| *mime != "text/plain")
+            .collect();
+        let Some(dir) = &self.output_dir else {
+            if !rich.is_empty() {
+                let mut formats: Vec<&str> = rich.iter().map(|(_, (mime, _))| *mime).collect();
+                formats.sort_unstable();
+                formats.dedup();
                 eprintln!(
-                    "sandpy: output {} has {mime}, which a terminal cannot show; pass \
-                     --output-dir DIR to save it, or --json to get it",
-                    i + 1
+                    "sandpy: {} output(s) have what a terminal cannot show ({}); pass \
+                     --output-dir DIR to save them (`--json` holds them)",
+                    rich.len(),
+                    formats.join(", ")
                 );
-                continue;
-            };
+            }
+            return Ok(());
+        };
+        for (i, (mime, data)) in rich {
             let extension = match mime {
                 "image/png" => "png",
                 "image/jpeg" => "jpg",

@@ -276,3 +276,28 @@ fn rich_outputs_are_bounded_in_count_and_bytes() {
     assert!(plain.len() <= 1 << 20, "{}", plain.len());
     assert!(plain.ends_with("the run's rich-output budget is spent]"));
 }
+
+#[test]
+fn a_terminal_run_prints_displays_and_saves_what_it_cannot_show() {
+    let code = "class Table:\n    def _repr_html_(self): return '<table>7</table>'\n    def __repr__(self): return 'Table(7)'\n\
+                print('first')\ndisplay(Table(), 'plain')";
+    let (status, stdout, stderr) = super::run(&["run", "-c", code]);
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(stdout, "first\nTable(7)\n'plain'\n");
+    assert!(
+        stderr.contains(
+            "1 output(s) have what a terminal cannot show (text/html); pass --output-dir DIR"
+        ),
+        "{stderr}"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().display().to_string();
+    let (status, _, stderr) = super::run(&["run", "--output-dir", &out, "-c", code]);
+    assert_eq!(status, 0, "{stderr}");
+    let saved = std::fs::read_to_string(dir.path().join("output-1.html")).expect("output-1.html");
+    assert_eq!(saved, "<table>7</table>");
+    assert!(
+        stderr.contains("output-1.html (16 bytes, text/html)"),
+        "{stderr}"
+    );
+}
