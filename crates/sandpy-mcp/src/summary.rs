@@ -27,7 +27,7 @@ pub fn summarize(bounded: &Bounded) -> String {
     for (i, output) in execution.outputs.iter().enumerate() {
         let kind = match output.kind {
             // The return value above says it already.
-            sandpy::RichOutputKind::Result if output.data.len() == 1 => continue,
+            sandpy::RichOutputKind::Result if output.data.is_empty() => continue,
             sandpy::RichOutputKind::Result => "result",
             _ => "display",
         };

@@ -35,7 +35,9 @@ pub struct Bounded {
     /// The execution, its long texts cut and marked, with the same fields and types as
     /// ever, except that a return value whose JSON is too long becomes a string: that
     /// JSON, cut and marked. Output files carry no content (`content_base64` is empty): a
-    /// model is shown files apart (the MCP server sends them as their own content).
+    /// model is shown files apart (the MCP server sends them as their own content); nor do
+    /// rich outputs' images, and the final value's bundle has no `text/plain` (it is
+    /// `return_value`).
     pub execution: Execution,
     /// Every field cut, by its JSON path (`stdout`, `return_value`, `error.message`,
     /// `violations`, `files[0].content_base64`, ...), with its size before the cut: bytes
@@ -134,8 +136,12 @@ impl ModelOutput {
             }
         }
         // Rich outputs: texts cut as any text; images carry no bytes here (a model is
-        // shown them apart, as the MCP server's image content).
+        // shown them apart, as the MCP server's image content); the final value's
+        // `text/plain` is `return_value`, not repeated.
         for (i, output) in shown.outputs.iter_mut().enumerate() {
+            if output.kind == crate::RichOutputKind::Result {
+                output.data.remove("text/plain");
+            }
             for (mime, data) in output.data.iter_mut() {
                 let path = format!("outputs[{i}].data.{mime}");
                 if crate::RichOutput::is_binary(mime) {

@@ -149,10 +149,11 @@ fn mcp_shows_a_figure_as_an_image_and_a_table_as_html() {
         let shown = images(answer);
         assert_eq!(shown.len(), 1, "{answer}");
         assert_a_chart(shown[0]["data"].as_str().expect("data"));
-        let outputs = answer["structuredContent"]["outputs"]
-            .as_array()
-            .expect("outputs");
-        assert!(outputs[0]["data"]["text/plain"]
+        let structured = &answer["structuredContent"];
+        let outputs = structured["outputs"].as_array().expect("outputs");
+        // The final value's text is its return value, not sent twice.
+        assert_eq!(outputs[0], json!({"kind": "result", "data": {}}));
+        assert!(structured["return_value"]
             .as_str()
             .is_some_and(|t| t.contains(plain)));
         assert_eq!(
