@@ -309,7 +309,7 @@ const RUNS_APART: Duration = Duration::from_millis(3);
 const LATENCY_BLOCK: usize = 25;
 
 /// Fresh-instance runs per second with `2 * cores` tasks in flight.
-fn hello_throughput(
+pub(crate) fn hello_throughput(
     rt: &tokio::runtime::Runtime,
     sandbox: &sandpy::Sandbox,
     cores: usize,

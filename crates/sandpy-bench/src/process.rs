@@ -122,18 +122,103 @@ impl Bench {
         Ok(())
     }
 
-    /// Eval batch: the real `sandpy call --args-file` over 10,000 inputs.
+    /// Eval batch: the real `sandpy call --args-file` over 10,000 inputs, beside fresh
+    /// `print('hello')` runs/s of this build measured in the same run (before and after the
+    /// batches, so that drift in the machine's load shows), then where a call's time goes
+    /// beyond a fresh run.
     pub(crate) fn eval(&self) -> anyhow::Result<()> {
-        eval_batch(&self.sandpy_bin, self.cores)
+        let fresh_before =
+            crate::in_process::hello_throughput(&self.rt, &self.sandbox, self.cores, 4000);
+        let (workers, threads) = eval_batch(&self.sandpy_bin, self.cores)?;
+        let fresh_after =
+            crate::in_process::hello_throughput(&self.rt, &self.sandbox, self.cores, 4000);
+        let fresh = (fresh_before + fresh_after) / 2.0;
+        println!(
+            "  fresh print('hello') in process, {} cores busy: {fresh_before:.0} runs/s before the \
+             batches, {fresh_after:.0} after; batch / fresh: workers {:.2}x, threads {:.2}x (goal >= 0.9x)",
+            self.cores,
+            workers / fresh,
+            threads / fresh
+        );
+        self.eval_breakdown()
+    }
+
+    /// One call at a time in process, p50 of each step from a fresh `print('hello')` to
+    /// the batch's call: what each adds.
+    fn eval_breakdown(&self) -> anyhow::Result<()> {
+        let (rt, sandbox) = (&self.rt, &self.sandbox);
+        let strict = sandpy::RunOptions {
+            policy: Some(sandpy::Policy::strict()),
+            ..sandpy::RunOptions::default()
+        };
+        let plain = sandpy::RunOptions::default();
+        let arguments = serde_json::json!(["answer 17", "answer 17"]);
+        let steps: [(&str, &str, Option<&str>, &sandpy::RunOptions); 5] = [
+            ("fresh run print('hello')", "print('hello')", None, &plain),
+            (
+                "call `def f(*a): return 1`",
+                "def f(*a):\n    return 1\n",
+                Some("f"),
+                &plain,
+            ),
+            ("call the scorer", SCORER, Some("score"), &plain),
+            (
+                "the scorer under --policy strict",
+                SCORER,
+                Some("score"),
+                &strict,
+            ),
+            (
+                "run print('hello') under strict",
+                "print('hello')",
+                None,
+                &strict,
+            ),
+        ];
+        let runs = self.args.runs.max(1);
+        let mut times = steps.map(|_| Vec::with_capacity(runs));
+        // In alternating blocks, so that the machine's drift falls on every step alike
+        // while most runs follow one of their own kind (the instance made ahead after a
+        // run has that run's limits: strict's are not the default ones).
+        while times[0].len() < runs {
+            let block = BREAKDOWN_BLOCK.min(runs - times[0].len());
+            for (i, (what, code, function, options)) in steps.iter().enumerate() {
+                for _ in 0..block {
+                    let started = Instant::now();
+                    let e = match function {
+                        None => rt.block_on(sandbox.run_with(code, options)),
+                        Some(f) => rt.block_on(sandbox.call_function(code, f, &arguments, options)),
+                    };
+                    times[i].push(started.elapsed().as_secs_f64() * 1e3);
+                    if e.status != Status::Ok {
+                        bail!("{what} failed: {e:?}");
+                    }
+                }
+            }
+        }
+        println!("  one call at a time in process, p50 (n={runs}):");
+        let base = median(&mut times[0]);
+        for ((what, ..), t) in steps.iter().zip(&mut times) {
+            let t = median(t);
+            println!("    {what:<36} {t:.3} ms (+{:.3} ms)", t - base);
+        }
+        Ok(())
     }
 }
 
-/// A small scoring function over 10,000 JSON lines, one fresh sandbox per line.
-fn eval_batch(exe: &std::path::Path, cores: usize) -> anyhow::Result<()> {
+/// Runs of one step in a row in the eval part's breakdown.
+const BREAKDOWN_BLOCK: usize = 25;
+
+/// The eval batch's scoring function.
+const SCORER: &str = "import difflib\ndef score(pred, gold):\n    return round(difflib.SequenceMatcher(None, pred, gold).ratio(), 3)\n";
+
+/// A small scoring function over 10,000 JSON lines, one fresh sandbox per line: calls/s
+/// of worker processes and of threads.
+fn eval_batch(exe: &std::path::Path, cores: usize) -> anyhow::Result<(f64, f64)> {
     let dir = std::env::temp_dir().join(format!("sandpy-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let scorer = dir.join("scorer.py");
-    std::fs::write(&scorer, "import difflib\ndef score(pred, gold):\n    return round(difflib.SequenceMatcher(None, pred, gold).ratio(), 3)\n")?;
+    std::fs::write(&scorer, SCORER)?;
     let inputs = dir.join("inputs.jsonl");
     let lines: Vec<String> = (0..10_000)
         .map(|i| format!("[\"answer {i}\", \"answer {}\"]", i % 97))
@@ -180,7 +265,7 @@ fn eval_batch(exe: &std::path::Path, cores: usize) -> anyhow::Result<()> {
          worker processes {w:.0} calls/s, threads (--in-process) {t:.0} calls/s: {:.2}x",
         w / t
     );
-    Ok(())
+    Ok((w, t))
 }
 
 /// Start the warm runner for the default settings with `sandpy warmup --keep`, which
