@@ -476,6 +476,53 @@ fn call_a_batch_with_bad_lines_in_the_middle() {
     }
 }
 
+/// Each line of a batch is a fresh instance, in worker processes and on threads alike,
+/// however many lines one worker answers: a line sees no global, builtin, module
+/// attribute or scratch file that an earlier line left.
+#[test]
+fn a_batch_line_sees_nothing_an_earlier_line_left() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("leaky.py");
+    std::fs::write(
+        &file,
+        "import builtins, json, os\n\
+         COUNT = []\n\
+         def score(i):\n    \
+             seen = [len(COUNT), getattr(builtins, 'left', None), getattr(json, 'left', None), sorted(os.listdir('.'))]\n    \
+             COUNT.append(i)\n    \
+             builtins.left = json.left = i\n    \
+             open(f'left-{i}', 'w').write('x')\n    \
+             return seen\n",
+    )
+    .expect("write");
+    let inputs = dir.path().join("inputs.jsonl");
+    let lines: Vec<String> = (0..40).map(|i| format!("[{i}]")).collect();
+    std::fs::write(&inputs, lines.join("\n") + "\n").expect("write");
+    for extra in [None, Some("--in-process")] {
+        let mut args = vec![
+            "call",
+            file.to_str().expect("path"),
+            "score",
+            "--jobs",
+            "2",
+            "--args-file",
+            inputs.to_str().expect("path"),
+        ];
+        args.extend(extra);
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 0, "{extra:?}: {stderr}");
+        let results = json_lines(&stdout);
+        assert_eq!(results.len(), 40, "{stdout}");
+        for r in &results {
+            assert_eq!(
+                (&r["status"], &r["result"]),
+                (&json!("ok"), &json!([0, null, null, []])),
+                "{extra:?}: {r}"
+            );
+        }
+    }
+}
+
 #[test]
 fn files_go_in_by_flag_and_come_out_into_a_folder() {
     let dir = tempfile::tempdir().expect("tempdir");
