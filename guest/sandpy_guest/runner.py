@@ -133,18 +133,12 @@ def _hint_for(exc: BaseException) -> str | None:
     )
 
 
-def _restore_modules() -> None:
-    """The snapshot's modules back in `sys.modules` (the code may have emptied or poisoned
-    it), keeping those the code imported since: a session's later cells still use them
-    (a native extension module cannot be imported twice in one process)."""
-    for name, module in _SNAPSHOT_MODULES.items():
-        if sys.modules.get(name) is not module:
-            sys.modules[name] = module
-
-
 def _python_error(exc: BaseException, filename: str) -> PythonError:
     _collect_figures()  # before `sys.modules` is put back as it was
-    _restore_modules()
+    # The snapshot's modules back (the code may have emptied or poisoned `sys.modules`),
+    # keeping those the code imported since: a session's later cells still use them (a
+    # native extension module cannot be imported twice in one process).
+    sys.modules.update(_SNAPSHOT_MODULES)
     hint = _hint_for(exc)
     if hint is not None:
         exc.add_note(hint)
