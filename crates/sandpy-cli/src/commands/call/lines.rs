@@ -37,8 +37,26 @@ pub(super) fn parse_arguments(text: &str) -> Result<Value, String> {
     }
 }
 
-/// One line of `--args-file` as arguments; a line that is not UTF-8 is that line's error.
-pub(super) fn parse_line(bytes: &[u8]) -> Result<Value, String> {
+/// The longest `--args-file` line held in memory (one call's arguments): a longer line is
+/// that line's `invalid_input`, read past without being held, and the batch goes on.
+pub(super) const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// One line of `--args-file`, without its line ending: its bytes, or its length when it
+/// was longer than [`MAX_LINE_BYTES`].
+pub(super) struct Line(Result<Vec<u8>, u64>);
+
+/// One line of `--args-file` as arguments; a line that is too long or not UTF-8 is that
+/// line's error.
+pub(super) fn parse_line(line: &Line) -> Result<Value, String> {
+    let bytes = match &line.0 {
+        Ok(bytes) => bytes,
+        Err(length) => {
+            return Err(format!(
+                "the line is {length} bytes, over the {} MiB a line may have",
+                MAX_LINE_BYTES >> 20
+            ))
+        }
+    };
     let text = std::str::from_utf8(bytes).map_err(|e| {
         format!(
             "not UTF-8 text (invalid byte at offset {})",
@@ -48,12 +66,48 @@ pub(super) fn parse_line(bytes: &[u8]) -> Result<Value, String> {
     parse_arguments(text)
 }
 
-/// The next line of `reader` without its line ending (`None` at the end), as bytes: a
-/// line that is not UTF-8 fails alone, the batch goes on.
-pub(super) fn next_line(reader: &mut dyn BufRead) -> std::io::Result<Option<Vec<u8>>> {
+/// The next line of `reader` (`None` at the end). A line that is not UTF-8 or too long
+/// fails alone; the batch goes on.
+pub(super) fn next_line(reader: &mut dyn BufRead) -> std::io::Result<Option<Line>> {
+    next_line_within(reader, MAX_LINE_BYTES)
+}
+
+/// [`next_line`] with `max` bytes a line may have: past it, the rest of the line is read
+/// and dropped as it comes, never held.
+fn next_line_within(reader: &mut dyn BufRead, max: usize) -> std::io::Result<Option<Line>> {
     let mut line = Vec::new();
-    if reader.read_until(b'\n', &mut line)? == 0 {
+    let mut length = 0u64;
+    let mut over = false;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(available) => available,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            break;
+        }
+        let end = available.iter().position(|&b| b == b'\n');
+        let chunk = &available[..end.map_or(available.len(), |i| i + 1)];
+        length += chunk.len() as u64;
+        // The line ending does not count against the bound.
+        over = over || line.len() + chunk.len() > max + usize::from(end.is_some());
+        if over {
+            line = Vec::new();
+        } else {
+            line.extend_from_slice(chunk);
+        }
+        let consumed = chunk.len();
+        reader.consume(consumed);
+        if end.is_some() {
+            break;
+        }
+    }
+    if length == 0 {
         return Ok(None);
+    }
+    if over {
+        return Ok(Some(Line(Err(length))));
     }
     if line.last() == Some(&b'\n') {
         line.pop();
@@ -61,7 +115,7 @@ pub(super) fn next_line(reader: &mut dyn BufRead) -> std::io::Result<Option<Vec<
             line.pop();
         }
     }
-    Ok(Some(line))
+    Ok(Some(Line(Ok(line))))
 }
 
 /// Prints results in input order as they arrive; tracks whether all were `ok`.
@@ -98,5 +152,38 @@ impl InOrder {
             self.add(number, line_error(number, Status::InternalError, why))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(input: &[u8], max: usize) -> Vec<Result<Vec<u8>, u64>> {
+        let mut reader = std::io::BufReader::with_capacity(4, input);
+        std::iter::from_fn(|| next_line_within(&mut reader, max).expect("read"))
+            .map(|line| line.0)
+            .collect()
+    }
+
+    #[test]
+    fn a_line_over_the_bound_is_its_length_and_the_next_line_is_read_whole() {
+        let got = lines(b"[1]\r\n[1, 2, 3, 4]\n[2]\n12345678\n123456789", 8);
+        assert_eq!(
+            got,
+            vec![
+                Ok(b"[1]".to_vec()),
+                Err(13),
+                Ok(b"[2]".to_vec()),
+                Ok(b"12345678".to_vec()),
+                Err(9),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_long_line_is_that_lines_error() {
+        let error = parse_line(&Line(Err(70 << 20))).expect_err("refused");
+        assert!(error.contains("over the 64 MiB"), "{error}");
     }
 }
