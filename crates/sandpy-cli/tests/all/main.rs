@@ -18,10 +18,10 @@ mod native_files;
 mod native_http_libraries;
 /// The native tier's kernel interface, and each confinement layer.
 mod native_kernel;
-/// Showing results: figures, tables and `display()` as rich outputs (issue 43).
-mod native_outputs;
 /// The native tier's network boundary.
 mod native_network;
+/// Showing results: figures, tables and `display()` as rich outputs (issue 43).
+mod native_outputs;
 /// The native tier's process boundary.
 mod native_processes;
 /// What the native tier runs: packages, limits, tools, both tiers alike, warm runs.
