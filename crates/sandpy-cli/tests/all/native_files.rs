@@ -107,11 +107,12 @@ found["env"] = dict(os.environ)
         found["visible"]
     );
     // The host's environment does not reach the run: only the home sandpy gives it in its
-    // own /tmp (for packages that keep a config or a cache there, such as matplotlib).
+    // own /tmp (for packages that keep a config or a cache there, such as matplotlib), and
+    // matplotlib's backend, sandpy's own (figures become outputs, docs/guide/showing-results.md).
     assert_eq!(
         found["env"],
         json!({"HOME": "/tmp", "XDG_CONFIG_HOME": "/tmp/.config", "XDG_CACHE_HOME": "/tmp/.cache",
-               "MPLCONFIGDIR": "/tmp/.config/matplotlib"}),
+               "MPLCONFIGDIR": "/tmp/.config/matplotlib", "MPLBACKEND": "module://sandpy_guest.display"}),
         "{}",
         found["env"]
     );
