@@ -79,6 +79,15 @@ def _is_internal(filename: str) -> bool:
     return filename.startswith(_GUEST_DIR) or filename.endswith("/app.py")
 
 
+def _is_users_module(path: str) -> bool:
+    """A module the code wrote under the run's scratch folder: not the Python installation's
+    or the venv's files, which may lie under a host folder named /tmp too."""
+    libraries = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    if any(prefix and path.startswith(prefix.rstrip("/") + "/") for prefix in libraries):
+        return False
+    return path.startswith(_SCRATCH_DIR + "/")
+
+
 def _strip_internal(te: traceback.TracebackException, filename: str) -> None:
     """Drop guest frames, and the event-loop frames above the user's first frame."""
     seen: set[int] = set()
@@ -90,7 +99,7 @@ def _strip_internal(te: traceback.TracebackException, filename: str) -> None:
         seen.add(id(current))
         frames = [frame for frame in current.stack if not _is_internal(frame.filename)]
         if USER_FRAMES_ONLY:
-            frames = [f for f in frames if f.filename == filename or f.filename.startswith(_SCRATCH_DIR + "/")]
+            frames = [f for f in frames if f.filename == filename or _is_users_module(f.filename)]
         first_user = next((i for i, f in enumerate(frames) if f.filename == filename), 0)
         current.stack = traceback.StackSummary.from_list(frames[first_user:])
         for linked in (current.__cause__, current.__context__, *(current.exceptions or [])):
