@@ -81,8 +81,10 @@ def _is_internal(filename: str) -> bool:
 
 def _is_users_module(path: str) -> bool:
     """A module the code wrote under the run's scratch folder: not the Python installation's
-    or the venv's files, which may lie under a host folder named /tmp too."""
-    libraries = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    or the packages' files (on `sys.path`), which may lie under a host folder named /tmp
+    too."""
+    libraries = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sys.path}
+    libraries -= {"", ".", _SCRATCH_DIR}
     if any(prefix and path.startswith(prefix.rstrip("/") + "/") for prefix in libraries):
         return False
     return path.startswith(_SCRATCH_DIR + "/")
