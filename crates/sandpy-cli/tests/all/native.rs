@@ -23,27 +23,33 @@ const PACKAGES: [&str; 4] = [
 /// A venv with those packages, made once under `target/` by `sandpy build --native`.
 pub(super) fn native_venv() -> &'static PathBuf {
     static VENV: OnceLock<PathBuf> = OnceLock::new();
-    VENV.get_or_init(|| {
-        let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/native-test-venv");
-        let marker = venv.join(".installed");
-        let wanted = PACKAGES.join(" ");
-        if std::fs::read_to_string(&marker).ok().as_deref() != Some(wanted.as_str()) {
-            let _ = std::fs::remove_dir_all(&venv);
-            let mut build = sandpy();
-            build.args(["build", "--native", "--output"]).arg(&venv);
-            for package in PACKAGES {
-                build.args(["--with", package]);
-            }
-            let out = build.output().expect("sandpy build --native");
-            assert!(
-                out.status.success(),
-                "sandpy build --native: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::fs::write(&marker, wanted).expect("marker");
+    VENV.get_or_init(|| built_venv("native-test-venv", &PACKAGES))
+}
+
+/// The venv `target/<name>` with `packages`, made by `sandpy build --native` unless the
+/// one there was made with the same list.
+pub(super) fn built_venv(name: &str, packages: &[&str]) -> PathBuf {
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target")
+        .join(name);
+    let marker = venv.join(".installed");
+    let wanted = packages.join(" ");
+    if std::fs::read_to_string(&marker).ok().as_deref() != Some(wanted.as_str()) {
+        let _ = std::fs::remove_dir_all(&venv);
+        let mut build = sandpy();
+        build.args(["build", "--native", "--output"]).arg(&venv);
+        for package in packages {
+            build.args(["--with", package]);
         }
-        venv
-    })
+        let out = build.output().expect("sandpy build --native");
+        assert!(
+            out.status.success(),
+            "sandpy build --native: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::write(&marker, wanted).expect("marker");
+    }
+    venv
 }
 
 /// A config file in `dir` for the native tier with the test venv and `extra` keys of

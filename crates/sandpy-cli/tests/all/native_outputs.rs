@@ -15,28 +15,7 @@ const PACKAGES: [&str; 3] = ["numpy==2.4.6", "pandas==3.1.1", "matplotlib==3.11.
 /// native tests' own venv, which other tests use as it is).
 fn figures_venv() -> &'static PathBuf {
     static VENV: OnceLock<PathBuf> = OnceLock::new();
-    VENV.get_or_init(|| {
-        let venv =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/native-figures-venv");
-        let marker = venv.join(".installed");
-        let wanted = PACKAGES.join(" ");
-        if std::fs::read_to_string(&marker).ok().as_deref() != Some(wanted.as_str()) {
-            let _ = std::fs::remove_dir_all(&venv);
-            let mut build = sandpy();
-            build.args(["build", "--native", "--output"]).arg(&venv);
-            for package in PACKAGES {
-                build.args(["--with", package]);
-            }
-            let out = build.output().expect("sandpy build --native");
-            assert!(
-                out.status.success(),
-                "sandpy build --native: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::fs::write(&marker, wanted).expect("marker");
-        }
-        venv
-    })
+    VENV.get_or_init(|| super::native::built_venv("native-figures-venv", &PACKAGES))
 }
 
 fn config(dir: &Path) -> String {
