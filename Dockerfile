@@ -19,10 +19,10 @@ ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
 
 FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS builder
-# crates/sandpy/build.rs makes the guest component: it builds the vendored componentize-py
-# (vendor/componentize-py, a cargo build of its own into target/: ~12 minutes the first
-# time), creates a venv under target/, `pip install`s the curated pure-Python packages from
-# PyPI (network access needed while building), and runs componentize-py. No Node.js: that
+# crates/sandpy/build.rs makes the guest component: it creates a venv under target/,
+# `pip install`s the curated pure-Python packages from PyPI (network access needed while
+# building), and runs the vendored componentize-py (vendor/componentize-py, a
+# build-dependency) in process. No Node.js: that
 # is only for the tests' reference MCP servers.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \

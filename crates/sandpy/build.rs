@@ -1,14 +1,13 @@
 //! Builds the guest component from `guest/` with the vendored componentize-py.
 //!
-//! componentize-py (`vendor/componentize-py`: 0.25.1 with a C-stack option, see
-//! `vendor/README.md`) is built once into `target/componentize-py` by a cargo of its own;
-//! it pre-initialises CPython 3.14 with `guest/app.py` and the curated packages (from
+//! componentize-py (`vendor/componentize-py`: 0.25.1 with a C-stack option and a
+//! deterministic pre-initialisation, see `vendor/README.md`) is a build-dependency, run in
+//! this process: it shares the workspace's wasmtime and Cranelift, built once for both.
+//! It pre-initialises CPython 3.14 with `guest/app.py` and the curated packages (from
 //! PyPI, through a venv under `OUT_DIR`) and writes the component, which the library
 //! embeds. Set `SANDPY_COMPONENT` to a prebuilt `.wasm` to skip the Python build,
-//! `SANDPY_PYTHON` to choose the interpreter for the venv, `SANDPY_C_STACK_KIB` to size
-//! the guest's C stack (default 4096), and `SANDPY_COMPONENTIZE_PY` to use a binary built
-//! from the same `vendor/componentize-py` already (scripts/bench-compare does, for the
-//! baseline's build).
+//! `SANDPY_PYTHON` to choose the interpreter for the venv, and `SANDPY_C_STACK_KIB` to size
+//! the guest's C stack (default 4096).
 
 use sha2::{Digest, Sha256};
 use std::env;
@@ -23,6 +22,7 @@ use std::process::Command;
 const DEFAULT_C_STACK_KIB: u32 = 4096;
 
 include!("curated.rs");
+include!("componentize.rs");
 
 fn main() {
     if let Err(message) = run() {
@@ -47,8 +47,8 @@ fn run() -> Result<(), String> {
     println!("cargo:rerun-if-env-changed=SANDPY_COMPONENT");
     println!("cargo:rerun-if-env-changed=SANDPY_PYTHON");
     println!("cargo:rerun-if-env-changed=SANDPY_C_STACK_KIB");
-    println!("cargo:rerun-if-env-changed=SANDPY_COMPONENTIZE_PY");
     println!("cargo:rerun-if-changed=curated.rs");
+    println!("cargo:rerun-if-changed=componentize.rs");
 
     // With SANDPY_COMPONENT, the C stack that component was built with.
     let c_stack_kib = match env::var("SANDPY_C_STACK_KIB") {
@@ -72,16 +72,14 @@ fn run() -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     let component = out.join("sandpy.wasm");
-    let tool = match env::var_os("SANDPY_COMPONENT") {
+    match env::var_os("SANDPY_COMPONENT") {
         Some(prebuilt) => {
             fs::copy(&prebuilt, &component)
                 .map_err(|e| format!("SANDPY_COMPONENT={}: {e}", Path::new(&prebuilt).display()))?;
-            PathBuf::new()
         }
         None => componentize(&guest, &out, &component, c_stack_kib)?,
-    };
-    // For `sandpy build` (src/packages.rs), as long as it is there.
-    println!("cargo:rustc-env=SANDPY_COMPONENTIZE_PY={}", tool.display());
+    }
+    println!("cargo:rustc-env=SANDPY_COMPONENTIZE_PY=");
     let bytes = fs::read(&component).map_err(|e| format!("{}: {e}", component.display()))?;
     let hash = Sha256::digest(&bytes);
     let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
@@ -124,8 +122,7 @@ fn componentize(
     out: &Path,
     component: &Path,
     c_stack_kib: u32,
-) -> Result<PathBuf, String> {
-    let tool = componentize_py(out)?;
+) -> Result<(), String> {
     let venv = out.join("venv");
     if !venv.join("bin/pip").exists() {
         let python = env::var("SANDPY_PYTHON").unwrap_or_else(|_| "python3".into());
@@ -137,69 +134,8 @@ fn componentize(
         )?;
     }
     let site = curated_site(&venv.join("bin"), out)?;
-    run_step(
-        Command::new(&tool)
-            .current_dir(guest)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .args(["-d", "wit", "-w", "sandbox", "componentize", "--stack-size"])
-            .arg((c_stack_kib * 1024).to_string())
-            .args(["-p", ".", "-p"])
-            .arg(&site)
-            .args(["app", "-o"])
-            .arg(component),
-        "`componentize-py componentize` of guest/app.py",
-    )?;
-    Ok(tool)
-}
-
-/// Build the vendored componentize-py (once: later builds find it up to date) into
-/// `componentize-py/` beside the profile folders of this build's target directory.
-fn componentize_py(out: &Path) -> Result<PathBuf, String> {
-    if let Some(built) = env::var_os("SANDPY_COMPONENTIZE_PY") {
-        let built = PathBuf::from(built);
-        return match built.is_file() {
-            true => Ok(built),
-            false => Err(format!(
-                "SANDPY_COMPONENTIZE_PY={}: no such file",
-                built.display()
-            )),
-        };
-    }
-    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
-    let vendored = manifest
-        .join("../../vendor/componentize-py")
-        .canonicalize()
-        .map_err(|e| format!("vendor/componentize-py not found: {e}"))?;
-    println!("cargo:rerun-if-changed={}", vendored.display());
-    // OUT_DIR is <target>/<profile>/build/<package>-<hash>/out.
-    let target = out
-        .ancestors()
-        .nth(4)
-        .map(|t| t.join("componentize-py"))
-        .unwrap_or_else(|| out.join("componentize-py"));
-    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run_step(
-        Command::new(cargo)
-            .args([
-                "build",
-                "--release",
-                "--locked",
-                "--quiet",
-                "--manifest-path",
-            ])
-            .arg(vendored.join("Cargo.toml"))
-            .arg("--target-dir")
-            .arg(&target)
-            // This build's own flags and wrappers (clippy's, a cross target's) are not
-            // the tool's: it is built for and run on this machine.
-            .env_remove("CARGO_ENCODED_RUSTFLAGS")
-            .env_remove("RUSTC_WORKSPACE_WRAPPER")
-            .env_remove("CLIPPY_ARGS")
-            .env_remove("CARGO_BUILD_TARGET")
-            .env_remove("CARGO_TARGET_DIR"),
-        "`cargo build` of vendor/componentize-py",
-    )?;
-    Ok(target.join("release/componentize-py"))
+    componentize_guest(guest, &site, component, c_stack_kib * 1024)
+        .map_err(|e| format!("componentize-py of guest/app.py: {e}"))
 }
 
 /// The curated packages for the guest's Python 3.14, without their optional compiled

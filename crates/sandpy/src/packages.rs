@@ -62,19 +62,11 @@ fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-/// componentize-py from PyPI: pip for the guest's wheels, and the runtime builder when the
-/// vendored one ([`VENDORED_COMPONENTIZE_PY`]) is not on this machine.
-const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
-
-/// The vendored componentize-py this library's build made and built the built-in runtime
-/// with (empty when it was given a prebuilt one): it gives a runtime the same C stack.
-/// Installed binaries may outlive it; [`COMPONENTIZE_PY`] then builds with a 1 MiB stack.
-const VENDORED_COMPONENTIZE_PY: &str = env!("SANDPY_COMPONENTIZE_PY");
-
 /// The guest's Python version: wheels are chosen for it, not for the build machine.
 const GUEST_PYTHON: &str = "3.14";
 
 include!("../curated.rs");
+include!("../componentize.rs");
 
 /// Distributions whose compiled extensions are optional speedups with a pure-Python
 /// fallback: the extensions are removed instead of refusing the package.
@@ -154,55 +146,28 @@ pub fn build_runtime(
     config.report_progress(
         "sandpy: building the runtime (pre-initialising CPython with the packages, ~1 minute)...",
     );
-    let vendored = Path::new(VENDORED_COMPONENTIZE_PY);
-    let (program, stack_size) = if vendored.is_file() {
-        (vendored.to_path_buf(), Some(crate::bindings::C_STACK_BYTES))
-    } else {
-        config.report_progress(&format!(
-            "sandpy: the componentize-py this sandpy was built with is gone; using {COMPONENTIZE_PY}, whose C stack is 1 MiB where the built-in runtime's is {} KiB: recursion through C functions ends that much sooner",
-            crate::bindings::C_STACK_BYTES >> 10,
-        ));
-        (toolchain(config)?.join("bin/componentize-py"), None)
-    };
-    let mut componentize = Command::new(program);
-    componentize.args(["-d", "wit", "-w", "sandbox", "componentize"]);
-    if let Some(bytes) = stack_size {
-        componentize.arg("--stack-size").arg(bytes.to_string());
-    }
-    let built = componentize
-        .current_dir(&guest)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .args(["-p", "."])
-        .arg("-p")
-        .arg(&site)
-        .args(["app", "-o"])
-        .arg(&output)
-        .output()
-        .map_err(|source| PackageError::Start {
-            tool: "componentize-py".into(),
-            source,
-        })?;
-    if !built.status.success() {
-        return Err(PackageError::Failed {
+    let stack_bytes = u32::try_from(crate::bindings::C_STACK_BYTES).unwrap_or(u32::MAX);
+    componentize_guest(&guest, &site, &output, stack_bytes).map_err(|output| {
+        PackageError::Failed {
             tool: "componentize-py (a package may fail to import at build time)".into(),
-            output: format!(
-                "{}{}",
-                String::from_utf8_lossy(&built.stdout),
-                String::from_utf8_lossy(&built.stderr)
-            ),
+            output,
         }
-        .into());
-    }
+    })?;
     Ok(set)
 }
 
-/// The venv with pip and componentize-py, made once in the cache folder. Processes that
-/// need it at once take turns (a file lock): one makes it, the others then find it made.
+/// What the toolchain venv's marker file holds once the venv is made (an older sandpy's
+/// venv, with componentize-py from PyPI in it, holds something else and is made again).
+const TOOLCHAIN: &str = "pip";
+
+/// The venv with pip (for the guest's wheels), made once in the cache folder. Processes
+/// that need it at once take turns (a file lock): one makes it, the others then find it
+/// made.
 fn toolchain(config: &Config) -> Result<PathBuf, Error> {
     let cache = config.resolved_cache_dir();
     let venv = cache.join("toolchain");
-    let marker = venv.join(".sandpy-componentize-py");
-    let ready = || std::fs::read_to_string(&marker).ok().as_deref() == Some(COMPONENTIZE_PY);
+    let marker = venv.join(".sandpy-toolchain");
+    let ready = || std::fs::read_to_string(&marker).ok().as_deref() == Some(TOOLCHAIN);
     if ready() {
         return Ok(venv);
     }
@@ -214,7 +179,7 @@ fn toolchain(config: &Config) -> Result<PathBuf, Error> {
         return Ok(venv);
     }
     config.report_progress(&format!(
-        "sandpy: setting up {COMPONENTIZE_PY} in {} (once)...",
+        "sandpy: setting up pip in {} (once)...",
         venv.display()
     ));
     let python = std::env::var("SANDPY_PYTHON").unwrap_or_else(|_| "python3".into());
@@ -236,16 +201,7 @@ fn toolchain(config: &Config) -> Result<PathBuf, Error> {
         Command::new(&python).args(["-m", "venv"]).arg(&venv),
         &format!("`{python} -m venv` (needs Python 3 with venv; or set SANDPY_PYTHON)"),
     )?;
-    step(
-        Command::new(venv.join("bin/pip")).args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            COMPONENTIZE_PY,
-        ]),
-        &format!("`pip install {COMPONENTIZE_PY}` (needs PyPI)"),
-    )?;
-    std::fs::write(&marker, COMPONENTIZE_PY).map_err(file_error(&marker))?;
+    std::fs::write(&marker, TOOLCHAIN).map_err(file_error(&marker))?;
     Ok(venv)
 }
 

@@ -26,7 +26,7 @@ use {
         component::{Component, Instance, Linker, ResourceTable, ResourceType},
     },
     wasmtime_wasi::{
-        Deterministic, DirPerms, FilePerms, HostMonotonicClock, HostWallClock, WasiCtx,
+        Deterministic, FsPerms, HostMonotonicClock, HostWallClock, WasiCtx,
         WasiCtxBuilder, WasiCtxView, WasiView,
         p2::pipe::{MemoryInputPipe, MemoryOutputPipe},
     },
@@ -53,8 +53,11 @@ const DEBUG_PYTHON_BINDINGS: bool = false;
 /// using the `--world-module` option.
 static DEFAULT_WORLD_MODULE: &str = "wit_world";
 
+// sandpy: the init world without its WASI import (added by `add_to_linker_async`), so
+// that the bindings need none of `wit/deps`, whose WASI 0.3 types need
+// `component-model-async`.
 wasmtime::component::bindgen!({
-    path: "wit",
+    path: "wit-host",
     world: "init",
     exports: { default: async },
 });
@@ -694,19 +697,17 @@ impl ComponentGenerator<'_> {
             .preopened_dir(
                 embedded_python_standard_lib.path(),
                 "python",
-                DirPerms::all(),
-                FilePerms::all(),
+                FsPerms::ReadWrite,
             )?
             .preopened_dir(
                 embedded_helper_utils.path(),
                 "bundled",
-                DirPerms::all(),
-                FilePerms::all(),
+                FsPerms::ReadWrite,
             )?;
 
         // Generate guest mounts for each host directory in `python_path`.
         for (index, path) in python_path.iter().enumerate() {
-            wasi.preopened_dir(path, index.to_string(), DirPerms::all(), FilePerms::all())?;
+            wasi.preopened_dir(path, index.to_string(), FsPerms::ReadWrite)?;
         }
 
         // For each Python module with a `componentize-py.toml` file that
@@ -799,7 +800,7 @@ impl ComponentGenerator<'_> {
                         world_dir.path().display()
                     );
                 }
-                wasi.preopened_dir(world_dir.path(), mount, DirPerms::all(), FilePerms::all())?;
+                wasi.preopened_dir(world_dir.path(), mount, FsPerms::ReadWrite)?;
             }
         }
 
@@ -831,7 +832,6 @@ impl ComponentGenerator<'_> {
 
         let mut config = Config::new();
         config.wasm_component_model(true);
-        config.wasm_component_model_async(true);
 
         let engine = Engine::new(&config)?;
 
@@ -1122,18 +1122,11 @@ fn add_wasi_and_stubs(
                     match stub {
                         Stub::Function(name, kind) => {
                             if kind.is_async() {
-                                instance.func_new_concurrent(name, {
-                                    let name = name.clone();
-                                    move |_, _, _, _| {
-                                        let interface_name = interface_name.clone();
-                                        let name = name.clone();
-                                        Box::pin(async move {
-                                            Err(wasmtime::format_err!(
-                                                "called trapping stub: {interface_name}#{name}"
-                                            ))
-                                        })
-                                    }
-                                })
+                                // sandpy: wasmtime is built without
+                                // `component-model-async`.
+                                Err(wasmtime::format_err!(
+                                    "async import {interface_name}#{name} is not supported"
+                                ))
                             } else {
                                 instance.func_new(name, {
                                     let name = name.clone();
@@ -1164,15 +1157,10 @@ fn add_wasi_and_stubs(
                 match stub {
                     Stub::Function(name, kind) => {
                         if kind.is_async() {
-                            instance.func_new_concurrent(name, {
-                                let name = name.clone();
-                                move |_, _, _, _| {
-                                    let name = name.clone();
-                                    Box::pin(async move {
-                                        Err(wasmtime::format_err!("called trapping stub: {name}"))
-                                    })
-                                }
-                            })
+                            // sandpy: wasmtime is built without `component-model-async`.
+                            Err(wasmtime::format_err!(
+                                "async import {name} is not supported"
+                            ))
                         } else {
                             instance.func_new(name, {
                                 let name = name.clone();
