@@ -2,13 +2,15 @@
 
 asyncio's default loop needs a socketpair, which WASI does not have. This loop has no
 I/O at all: when no callback is ready it first sends every pending tool call to the host
-in one batch (the host runs the batch concurrently), and otherwise sleeps until the next
-timer. `asyncio.run`, top-level `await` and `asyncio.gather` all run on it.
+in one batch, then every pending HTTP request (`network.fetch_soon`) in another (the host
+runs each batch concurrently), and otherwise sleeps until the next timer. `asyncio.run`,
+top-level `await` and `asyncio.gather` all run on it.
 """
 
 import asyncio
 import asyncio.base_events
 import asyncio.events
+import sys
 import time
 from typing import Any, Callable
 
@@ -16,17 +18,20 @@ from . import tools
 
 
 class _NoIOSelector:
-    """Stands in for a selector: the only "events" are tool-call batches and timers."""
+    """Stands in for a selector: the only "events" are batches of tool calls and HTTP
+    requests, and timers."""
 
     def select(self, timeout: float | None) -> list[Any]:
         if timeout == 0:
-            return []  # callbacks are ready: let them queue more tool calls first
-        if tools.flush_pending():
+            return []  # callbacks are ready: let them queue more calls and requests first
+        sent_calls = tools.flush_pending()
+        network = sys.modules.get("sandpy_guest.network")  # only when code may fetch
+        if (network is not None and network.flush_pending()) or sent_calls:
             return []
         if timeout is None:
             raise RuntimeError(
                 "the event loop has nothing left to run: an awaited future can never "
-                "complete (no pending tool calls, timers or tasks)"
+                "complete (no pending tool calls, requests, timers or tasks)"
             )
         time.sleep(timeout)
         return []
@@ -36,7 +41,7 @@ class _NoIOSelector:
 
 
 class SandboxEventLoop(asyncio.base_events.BaseEventLoop):
-    """A socket-free event loop that batches tool calls."""
+    """A socket-free event loop that batches tool calls and HTTP requests."""
 
     def __init__(self) -> None:
         super().__init__()

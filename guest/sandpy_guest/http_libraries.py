@@ -18,8 +18,10 @@ What differs from the libraries over their own sockets:
   `request_timeout_ms`.
 - TLS is the host's, with the operator's trust: `verify`, `cert` and ssl contexts are not
   used. Proxies are refused: the host makes the request.
-- An `httpx.AsyncClient` request runs on the event loop's thread: requests gathered with
-  `asyncio.gather` all complete, one after another.
+- An `httpx.AsyncClient` request is awaited on the event loop: requests gathered with
+  `asyncio.gather` (or tasks) go to the host as one batch when the loop is idle, and the
+  host makes them at once (`network.fetch_soon`); the batch's answers all come when its
+  slowest has. On a loop other than sandpy's the request is made at once, blocking.
 
 Errors are the library's own types carrying the host's message, and also the built-in
 error `urllib.request` raises for the same refusal: a refusal by the operator's rules is a
@@ -32,6 +34,7 @@ The libraries are changed as they are imported (a finder on `sys.meta_path`), or
 once when they were imported before (the native tier's `preimport`); never imported here.
 """
 
+import asyncio
 import http.client
 import importlib.abc
 import importlib.machinery
@@ -43,7 +46,7 @@ from typing import Any, Callable
 from componentize_py_types import Err
 from wit_world.imports import network as host
 
-from . import network
+from . import event_loop, network
 
 NO_PROXIES = "sandpy network: proxies are not supported; the host makes the request"
 
@@ -51,6 +54,18 @@ NO_PROXIES = "sandpy network: proxies are not supported; the host makes the requ
 def _fetch(method: str, url: str, headers: list[tuple[str, str]], body: bytes, timeout: float | None, errors: dict[type, Callable[[str], BaseException]]) -> "host.Response":
     try:
         return network.fetch(method, url, headers, body, timeout)
+    except Err as failed:
+        error = failed.value
+        raise errors[type(error)](f"sandpy network: {error.value}") from None
+
+
+async def _fetch_async(method: str, url: str, headers: list[tuple[str, str]], body: bytes, timeout: float | None, errors: dict[type, Callable[[str], BaseException]]) -> "host.Response":
+    """`_fetch` for a coroutine: on sandpy's event loop, batched with the other requests
+    awaited at the same time."""
+    if not isinstance(asyncio.get_running_loop(), event_loop.SandboxEventLoop):
+        return _fetch(method, url, headers, body, timeout, errors)
+    try:
+        return await network.fetch_soon(method, url, headers, body, timeout)
     except Err as failed:
         error = failed.value
         raise errors[type(error)](f"sandpy network: {error.value}") from None
@@ -170,7 +185,8 @@ def _patch_httpx(default: ModuleType) -> None:
 
     Refused, TimedOut, Failed = _errors(_exceptions, _exceptions.ConnectError, _exceptions.ReadTimeout)
 
-    def respond(request: Any, body: bytes) -> Any:
+    def outgoing(request: Any) -> tuple[list[tuple[str, str]], float | None, dict[type, Callable[[str], BaseException]]]:
+        """The request's headers, timeout and errors for the host's answers."""
         if request.url.scheme not in ("http", "https"):
             raise _exceptions.UnsupportedProtocol(f"sandpy network: {request.url.scheme!r} is not http or https", request=request)
         timeout = request.extensions.get("timeout", {})
@@ -186,7 +202,9 @@ def _patch_httpx(default: ModuleType) -> None:
         }
         # As the code wrote them (`multi_items` would give the names in lowercase).
         headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw]
-        answer = _fetch(request.method, str(request.url), headers, body, seconds, errors)
+        return headers, seconds, errors
+
+    def response(answer: "host.Response") -> Any:
         return _models.Response(
             answer.status,
             headers=answer.headers,
@@ -201,10 +219,13 @@ def _patch_httpx(default: ModuleType) -> None:
             raise ValueError(NO_PROXIES)
 
     def handle_request(self: Any, request: Any) -> Any:
-        return respond(request, request.read())
+        headers, seconds, errors = outgoing(request)
+        return response(_fetch(request.method, str(request.url), headers, request.read(), seconds, errors))
 
     async def handle_async_request(self: Any, request: Any) -> Any:
-        return respond(request, await request.aread())
+        headers, seconds, errors = outgoing(request)
+        body = await request.aread()
+        return response(await _fetch_async(request.method, str(request.url), headers, body, seconds, errors))
 
     def close(self: Any) -> None:
         pass

@@ -11,7 +11,9 @@ host's.
 Redirects are the library's to follow (`urllib.request` does): each hop is a new request
 that the host checks like the first. `requests` and `httpx` go the same way, through
 `fetch` (`http_libraries.py`). A request's own timeout (the connection's, the library's)
-goes with it: the host stops waiting at the shorter of it and its own limit.
+goes with it: the host stops waiting at the shorter of it and its own limit. Requests
+awaited on the event loop (`httpx.AsyncClient`) go as one batch when the loop is idle
+(`fetch_soon`), which the host makes at once.
 
 A refusal by the operator's rules (the allowlist, a policy, a limit) is a
 `PermissionError`, never a `ConnectionError` that retry loops would take for a passing
@@ -19,6 +21,7 @@ failure. The `socket` module's own ways out (making a socket, resolving a name) 
 they always did, but say why and where HTTP goes instead.
 """
 
+import asyncio
 import errno
 import http.client
 import io
@@ -90,13 +93,51 @@ class _HostSocket:
         self._sent = bytearray()
 
 
-def fetch(method: str, url: str, headers: list[tuple[str, str]], body: bytes, timeout: float | None) -> "host.Response":
-    """One request by the host, which waits for the whole answer at most `timeout` seconds
-    (or its own limit, when shorter); raises `Err` with the host's `FetchError`."""
+def _request(method: str, url: str, headers: list[tuple[str, str]], body: bytes, timeout: float | None) -> "host.Request":
     timeout_ms = None
     if isinstance(timeout, (int, float)) and timeout >= 0:
         timeout_ms = min(max(math.ceil(timeout * 1000), 1), 2**32 - 1)
-    return host.fetch(host.Request(method=method, url=url, headers=headers, body=body, timeout_ms=timeout_ms))
+    return host.Request(method=method, url=url, headers=headers, body=body, timeout_ms=timeout_ms)
+
+
+def fetch(method: str, url: str, headers: list[tuple[str, str]], body: bytes, timeout: float | None) -> "host.Response":
+    """One request by the host, which waits for the whole answer at most `timeout` seconds
+    (or its own limit, when shorter); raises `Err` with the host's `FetchError`."""
+    return host.fetch(_request(method, url, headers, body, timeout))
+
+
+# Requests awaited on the event loop, not yet sent: each with the future of its answer.
+_pending: list[tuple["host.Request", "asyncio.Future[host.Response]"]] = []
+
+
+def fetch_soon(method: str, url: str, headers: list[tuple[str, str]], body: bytes, timeout: float | None) -> "asyncio.Future[host.Response]":
+    """`fetch` for a coroutine on the sandbox's event loop: the future of the answer (or
+    of `Err` with the host's `FetchError`). The request waits until no callback is ready,
+    then goes to the host with every other one waiting (`flush_pending`), so requests
+    gathered with `asyncio.gather` are made at once."""
+    future: asyncio.Future[host.Response] = asyncio.get_running_loop().create_future()
+    _pending.append((_request(method, url, headers, body, timeout), future))
+    return future
+
+
+def flush_pending() -> bool:
+    """Send the waiting requests to the host as one batch (made at once there) and settle
+    their futures; whether there were any. The event loop calls it when idle."""
+    if not _pending:
+        return False
+    batch = [(request, future) for request, future in _pending if not future.cancelled()]
+    _pending.clear()
+    if not batch:
+        return True
+    results = host.fetch_many([request for request, _ in batch])
+    for (_, future), result in zip(batch, results):
+        if future.cancelled():
+            continue
+        if isinstance(result, Err):
+            future.set_exception(result)
+        else:
+            future.set_result(result.value)
+    return True
 
 
 def _bracketed(hostname: str) -> str:

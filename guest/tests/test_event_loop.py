@@ -64,3 +64,35 @@ async def test_tasks_and_queues() -> None:
 
     _, got = await asyncio.gather(producer(), consumer())
     assert got == [0, 1, 2, 3, 4]
+
+
+def test_requests_awaited_together_go_to_the_host_as_one_batch() -> None:
+    from sandpy_guest import network
+
+    batches: list[list[str]] = []
+    real = network.host.fetch_many
+
+    def recording(requests: list) -> list:
+        batches.append([r.url for r in requests])
+        return real(requests)
+
+    async def main() -> list[str]:
+        async def one(url: str) -> str:
+            try:
+                await network.fetch_soon("GET", url, [], b"", None)
+                return "answered"
+            except Exception as error:  # componentize-py's `Err`, with the host's refusal
+                return type(error.value).__name__  # type: ignore[attr-defined]
+
+        first = await asyncio.gather(one("http://a.example/"), one("http://b.example/"))
+        second = await one("http://c.example/")
+        return [*first, second]
+
+    network.host.fetch_many = recording  # type: ignore[attr-defined]
+    try:
+        got = asyncio.run(main())
+    finally:
+        network.host.fetch_many = real  # type: ignore[attr-defined]
+    # No network in this run: each is refused, by the host, in the batch it went in.
+    assert got == ["FetchError_Refused"] * 3, got
+    assert batches == [["http://a.example/", "http://b.example/"], ["http://c.example/"]], batches

@@ -260,3 +260,98 @@ fn network_boundary_native_requests_and_httpx_meet_the_allowlist_and_secrets() {
     let refused = records.iter().filter(|r| r["status"].is_null()).count();
     assert_eq!(refused, 3 * 7, "{execution}");
 }
+
+/// `http_gathered.py`'s `part` in the native tier against `base` with `network`: its JSON.
+fn gathered(dir: &Path, part: &str, base: &str, network: Value) -> Value {
+    let config = native_config(dir, &[], json!({ "network": network }));
+    let code = format!("PART = {part:?}\nBASE = {base:?}\n")
+        + &std::fs::read_to_string(fixtures().join("http_gathered.py")).expect("the fixture");
+    let (exit, execution) = native_run(&config, &code, &[], "");
+    assert_eq!(exit, 0, "{execution}");
+    let stdout = execution["stdout"].as_str().unwrap_or_default();
+    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("{e}: {execution}"))
+}
+
+/// As in the WebAssembly tier: four gathered requests that each wait 300 ms take well
+/// under four times one (a behaviour with a wide margin, not a speed figure).
+#[test]
+fn native_httpx_async_requests_gathered_on_the_event_loop_overlap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path(), None);
+    let network = json!({"allow": [format!("127.0.0.1:{}", server.port)]});
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let got = gathered(dir.path(), "overlap", &base, network);
+    let (one, four) = (got["one"].as_f64().unwrap(), got["four"].as_f64().unwrap());
+    assert!(one >= 0.3, "{got}");
+    assert!(
+        four < 2.5 * one,
+        "four gathered took {four} s, one {one} s: {got}"
+    );
+    let paths: Vec<String> = (0..4).map(|i| format!("/delay?ms=300&i={i}")).collect();
+    assert_eq!(got["paths"], json!(paths));
+}
+
+/// As in the WebAssembly tier: gathered requests are read 8 at a time at most, and their
+/// answers together never pass the run's bytes in.
+#[test]
+fn network_boundary_native_gathered_requests_stay_within_the_concurrency_cap_and_bytes_in() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path(), None);
+    let network = json!({
+        "allow": [format!("127.0.0.1:{}", server.port)],
+        "limits": {"max_bytes_in": 1_048_576},
+    });
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let got = gathered(dir.path(), "bounded", &base, network);
+    let in_flight = got["in_flight"].as_u64().unwrap();
+    assert!((2..=8).contains(&in_flight), "{got}");
+    assert_eq!(
+        got["big"],
+        json!([
+            "200 400000",
+            "200 400000",
+            "SandpyRefused: sandpy network: the response (N bytes or more) would pass the \
+             run's 1048576 bytes in (sandpy.network.limits.max_bytes_in)"
+        ]),
+        "{got}"
+    );
+}
+
+/// A server whose certificate the operator's trust does not cover: each library fails
+/// with its connection error (a failure that may pass, not a refusal) saying why.
+#[test]
+fn native_https_to_a_server_the_operator_does_not_trust_fails_in_each_library() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_ca, cert, key) = certificates(dir.path());
+    let server = Server::start(dir.path(), Some((&cert, &key)));
+    // No `ca_file`: the test's CA is not the host's.
+    let network = json!({"allow": [format!("127.0.0.1:{}", server.port)]});
+    let config = native_config(dir.path(), &[], json!({ "network": network }));
+    let url = format!("https://127.0.0.1:{}/echo", server.port);
+    let code = format!(
+        r#"
+import asyncio, httpx, requests
+async def get_async():
+    async with httpx.AsyncClient() as client:
+        return await client.get({url:?})
+for get in (lambda: requests.get({url:?}), lambda: httpx.get({url:?}), lambda: asyncio.run(get_async())):
+    try:
+        get()
+        print("reached")
+    except Exception as e:
+        print(type(e).__name__, isinstance(e, (requests.ConnectionError, httpx.ConnectError)),
+              isinstance(e, ConnectionError), isinstance(e, PermissionError), "unknown issuer" in str(e))
+"#
+    );
+    let (exit, execution) = native_run(&config, &code, &[], "");
+    assert_eq!(exit, 0, "{execution}");
+    assert_eq!(
+        execution["stdout"],
+        "SandpyFailed True True False True\n".repeat(3),
+        "{execution}"
+    );
+    assert!(
+        server.received().is_empty(),
+        "no request passed the handshake"
+    );
+}

@@ -183,6 +183,8 @@ pub(crate) enum GuestMessage {
     ToolSchema(String),
     SearchTools { query: String, limit: u32 },
     Fetch(crate::network::Request),
+    /// A batch of requests made at once (`fetch-many`).
+    FetchMany(Vec<crate::network::Request>),
     Outcome(GuestOutcome),
 }
 

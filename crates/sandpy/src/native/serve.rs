@@ -532,6 +532,15 @@ impl<'a> Run<'a> {
                 Some(network) => network.fetch(request).await,
                 None => Err(FetchError::Refused(crate::network::NO_NETWORK.into())),
             }),
+            GuestMessage::FetchMany(requests) => {
+                serde_json::to_value(match &mut self.access.network {
+                    Some(network) => network.fetch_many(requests).await,
+                    None => requests
+                        .iter()
+                        .map(|_| Err(FetchError::Refused(crate::network::NO_NETWORK.into())))
+                        .collect(),
+                })
+            }
         };
         let mut bytes = answer
             .map_err(|e| NativeEnd::Internal(e.to_string()))?

@@ -155,8 +155,9 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// Caps of one run's requests. Requests are made one at a time (the code waits for each),
-/// so a run holds at most one connection.
+/// Caps of one run's requests. Requests are made one at a time, or a batch at once when
+/// the code gathers them on its event loop (`httpx.AsyncClient`), 8 at most: a run holds
+/// at most 8 connections, and the answers read at once share its bytes in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NetworkLimits {
     /// Requests one run may make (default 100).

@@ -93,29 +93,45 @@ impl NetworkHost for HostState {
         &mut self,
         request: GuestRequest,
     ) -> wasmtime::Result<Result<GuestResponse, GuestFetchError>> {
+        let mut answers = self.fetch_many(vec![request]).await?;
+        Ok(answers
+            .pop()
+            .unwrap_or_else(|| Err(GuestFetchError::Failed("no answer".into()))))
+    }
+
+    async fn fetch_many(
+        &mut self,
+        requests: Vec<GuestRequest>,
+    ) -> wasmtime::Result<Vec<Result<GuestResponse, GuestFetchError>>> {
         let Some(network) = &mut self.access.network else {
-            return Ok(Err(GuestFetchError::Refused(
-                crate::network::NO_NETWORK.into(),
-            )));
+            let refused = || Err(GuestFetchError::Refused(crate::network::NO_NETWORK.into()));
+            return Ok(requests.iter().map(|_| refused()).collect());
         };
-        let request = Request {
-            method: request.method,
-            url: request.url,
-            headers: request.headers,
-            body: request.body,
-            timeout_ms: request.timeout_ms,
-        };
-        Ok(match network.fetch(request).await {
-            Ok(response) => Ok(GuestResponse {
-                status: response.status,
-                reason: response.reason,
-                headers: response.headers,
-                body: response.body,
-            }),
-            Err(FetchError::Refused(why)) => Err(GuestFetchError::Refused(why)),
-            Err(FetchError::Timeout(why)) => Err(GuestFetchError::Timeout(why)),
-            Err(FetchError::Failed(why)) => Err(GuestFetchError::Failed(why)),
-        })
+        let requests = requests
+            .into_iter()
+            .map(|request| Request {
+                method: request.method,
+                url: request.url,
+                headers: request.headers,
+                body: request.body,
+                timeout_ms: request.timeout_ms,
+            })
+            .collect();
+        let answers = network.fetch_many(requests).await;
+        Ok(answers
+            .into_iter()
+            .map(|answer| match answer {
+                Ok(response) => Ok(GuestResponse {
+                    status: response.status,
+                    reason: response.reason,
+                    headers: response.headers,
+                    body: response.body,
+                }),
+                Err(FetchError::Refused(why)) => Err(GuestFetchError::Refused(why)),
+                Err(FetchError::Timeout(why)) => Err(GuestFetchError::Timeout(why)),
+                Err(FetchError::Failed(why)) => Err(GuestFetchError::Failed(why)),
+            })
+            .collect())
     }
 }
 

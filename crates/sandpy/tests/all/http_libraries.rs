@@ -191,3 +191,61 @@ for get in (lambda: requests.get({url:?}), lambda: httpx.get({url:?}), lambda: a
         "a failure that may pass: the library's connection error and ConnectionError, not a refusal"
     );
 }
+
+/// `tests/fixtures/http_gathered.py`'s `part` against `base`, run under `rules`: its JSON.
+fn gathered(part: &str, base: &str, rules: sandpy::network::NetworkRules) -> serde_json::Value {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/http_gathered.py");
+    let code = format!("PART = {part:?}\nBASE = {base:?}\n")
+        + &std::fs::read_to_string(fixture).expect("the fixture");
+    let execution = run_on(&code, rules);
+    assert_eq!(execution.status, Status::Ok, "{execution:#?}");
+    serde_json::from_str(&execution.stdout).expect("one JSON object")
+}
+
+/// Requests gathered on the event loop are made at once: four that each wait 300 ms take
+/// well under four times one (a behaviour with a wide margin, not a speed figure).
+#[test]
+fn httpx_async_requests_gathered_on_the_event_loop_overlap() {
+    let server = Server::start(None);
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let got = gathered(
+        "overlap",
+        &base,
+        rules(&[format!("127.0.0.1:{}", server.port)]),
+    );
+    let (one, four) = (got["one"].as_f64().unwrap(), got["four"].as_f64().unwrap());
+    assert!(one >= 0.3, "{got}");
+    assert!(
+        four < 2.5 * one,
+        "four gathered took {four} s, one {one} s: {got}"
+    );
+    let paths: Vec<String> = (0..4).map(|i| format!("/delay?ms=300&i={i}")).collect();
+    assert_eq!(got["paths"], serde_json::json!(paths));
+}
+
+/// A run's gathered requests are read 8 at a time at most, and their answers together
+/// never pass the run's bytes in: of three 400,000-byte answers where 1 MiB is left, two
+/// are whole and one is refused.
+#[test]
+fn network_boundary_gathered_requests_stay_within_the_concurrency_cap_and_bytes_in() {
+    let server = Server::start(None);
+    let mut rules = rules(&[format!("127.0.0.1:{}", server.port)]);
+    rules.limits.max_bytes_in = 1 << 20;
+    let got = gathered(
+        "bounded",
+        &format!("http://127.0.0.1:{}", server.port),
+        rules,
+    );
+    let in_flight = got["in_flight"].as_u64().unwrap();
+    assert!((2..=8).contains(&in_flight), "{got}");
+    assert_eq!(
+        got["big"],
+        serde_json::json!([
+            "200 400000",
+            "200 400000",
+            "SandpyRefused: sandpy network: the response (N bytes or more) would pass the \
+             run's 1048576 bytes in (sandpy.network.limits.max_bytes_in)"
+        ]),
+        "{got}"
+    );
+}

@@ -1,10 +1,16 @@
 //! One run's network: its requests checked, made, bounded, scrubbed and recorded. Both
-//! tiers hand the guest's requests to [`NetworkAccess::fetch`].
+//! tiers hand the guest's requests to [`NetworkAccess::fetch`], or a batch of them (an
+//! event loop's gathered requests) to [`NetworkAccess::fetch_many`]; the exchange itself
+//! is `exchange.rs`.
+
+mod exchange;
 
 use super::address::is_internal;
 use super::allow::{confined, AllowRule, Destination, Host};
 use super::{Network, Secret};
 use crate::plan::Deadline;
+use exchange::{Answer, InBudget, Prepared};
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -115,6 +121,10 @@ fn dropped(name: &str) -> bool {
 /// `Accept-Encoding` the host sets to `identity`.
 const SECRET_UNSAFE: &[&str] = &["accept-encoding", "range", "if-range"];
 
+/// Requests of one run whose answers are read at once, at most: the rest of a batch wait
+/// their turn, so a run holds this many connections and partial answers at most.
+pub(crate) const MAX_CONCURRENT_FETCHES: usize = 8;
+
 /// What a request's record says until its answer comes: a run that ends first (its time
 /// limit, a cancellation) leaves it so.
 const NOT_COMPLETED: &str = "did not complete: the run ended before the answer came";
@@ -159,35 +169,88 @@ impl NetworkAccess {
     /// Check, make and record one request. The record is in [`Self::made`] before the
     /// request is sent, so a run that ends while it waits still shows it.
     pub(crate) async fn fetch(&mut self, request: Request) -> Result<Response, FetchError> {
-        let limit = self.network.rules().limits.max_requests;
-        if self.made.len() >= limit {
-            // Not recorded: the record of a run stays as bounded as its requests.
-            return Err(FetchError::Refused(format!(
-                "the run made its {limit} requests (sandpy.network.limits.max_requests)"
-            )));
-        }
-        let index = self.made.len();
-        self.made.push(NetworkRequest {
-            method: request.method.clone(),
-            url: shown_url(&request.url),
-            status: None,
-            bytes_out: 0,
-            bytes_in: 0,
-            error: Some(NOT_COMPLETED.into()),
-        });
-        let result = self.exchange(request, index).await;
-        if let Some(record) = self.made.get_mut(index) {
-            record.error = match &result {
-                Ok(_) => None,
-                Err(FetchError::Refused(e) | FetchError::Timeout(e) | FetchError::Failed(e)) => {
-                    Some(e.clone())
-                }
-            };
-        }
-        result
+        let mut answers = self.fetch_many(vec![request]).await;
+        answers
+            .pop()
+            .unwrap_or_else(|| Err(FetchError::Failed("no answer".into())))
     }
 
-    async fn exchange(&mut self, request: Request, index: usize) -> Result<Response, FetchError> {
+    /// Check, make and record a batch of requests (an event loop's gathered requests),
+    /// the answers read at once, [`MAX_CONCURRENT_FETCHES`] at most (the rest wait their
+    /// turn); one answer per request, in order. Each is checked, counted and recorded in
+    /// order before any is sent, exactly as one at a time would be; the answers being read
+    /// share what is left of the run's bytes in, so together they never hold more.
+    pub(crate) async fn fetch_many(
+        &mut self,
+        requests: Vec<Request>,
+    ) -> Vec<Result<Response, FetchError>> {
+        let limit = self.network.rules().limits.max_requests;
+        let mut answers: Vec<Option<Result<Response, FetchError>>> = Vec::new();
+        let mut ready = Vec::new();
+        for request in requests {
+            if self.made.len() >= limit {
+                // Not recorded: the record of a run stays as bounded as its requests.
+                answers.push(Some(Err(FetchError::Refused(format!(
+                    "the run made its {limit} requests (sandpy.network.limits.max_requests)"
+                )))));
+                continue;
+            }
+            let index = self.made.len();
+            self.made.push(NetworkRequest {
+                method: request.method.clone(),
+                url: shown_url(&request.url),
+                status: None,
+                bytes_out: 0,
+                bytes_in: 0,
+                error: Some(NOT_COMPLETED.into()),
+            });
+            match self.prepare(request, index) {
+                Ok(prepared) => {
+                    ready.push((answers.len(), index, prepared));
+                    answers.push(None);
+                }
+                Err(refused) => {
+                    let refused = Err(refused);
+                    self.record_end(index, &refused);
+                    answers.push(Some(refused));
+                }
+            }
+        }
+        if !ready.is_empty() {
+            let network = self.network.clone();
+            let narrowed = self.narrowed.clone();
+            let left = network
+                .rules()
+                .limits
+                .max_bytes_in
+                .saturating_sub(self.bytes_in);
+            let budget = InBudget::new(left);
+            let (rules, narrowed, budget) = (network.rules(), narrowed.as_deref(), &budget);
+            let mut exchanges = futures::stream::iter(ready.into_iter().map(
+                |(slot, index, prepared)| async move {
+                    let carries = prepared.carries;
+                    let answered = prepared.send(rules, narrowed, budget).await;
+                    (slot, index, carries, answered)
+                },
+            ))
+            .buffer_unordered(MAX_CONCURRENT_FETCHES);
+            // Each record is complete as its answer comes: a run that ends meanwhile
+            // shows the ones that did.
+            while let Some((slot, index, carries, answered)) = exchanges.next().await {
+                if let Some(answer) = answers.get_mut(slot) {
+                    *answer = Some(self.finish(index, carries, answered));
+                }
+            }
+        }
+        answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(FetchError::Failed("no answer".into()))))
+            .collect()
+    }
+
+    /// Check and count request `index` of [`Self::made`] and make it ready to send:
+    /// everything but the exchange, in the order the code asked.
+    fn prepare(&mut self, request: Request, index: usize) -> Result<Prepared, FetchError> {
         let rules = self.network.rules();
         let limits = &rules.limits;
         let url = reqwest::Url::parse(&request.url)
@@ -263,103 +326,64 @@ impl NetworkAccess {
         if let Some(record) = self.made.get_mut(index) {
             record.bytes_out = size;
         }
-        let remaining = limits.max_bytes_in - self.bytes_in;
-        let sent = client
-            .request(method.clone(), url.clone())
-            .headers(headers)
-            .body(request.body)
-            .send();
-        let (allow, narrowed) = (&rules.allow, self.narrowed.as_deref());
-        let exchange = async {
-            let mut response = sent
-                .await
-                .map_err(|e| failure(&e, allow, narrowed, &destination))?;
-            let status = response.status();
-            let mut headers = Vec::new();
-            let mut received = 0u64;
-            for (name, value) in response.headers() {
-                received += (name.as_str().len() + value.len() + 4) as u64;
-                headers.push((name.as_str().to_string(), value.as_bytes().to_vec()));
-            }
-            let too_big = |received: u64| {
-                // Sizes of an answer to a request with a secret could tell its length.
-                let size = if carries {
-                    String::new()
-                } else {
-                    format!(" ({received} bytes or more)")
-                };
-                FetchError::Refused(format!(
-                    "the response{size} would pass the run's {} bytes in \
-                     (sandpy.network.limits.max_bytes_in)",
-                    limits.max_bytes_in
-                ))
-            };
-            if carries {
-                let encoding = response
-                    .headers()
-                    .get(reqwest::header::CONTENT_ENCODING)
-                    .map(|v| {
-                        String::from_utf8_lossy(v.as_bytes())
-                            .trim()
-                            .to_ascii_lowercase()
-                    });
-                if let Some(encoding) = encoding.filter(|e| !e.is_empty() && e != "identity") {
-                    return Err(FetchError::Refused(format!(
-                        "the answer to a request that carries a secret came encoded \
-                         (Content-Encoding: {encoding}), which the host cannot scrub"
-                    )));
-                }
-            }
-            if let Some(length) = response.content_length() {
-                if received + length > remaining {
-                    return Err(too_big(received + length));
-                }
-            }
-            let mut body = Vec::new();
-            while let Some(chunk) = response
-                .chunk()
-                .await
-                .map_err(|e| failure(&e, allow, narrowed, &destination))?
-            {
-                received += chunk.len() as u64;
-                if received > remaining {
-                    return Err(too_big(received));
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok((status, headers, body, received))
-        };
-        let answered = match timeout {
-            Some(timeout) => tokio::time::timeout(timeout, exchange).await.map_err(|_| {
-                FetchError::Timeout(format!(
-                    "no whole answer from {shown} within {} ms ({which})",
-                    timeout.as_millis()
-                ))
-            })?,
-            // The run's deadline ends the run (status `timeout`) while it waits.
-            None => exchange.await,
-        };
-        let (status, headers, body, received) = answered?;
-        self.bytes_in += received;
-        if let Some(record) = self.made.get_mut(index) {
-            record.bytes_in = received;
-            record.status = Some(status.as_u16());
-        }
-        let secrets = &rules.secrets;
-        Ok(Response {
-            status: status.as_u16(),
-            reason: status.canonical_reason().unwrap_or("").to_string(),
-            headers: headers
-                .into_iter()
-                // The length of an answer that echoes a secret would tell the value's.
-                .filter(|(name, _)| !(carries && name == "content-length"))
-                .map(|(name, value)| {
-                    let value = scrub(value, secrets);
-                    (name, String::from_utf8_lossy(&value).into_owned())
-                })
-                .collect(),
-            body: scrub(body, secrets),
+        Ok(Prepared {
+            client,
+            method,
+            url,
+            headers,
+            body: request.body,
+            timeout,
+            which,
+            shown,
+            carries,
         })
+    }
+
+    /// The record and the code's answer for request `index` once its exchange ended:
+    /// the answer counted against the run's bytes in and scrubbed of every secret.
+    fn finish(
+        &mut self,
+        index: usize,
+        carries: bool,
+        answered: Result<Answer, FetchError>,
+    ) -> Result<Response, FetchError> {
+        let result = answered.map(|answer| {
+            self.bytes_in += answer.received;
+            if let Some(record) = self.made.get_mut(index) {
+                record.bytes_in = answer.received;
+                record.status = Some(answer.status.as_u16());
+            }
+            let secrets = &self.network.rules().secrets;
+            Response {
+                status: answer.status.as_u16(),
+                reason: answer.status.canonical_reason().unwrap_or("").to_string(),
+                headers: answer
+                    .headers
+                    .into_iter()
+                    // The length of an answer that echoes a secret would tell the value's.
+                    .filter(|(name, _)| !(carries && name == "content-length"))
+                    .map(|(name, value)| {
+                        let value = scrub(value, secrets);
+                        (name, String::from_utf8_lossy(&value).into_owned())
+                    })
+                    .collect(),
+                body: scrub(answer.body, secrets),
+            }
+        });
+        self.record_end(index, &result);
+        result
+    }
+
+    /// What request `index`'s record says of how it ended.
+    fn record_end<T>(&mut self, index: usize, result: &Result<T, FetchError>) {
+        if let Some(record) = self.made.get_mut(index) {
+            record.error = match result {
+                Ok(_) => None,
+                Err(FetchError::Refused(e) | FetchError::Timeout(e) | FetchError::Failed(e)) => {
+                    Some(e.clone())
+                }
+            };
+        }
     }
 }
 
