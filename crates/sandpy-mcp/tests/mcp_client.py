@@ -11,12 +11,19 @@ call is cancelled after S seconds (the SDK sends `notifications/cancelled`) and 
 is `{"cancelled": true}`; `"meta": {...}` is sent as the request's `_meta`). stdout: one JSON list with a result (or `{"error": "..."}`)
 per request, in order. A connection failure prints `{"connect_error": "..."}` and exits 3.
 
+`{"method": "list_resources"}` and `{"method": "read_resource", "uri": ...}` (or `"link": K`:
+the URI of the K-th `resource_link` item the call results so far carried) read the server's
+resources. Over http with `MCP_CLIENT_SECOND_TOKEN` set, a second MCP session is opened with
+that bearer token beside the first, and a request with `"client": "second"` is sent
+through it (another tenant, while the first is still connected).
+
 With `MCP_CLIENT_ELICIT=accept,decline,...` set, the client supports elicitation and
 answers the server's requests with these actions in turn (the last one repeats; `never`
 does not answer); each result gets `_elicitations`, the messages it was asked.
 """
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -47,10 +54,13 @@ def session_options() -> dict[str, Any]:
     return {"elicitation_callback": on_elicit} if ELICIT else {}
 
 
-async def serve_requests(session: ClientSession, requests: list[dict[str, Any]]) -> list[Any]:
-    await session.initialize()
+async def serve_requests(sessions: dict[str, ClientSession], requests: list[dict[str, Any]]) -> list[Any]:
+    for session in sessions.values():
+        await session.initialize()
     out: list[Any] = []
+    links: list[str] = []
     for request in requests:
+        session = sessions[request.get("client", "first")]
         try:
             progress: list[tuple[str | None, float]] = []
             elicited.clear()
@@ -60,6 +70,11 @@ async def serve_requests(session: ClientSession, requests: list[dict[str, Any]])
 
             if request["method"] == "list_tools":
                 result = await session.list_tools()
+            elif request["method"] == "list_resources":
+                result = await session.list_resources()
+            elif request["method"] == "read_resource":
+                uri = links[request["link"]] if "link" in request else request["uri"]
+                result = await session.read_resource(uri)
             else:
                 call = session.call_tool(
                     request["name"], request.get("arguments", {}),
@@ -78,6 +93,9 @@ async def serve_requests(session: ClientSession, requests: list[dict[str, Any]])
                 result = await call
             ended = time.monotonic()
             dumped = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+            if request["method"] == "call_tool":
+                links.extend(item["uri"] for item in dumped.get("content", [])
+                             if item.get("type") == "resource_link")
             if request.get("progress"):
                 dumped["_progress"] = [
                     {"message": message, "before_result_s": ended - at} for message, at in progress]
@@ -85,7 +103,10 @@ async def serve_requests(session: ClientSession, requests: list[dict[str, Any]])
                 dumped["_elicitations"] = list(elicited)
             out.append(dumped)
         except Exception as exc:  # noqa: BLE001 - reported to the test
-            out.append({"error": f"{type(exc).__name__}: {exc}"})
+            error: dict[str, Any] = {"error": f"{type(exc).__name__}: {exc}"}
+            if isinstance(getattr(exc, "code", None), int):
+                error["code"] = exc.code  # an MCPError's JSON-RPC code
+            out.append(error)
     return out
 
 
@@ -102,13 +123,22 @@ async def main() -> int:
             params = StdioServerParameters(command=target, args=rest, env=env)
             async with stdio_client(params) as (read, write):
                 async with ClientSession(read, write, **session_options()) as session:
-                    out = await serve_requests(session, requests)
+                    out = await serve_requests({"first": session}, requests)
         else:
-            headers = {"Authorization": f"Bearer {rest[0]}"} if rest else {}
-            async with httpx2.AsyncClient(headers=headers, timeout=120) as http:
-                async with streamable_http_client(target, http_client=http) as streams:
-                    async with ClientSession(streams[0], streams[1], **session_options()) as session:
-                        out = await serve_requests(session, requests)
+            tokens = {"first": rest[0] if rest else None}
+            if os.environ.get("MCP_CLIENT_SECOND_TOKEN"):
+                tokens["second"] = os.environ["MCP_CLIENT_SECOND_TOKEN"]
+            async with contextlib.AsyncExitStack() as stack:
+                sessions = {}
+                for name, token in tokens.items():
+                    headers = {"Authorization": f"Bearer {token}"} if token else {}
+                    http = await stack.enter_async_context(
+                        httpx2.AsyncClient(headers=headers, timeout=120))
+                    streams = await stack.enter_async_context(
+                        streamable_http_client(target, http_client=http))
+                    sessions[name] = await stack.enter_async_context(
+                        ClientSession(streams[0], streams[1], **session_options()))
+                out = await serve_requests(sessions, requests)
     except BaseException as exc:  # noqa: BLE001 - connection failures are the result
         if out is not None:
             # Every request was answered; the connection broke as the client closed it

@@ -217,6 +217,10 @@ fn documented_config_keys_are_the_keys_read() {
             json!({"sandpy": {"sessions": {"zz": 1}}}),
         ),
         (
+            "sandpy.resources",
+            json!({"sandpy": {"resources": {"zz": 1}}}),
+        ),
+        (
             "sandpy.tenants.<name>",
             json!({"sandpy": {"tenants": {"a": {"zz": 1}}}}),
         ),

@@ -183,10 +183,17 @@ fn check_responses(out: &Value) {
         files["content"][2]["resource"]["text"], "A,B",
         "text output as an embedded resource: {files}"
     );
-    assert_eq!(
-        files["content"][2]["resource"]["uri"],
-        "file:///output/report.txt"
+    // Kept as resources of the MCP session: `sandpy://runs/<run-id>/files/<path>`, each
+    // linked after the inline items.
+    let uri = files["content"][2]["resource"]["uri"]
+        .as_str()
+        .expect("uri");
+    assert!(
+        uri.starts_with("sandpy://runs/") && uri.ends_with("/files/report.txt"),
+        "{files}"
     );
+    assert_eq!(files["content"][4]["type"], "resource_link", "{files}");
+    assert_eq!(files["content"][4]["uri"], uri, "{files}");
     assert!(files["content"][0]["text"]
         .as_str()
         .expect("summary")

@@ -8,6 +8,9 @@
 //! - [`sessions`]: `list_sessions`, `reset_session`, `close_session`, `save_session`,
 //!   `restore_session` and `fork_session`.
 //!
+//! The files runs leave are kept as resources of the MCP session that ran them
+//! ([`resources`]): `resources/list` and `resources/read` answer from its own only.
+//!
 //! Python errors and limits are tool results with `isError: true` (the model reads them);
 //! only malformed requests are protocol errors (`invalid_params`): arguments are parsed
 //! into the tool's parameter struct before it runs, so the error names the field at fault
@@ -21,7 +24,9 @@
 
 mod approval;
 mod discovery;
+mod leftovers;
 mod progress;
+mod resources;
 mod run;
 pub(crate) mod saves;
 mod sessions;
@@ -32,8 +37,10 @@ use crate::identity::{ClaimedTenant, TokenTenantName};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, Tool,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
+    Implementation, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
+    ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{tool_handler, ErrorData, RoleServer, ServerHandler};
@@ -58,6 +65,8 @@ pub(crate) struct ServerState {
     /// How much of a run's result the model is shown.
     model_output: ModelOutput,
     sessions: Sessions,
+    /// The files runs left, kept for their MCP session to read as resources.
+    resources: resources::ResourceStore,
     session_dir: Option<PathBuf>,
     /// The config's tenants known by their tokens, by name.
     token_tenants: HashMap<Arc<str>, Tenant>,
@@ -116,6 +125,8 @@ fn parses_as<T: DeserializeOwned>(arguments: &Value) -> Result<(), String> {
 struct Caller {
     tenant: Tenant,
     saves: Saves,
+    /// Whose the resources of its runs are: the tenant's, through this MCP session.
+    owner: resources::Owner,
 }
 
 /// Where a tenant's saved sessions are.
@@ -138,10 +149,20 @@ struct Client {
     tenant: Tenant,
     /// Whether the tenant's sessions end with the handler (an MCP session's).
     closes_sessions: bool,
+    /// Its number among the server's connections ([`STDIO_CONNECTION`] for the process's
+    /// own): the resources of its runs are kept under it, and go with it.
+    connection: u64,
 }
+
+/// The connection number of the process's own handler (stdio).
+const STDIO_CONNECTION: u64 = u64::MAX;
 
 impl Drop for Client {
     fn drop(&mut self) {
+        let forgotten = self.state.resources.forget_connection(self.connection);
+        if forgotten > 0 {
+            tracing::debug!("{}: let go of {forgotten} runs' files", self.tenant.id);
+        }
         if self.closes_sessions {
             let closed = self.state.sessions.close_tenant(&self.tenant.id);
             if closed > 0 {
@@ -240,6 +261,7 @@ impl SandpyServer {
             runs_on: runs_on(settings),
             model_output: settings.model_output.clone(),
             sessions,
+            resources: resources::ResourceStore::new(settings.resources),
             session_dir: settings.session_dir.clone(),
             token_tenants,
             audit,
@@ -254,6 +276,7 @@ impl SandpyServer {
             state: state.clone(),
             tenant: Tenant::new("local", TenantQuota::UNLIMITED),
             closes_sessions: false,
+            connection: STDIO_CONNECTION,
         });
         Ok(SandpyServer { state, client })
     }
@@ -269,6 +292,7 @@ impl SandpyServer {
             state: state.clone(),
             tenant: Tenant::new(format!("client-{n}"), quota),
             closes_sessions: true,
+            connection: n,
         });
         SandpyServer { state, client }
     }
@@ -346,6 +370,20 @@ impl SandpyServer {
     /// by a hash of the claim), else the tenant its bearer token names, else this
     /// handler's own.
     fn caller(&self, context: &RequestContext<RoleServer>) -> Caller {
+        let (tenant, saves) = self.tenant_of(context);
+        let owner = resources::Owner {
+            tenant: tenant.id.clone(),
+            connection: self.client.connection,
+        };
+        Caller {
+            tenant,
+            saves,
+            owner,
+        }
+    }
+
+    /// The tenant of [`SandpyServer::caller`], and where its saved sessions go.
+    fn tenant_of(&self, context: &RequestContext<RoleServer>) -> (Tenant, Saves) {
         let state = &self.state;
         let named = context
             .extensions
@@ -368,27 +406,19 @@ impl SandpyServer {
             .and_then(|parts| parts.extensions.get::<ClaimedTenant>());
         if let Some(claimed) = claimed {
             let quota = state.sessions.limits().per_tenant;
-            return Caller {
-                tenant: Tenant::new(claimed.id(), quota),
-                saves: saves(Some(&claimed.folder())),
-            };
+            let tenant = Tenant::new(claimed.id(), quota);
+            return (tenant, saves(Some(&claimed.folder())));
         }
         match named {
-            Some((name, tenant)) => Caller {
-                tenant: tenant.clone(),
-                saves: saves(Some(&name.0)),
-            },
-            None if self.client.closes_sessions => Caller {
-                tenant: self.client.tenant.clone(),
-                saves: match state.session_dir {
+            Some((name, tenant)) => (tenant.clone(), saves(Some(&name.0))),
+            None if self.client.closes_sessions => {
+                let saves = match state.session_dir {
                     None => Saves::Off(NO_SAVES),
                     Some(_) => Saves::Off(NO_OWNER),
-                },
-            },
-            None => Caller {
-                tenant: self.client.tenant.clone(),
-                saves: saves(None),
-            },
+                };
+                (self.client.tenant.clone(), saves)
+            }
+            None => (self.client.tenant.clone(), saves(None)),
         }
     }
 
@@ -549,13 +579,69 @@ impl ServerState {
     }
 }
 
-#[tool_handler(
-    router = self.state.tools,
-    name = "sandpy",
-    instructions = "Write one Python program that orchestrates many tools instead of calling them one by one: \
-                    use run_python; find tools with search_tools."
-)]
+/// What `initialize` tells a client of the server's purpose.
+const INSTRUCTIONS: &str =
+    "Write one Python program that orchestrates many tools instead of calling them one by one: \
+                            use run_python; find tools with search_tools.";
+
+#[tool_handler(router = self.state.tools)]
 impl ServerHandler for SandpyServer {
+    /// Tools, and resources: the files this MCP session's runs left.
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .build();
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new("sandpy", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS.to_string())
+    }
+
+    /// The files this caller's runs left through this MCP session, all in one page.
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        if let Some(cursor) = request.and_then(|r| r.cursor) {
+            return Err(invalid(format!(
+                "invalid cursor {cursor:?}: this server lists every resource in one page (no nextCursor)"
+            )));
+        }
+        let owner = self.caller(&context).owner;
+        let listed = self.state.resources.list(&owner);
+        let listed = listed.iter().map(resources::Resource::listed).collect();
+        let mut result = ListResourcesResult::with_all_items(listed);
+        // Each run changes the list, and it is this client's own: never cached.
+        if context
+            .protocol_version()
+            .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28)
+        {
+            result = result.with_ttl_ms(0).with_cache_scope(CacheScope::Private);
+        }
+        Ok(result)
+    }
+
+    /// A file one of this caller's runs left through this MCP session; any other URI is
+    /// `resource not found` (-32002, the URI in `data`), someone else's too.
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let owner = self.caller(&context).owner;
+        match self.state.resources.read(&owner, &request.uri) {
+            Ok(resource) => Ok(ReadResourceResult::new(vec![resource.contents()]).into()),
+            Err(not_found) => {
+                let data = serde_json::json!({"uri": not_found.uri});
+                Err(ErrorData::resource_not_found(
+                    not_found.to_string(),
+                    Some(data),
+                ))
+            }
+        }
+    }
+
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,

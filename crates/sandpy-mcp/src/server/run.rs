@@ -2,6 +2,7 @@
 //! `call_python_function` (one function of a module, with JSON arguments).
 
 use super::approval;
+use super::leftovers;
 use super::progress::ProgressStream;
 use super::{parses_as, Caller, Check, RunRequest, ServerState};
 use crate::summary::summarize;
@@ -198,26 +199,6 @@ fn input_files(files: Option<Vec<FileArg>>) -> Result<Vec<sandpy::files::InputFi
         .collect()
 }
 
-/// An output file as MCP content: images as images, other files as embedded resources
-/// (text when UTF-8).
-fn file_block(file: &sandpy::files::OutputFile) -> ContentBlock {
-    use base64::Engine;
-    let encoded = || base64::engine::general_purpose::STANDARD.encode(&file.content);
-    let uri = format!("file://{}/{}", sandpy::files::OUTPUT_DIR, file.name);
-    if file.mime_type.starts_with("image/") {
-        ContentBlock::image(encoded(), file.mime_type.clone())
-    } else if let Some(text) = file.text() {
-        ContentBlock::resource(
-            rmcp::model::ResourceContents::text(text, uri).with_mime_type(file.mime_type.clone()),
-        )
-    } else {
-        ContentBlock::resource(
-            rmcp::model::ResourceContents::blob(encoded(), uri)
-                .with_mime_type(file.mime_type.clone()),
-        )
-    }
-}
-
 /// The content item of the `i`th rich output: its richest format, an image as
 /// `ImageContent` (`whole`, as the run made it), a text (HTML, Markdown, ...) as text
 /// that names its mime type (`cut`, bounded as the model is shown text). A result with
@@ -282,7 +263,9 @@ impl ServerState {
         if let Some(stream) = stream {
             stream.finish().await;
         }
-        Ok(self.execution_result(&id, &caller, &args.code, &options, execution))
+        let links = reads_links(&context);
+        let result = self.execution_result(&id, &caller, &args.code, &options, execution, links);
+        Ok(result)
     }
 
     #[tool(
@@ -320,8 +303,16 @@ impl ServerState {
         if let Some(stream) = stream {
             stream.finish().await;
         }
-        Ok(self.execution_result(&id, &caller, &args.code, &options, execution))
+        let links = reads_links(&context);
+        let result = self.execution_result(&id, &caller, &args.code, &options, execution, links);
+        Ok(result)
     }
+}
+
+/// Whether the client reads `resource_link` content items (protocol 2025-06-18 and later).
+fn reads_links(context: &RequestContext<RoleServer>) -> bool {
+    let version = context.protocol_version();
+    version.is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2025_06_18)
 }
 
 /// The span of one run (`run_python`, `call_python_function`), joined to the client's
@@ -408,11 +399,13 @@ impl ServerState {
         result
     }
 
-    /// An execution as a tool result: its summary, then its output files; `isError` unless
-    /// it ended `ok`. The summary and the structured content are the execution bounded by
-    /// the config's `model_output` (long texts cut and marked, `truncated` listing them;
-    /// file bytes only in the file blocks). Audited, whole and with the caller's tenant,
-    /// when the config asks.
+    /// An execution as a tool result: its summary, its rich outputs, then its output
+    /// files; `isError` unless it ended `ok`. The summary and the structured content are
+    /// the execution bounded by the config's `model_output` (long texts cut and marked,
+    /// `truncated` listing them; file bytes only in the file items). Files, and images too
+    /// big to send inline, are kept as resources of the caller's MCP session and linked
+    /// (`links`: the client reads `resource_link` items; [`leftovers`]). Audited, whole and
+    /// with the caller's tenant, when the config asks.
     fn execution_result(
         &self,
         id: &str,
@@ -420,6 +413,7 @@ impl ServerState {
         code: &str,
         options: &RunOptions,
         execution: Execution,
+        links: bool,
     ) -> CallToolResult {
         if let Some(audit) = &self.audit {
             let tenant = &caller.tenant.id;
@@ -430,20 +424,22 @@ impl ServerState {
         metrics.run(options.tier, execution.status, duration);
         let bounded = self.model_output.bound(&execution);
         let ok = execution.is_ok();
+        let (files, outputs) = (&execution.files, &execution.outputs);
+        let kept = leftovers::keep(&self.resources, &caller.owner, files, outputs, links);
         let mut content = vec![ContentBlock::text(summarize(&bounded))];
         let shown = execution.outputs.iter().zip(&bounded.execution.outputs);
-        content.extend(
-            shown
-                .enumerate()
-                .filter_map(|(i, (whole, cut))| output_block(i, whole, cut)),
-        );
-        content.extend(execution.files.iter().map(file_block));
+        content.extend(shown.enumerate().filter_map(|(i, (whole, cut))| {
+            kept.output_item(i).or_else(|| output_block(i, whole, cut))
+        }));
+        content.extend(kept.file_items(&execution.files));
         let mut result = if ok {
             CallToolResult::success(content)
         } else {
             CallToolResult::error(content)
         };
-        result.structured_content = Some(bounded.to_json());
+        let mut structured = bounded.to_json();
+        kept.describe(&mut structured);
+        result.structured_content = Some(structured);
         result
     }
 }

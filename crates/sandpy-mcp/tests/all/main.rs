@@ -10,6 +10,7 @@ mod http_limits;
 mod keep_alive;
 mod oauth;
 mod protocol;
+mod resources;
 mod resume;
 mod server;
 mod tenants;

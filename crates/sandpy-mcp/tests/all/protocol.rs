@@ -40,7 +40,8 @@ fn initialize_answers_the_versions_and_capabilities_the_guide_names() {
                 .find_map(|message| message.get("result").cloned())
                 .unwrap_or_else(|| panic!("{asked}: no result in {text}"));
             assert_eq!(result["protocolVersion"], answered, "{asked}: {result}");
-            assert_eq!(result["capabilities"], json!({"tools": {}}), "{result}");
+            let capabilities = json!({"tools": {}, "resources": {}});
+            assert_eq!(result["capabilities"], capabilities, "{result}");
             assert_eq!(result["serverInfo"]["name"], "sandpy", "{result}");
             assert_eq!(
                 result["serverInfo"]["version"],

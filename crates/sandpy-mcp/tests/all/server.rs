@@ -212,10 +212,17 @@ fn run_python_takes_files_and_returns_output_files() {
         assert_eq!(files["content"][1]["type"], "image", "{files}");
         assert_eq!(files["content"][1]["data"], "iVBORw0KGgo=");
         assert_eq!(files["content"][2]["resource"]["text"], "A,B", "{files}");
-        assert_eq!(
-            files["content"][2]["resource"]["uri"],
-            "file:///output/report.txt"
+        // Kept as resources of the MCP session: `sandpy://runs/<run-id>/files/<path>`, each
+        // linked after the inline items.
+        let uri = files["content"][2]["resource"]["uri"]
+            .as_str()
+            .expect("uri");
+        assert!(
+            uri.starts_with("sandpy://runs/") && uri.ends_with("/files/report.txt"),
+            "{files}"
         );
+        assert_eq!(files["content"][4]["type"], "resource_link", "{files}");
+        assert_eq!(files["content"][4]["uri"], uri, "{files}");
         assert!(
             text(&files).contains("/output/report.txt (text/plain, 3 bytes)"),
             "{files}"

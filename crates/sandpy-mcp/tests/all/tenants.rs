@@ -14,15 +14,15 @@ use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
 /// A server on a free loopback port, until dropped.
-struct Served {
-    url: String,
+pub(crate) struct Served {
+    pub(crate) url: String,
     saved: tempfile::TempDir,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 /// Serve with these keys in the config's `sandpy` section (sessions saved in a temporary
 /// folder) and the single bearer `token`, if any.
-async fn serve(sandpy: Value, token: Option<&str>) -> Served {
+pub(crate) async fn serve(sandpy: Value, token: Option<&str>) -> Served {
     let saved = tempfile::tempdir().expect("tempdir");
     let mut section = json!({"sessions": {"save_dir": saved.path()}});
     if let (Value::Object(section), Value::Object(extra)) = (&mut section, sandpy) {
@@ -57,10 +57,10 @@ async fn serve(sandpy: Value, token: Option<&str>) -> Served {
 }
 
 /// One MCP client (its own MCP session), with `token` as its bearer token.
-struct Client(RunningService<RoleClient, ()>);
+pub(crate) struct Client(pub(crate) RunningService<RoleClient, ()>);
 
 impl Client {
-    async fn connect(url: &str, token: Option<&str>) -> Client {
+    pub(crate) async fn connect(url: &str, token: Option<&str>) -> Client {
         // rmcp's reqwest client needs a process-wide rustls provider (see sandpy-mcp's docs).
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
@@ -76,7 +76,7 @@ impl Client {
     }
 
     /// `tool`'s result, which must not be a protocol error.
-    async fn result(&self, tool: &str, arguments: Value) -> Value {
+    pub(crate) async fn result(&self, tool: &str, arguments: Value) -> Value {
         crate::tool_result(&self.0, tool, arguments).await
     }
 
@@ -100,12 +100,12 @@ impl Client {
     }
 
     /// The server still runs code for this client.
-    async fn still_served(&self) {
+    pub(crate) async fn still_served(&self) {
         let ok = self.result("run_python", json!({"code": "6 * 7"})).await;
         assert_eq!(ok["structuredContent"]["return_value"], 42, "{ok}");
     }
 
-    async fn close(self) {
+    pub(crate) async fn close(self) {
         let _ = self.0.cancel().await;
     }
 }

@@ -21,6 +21,8 @@
 //!     "sessions": { "max_sessions": 64, "memory_mb": 256, "idle_ttl_ms": 600000,
 //!                   "total_memory_mb": 8192, "tenant_max_sessions": 8, "tenant_memory_mb": 2048,
 //!                   "save_dir": "saved-sessions" },
+//!     "resources": { "session_mb": 64, "session_files": 1000, "total_mb": 256,
+//!                    "ttl_ms": 3600000, "inline_kb": 1024 },
 //!     "tenants": { "agent-a": { "token_env": "AGENT_A_TOKEN", "max_sessions": 16 } }
 //!   }
 //! }
@@ -100,6 +102,9 @@ pub struct Settings {
     pub default_policy: Option<String>,
     /// Idle TTL, count and memory of sessions.
     pub sessions: SessionLimits,
+    /// How long and how much of runs' files the MCP server keeps for its clients to read
+    /// as resources (`sandpy.resources`).
+    pub resources: ResourceLimits,
     /// Folder where saved sessions are written and read; none disables saving.
     pub session_dir: Option<PathBuf>,
     /// HTTP clients known by their bearer tokens (`sandpy.tenants`), each with its own
@@ -137,6 +142,40 @@ pub struct Settings {
     pub network: Option<crate::network::Network>,
     /// The file this came from, if any.
     pub source: Option<PathBuf>,
+}
+
+/// What the MCP server keeps of runs' `/output` files (and images too big to send inline)
+/// for its clients to read back as resources (`sandpy.resources`): bounded in time, in
+/// bytes and files per MCP session, and in bytes for the whole server, each bound checked
+/// before anything is kept. Defaults: an hour, 64 MiB and 1,000 files a session, 256 MiB
+/// in all, files up to 1 MiB also sent inline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceLimits {
+    /// Bytes one MCP session's kept files may hold together; its oldest runs' files go to
+    /// make room. 0 keeps nothing: every file is sent inline, as before resources.
+    pub session_bytes: u64,
+    /// Files one MCP session may have kept at once; its oldest runs' files go to make room.
+    pub session_files: usize,
+    /// Bytes all sessions' kept files may hold together; a run whose files would go past
+    /// it has none kept (the result says so).
+    pub total_bytes: u64,
+    /// How long a run's files are kept, at most (they go sooner when the MCP session ends).
+    pub ttl: Duration,
+    /// Files (and images of rich outputs) up to this size are sent inline in the result
+    /// as well; bigger ones only as a link.
+    pub inline_bytes: u64,
+}
+
+impl Default for ResourceLimits {
+    fn default() -> Self {
+        ResourceLimits {
+            session_bytes: 64 << 20,
+            session_files: 1000,
+            total_bytes: 256 << 20,
+            ttl: Duration::from_secs(3600),
+            inline_bytes: 1 << 20,
+        }
+    }
 }
 
 /// A tenant of `sandpy serve --http` known by its bearer token: the sessions made with
@@ -303,6 +342,31 @@ mod tests {
             parse(r#"{"sandpy": {"limits": {"tool_timeout_ms": 0}}}"#).unwrap_err(),
             "config `/x/sandpy.json`: at `sandpy.limits.tool_timeout_ms`: must be at least 1"
         );
+    }
+
+    #[test]
+    fn resources_are_read_with_defaults_and_checked() {
+        let defaults = parse(r#"{"sandpy": {}}"#).unwrap();
+        assert_eq!(defaults.resources, ResourceLimits::default());
+        let set = parse(
+            r#"{"sandpy": {"resources": {"session_mb": 2, "session_files": 5, "total_mb": 3,
+                "ttl_ms": 1500, "inline_kb": 0}}}"#,
+        )
+        .unwrap();
+        let expected = ResourceLimits {
+            session_bytes: 2 << 20,
+            session_files: 5,
+            total_bytes: 3 << 20,
+            ttl: Duration::from_millis(1500),
+            inline_bytes: 0,
+        };
+        assert_eq!(set.resources, expected);
+        assert_eq!(
+            parse(r#"{"sandpy": {"resources": {"session_mb": 8, "total_mb": 4}}}"#).unwrap_err(),
+            "config `/x/sandpy.json`: at `sandpy.resources.total_mb`: must be at least sandpy.resources.session_mb (8), what one session may keep"
+        );
+        let unknown = parse(r#"{"sandpy": {"resources": {"max_mb": 5}}}"#).unwrap_err();
+        assert!(unknown.contains("sandpy.resources"), "{unknown}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Reading a config file: the raw `serde` shape of the file and of its `sandpy` section,
 //! and one reader per section that checks it and names the key of any mistake.
 
-use super::{is_plain_name, ConfigError, ConfigFile, Settings, TokenTenant};
+use super::{is_plain_name, ConfigError, ConfigFile, ResourceLimits, Settings, TokenTenant};
 use crate::files::Mount;
 use crate::model_output::ModelOutput;
 use crate::sessions::{SessionLimits, TenantQuota};
@@ -39,6 +39,8 @@ struct RawSandpy {
     #[serde(default)]
     sessions: RawSessions,
     #[serde(default)]
+    resources: RawResources,
+    #[serde(default)]
     tenants: BTreeMap<String, RawTenant>,
     max_concurrent_runs: Option<usize>,
     max_queued_runs: Option<usize>,
@@ -74,6 +76,16 @@ struct RawSessions {
     tenant_max_sessions: Option<usize>,
     tenant_memory_mb: Option<u64>,
     save_dir: Option<PathBuf>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawResources {
+    session_mb: Option<u64>,
+    session_files: Option<usize>,
+    total_mb: Option<u64>,
+    ttl_ms: Option<u64>,
+    inline_kb: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -172,6 +184,7 @@ fn settings(
     }
     let policies = policies(raw.policies, invalid)?;
     let sessions = session_limits(&raw.sessions, invalid)?;
+    let resources = resource_limits(&raw.resources, invalid)?;
     let tenants = tenants(raw.tenants, &sessions, invalid)?;
     let session_dir = raw.sessions.save_dir.map(|dir| base.join(dir));
     let mounts: Vec<Mount> = raw
@@ -197,6 +210,7 @@ fn settings(
         policies,
         default_policy: raw.default_policy,
         sessions,
+        resources,
         session_dir,
         tenants,
         max_concurrent_runs: raw.max_concurrent_runs,
@@ -266,6 +280,32 @@ fn policies(
         policies.insert(name, policy);
     }
     Ok(policies)
+}
+
+/// `sandpy.resources` over the defaults, checked: a session's bytes within the server's.
+fn resource_limits(
+    raw: &RawResources,
+    invalid: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<ResourceLimits, ConfigError> {
+    let mut limits = ResourceLimits::default();
+    let mib = |mb: u64| mb.saturating_mul(1 << 20);
+    limits.session_bytes = raw.session_mb.map_or(limits.session_bytes, mib);
+    limits.session_files = raw.session_files.unwrap_or(limits.session_files);
+    limits.total_bytes = raw.total_mb.map_or(limits.total_bytes, mib);
+    if let Some(ms) = raw.ttl_ms {
+        limits.ttl = Duration::from_millis(ms);
+    }
+    if let Some(kb) = raw.inline_kb {
+        limits.inline_bytes = kb.saturating_mul(1 << 10);
+    }
+    if limits.session_bytes > limits.total_bytes {
+        let message = format!(
+            "must be at least sandpy.resources.session_mb ({}), what one session may keep",
+            limits.session_bytes >> 20
+        );
+        return Err(invalid("sandpy.resources.total_mb", message));
+    }
+    Ok(limits)
 }
 
 /// `sandpy.sessions` over the defaults, checked (the per-tenant quota too).

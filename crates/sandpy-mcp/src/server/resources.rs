@@ -1,0 +1,553 @@
+//! The files runs leave, kept for the client that ran them to read back as MCP resources
+//! (`resources/list`, `resources/read`; `resource_link` items in the run's result).
+//!
+//! A run's `/output` files (and images of its rich outputs too big to send inline) are kept
+//! in memory under a run id of 128 random bits, as `sandpy://runs/<run-id>/files/<path>`
+//! and `sandpy://runs/<run-id>/outputs/<n>.<ext>`. Everything kept belongs to an [`Owner`]:
+//! the tenant that ran the code and the MCP session it came through. A read names a URI
+//! and is answered only from its owner's runs, by the URI exactly as it was handed out:
+//! nothing is ever looked up on a filesystem, so a path in a URI (`..`, `%2e%2e`, an
+//! absolute path, a link) names nothing, and a URI of someone else's run is answered as
+//! one that never existed ([`NotFound`]).
+//!
+//! Bounds ([`ResourceLimits`]), each checked before anything is kept: a session's bytes
+//! and files (its oldest runs go to make room; a run bigger than a whole session's room is
+//! not kept), the server's bytes (a run that would go past them is not kept: a client
+//! never loses its files to make room for another's), and a time to live. A session's
+//! runs go when it ends ([`ResourceStore::forget_connection`]).
+//!
+//! The bytes are those of the [`sandpy::Execution`], which the host read without following
+//! links (both tiers); names are UTF-8 paths relative to `/output`, percent-encoded in the
+//! URI.
+
+use sandpy::settings::ResourceLimits;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// The scheme and authority every URI here starts with.
+pub(crate) const PREFIX: &str = "sandpy://runs/";
+/// Longest URI looked up: longer ones name nothing (the paths a run can write are shorter).
+const MAX_URI_BYTES: usize = 16 << 10;
+
+/// Who kept a run's files, and alone may read them: the tenant that ran the code and the
+/// MCP session (connection) it came through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Owner {
+    /// The tenant's id (`local`, `client-<n>`, `tenant:<name>`, `oauth:<claim>`).
+    pub(crate) tenant: Arc<str>,
+    /// The handler's connection number (one per MCP session; `u64::MAX` for stdio).
+    pub(crate) connection: u64,
+}
+
+/// One thing a run left, to be kept.
+pub(crate) struct Leftover {
+    /// Where it is in the run: a `/output` file by its path, or a rich output by number.
+    pub(crate) kind: LeftoverKind,
+    /// Its mime type.
+    pub(crate) mime_type: String,
+    /// Its bytes.
+    pub(crate) content: Arc<Vec<u8>>,
+}
+
+/// Where a [`Leftover`] comes from.
+pub(crate) enum LeftoverKind {
+    /// A file, by its path relative to `/output`.
+    File(String),
+    /// The `n`th rich output (from 1), with the extension of its format.
+    Output(usize, &'static str),
+}
+
+/// A kept file as a client sees it: the URI to read it by and what it is.
+#[derive(Debug, Clone)]
+pub(crate) struct Resource {
+    /// `sandpy://runs/<run-id>/...`.
+    pub(crate) uri: String,
+    /// Its name: the path under `/output`, or `output <n>`.
+    pub(crate) name: String,
+    /// Its mime type.
+    pub(crate) mime_type: String,
+    /// Its bytes.
+    pub(crate) content: Arc<Vec<u8>>,
+}
+
+impl Resource {
+    /// Its size in bytes.
+    pub(crate) fn size(&self) -> u64 {
+        self.content.len() as u64
+    }
+
+    /// As `resources/list` and a `resource_link` item show it: URI, name, type and size.
+    pub(crate) fn listed(&self) -> rmcp::model::Resource {
+        rmcp::model::Resource::new(self.uri.clone(), self.name.clone())
+            .with_mime_type(self.mime_type.clone())
+            .with_size(self.size())
+    }
+
+    /// Its contents as `resources/read` (and an embedded resource) carries them: text
+    /// when it is UTF-8, else base64.
+    pub(crate) fn contents(&self) -> rmcp::model::ResourceContents {
+        use base64::Engine;
+        let contents = match std::str::from_utf8(&self.content) {
+            Ok(text) => rmcp::model::ResourceContents::text(text, self.uri.clone()),
+            Err(_) => {
+                let encoded =
+                    base64::engine::general_purpose::STANDARD.encode(self.content.as_slice());
+                rmcp::model::ResourceContents::blob(encoded, self.uri.clone())
+            }
+        };
+        contents.with_mime_type(self.mime_type.clone())
+    }
+}
+
+/// Why a run's files were not kept; the message says which bound and its key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum NotKept {
+    /// Keeping is off (`sandpy.resources.session_mb` is 0).
+    #[error("keeping files is off on this server (sandpy.resources.session_mb is 0)")]
+    Off,
+    /// The run's files alone are more than one session may keep.
+    #[error("the run's files ({bytes} bytes, {files} files) are more than one MCP session may keep ({max_bytes} bytes, {max_files} files: sandpy.resources.session_mb, session_files)")]
+    OverSession {
+        /// The run's bytes.
+        bytes: u64,
+        /// The run's files.
+        files: usize,
+        /// The session's byte bound.
+        max_bytes: u64,
+        /// The session's file bound.
+        max_files: usize,
+    },
+    /// The server keeps as much as it may, for its clients together.
+    #[error("the server keeps as many files as it may for all its clients ({max_bytes} bytes: sandpy.resources.total_mb); read or let go of earlier ones (they expire, and go when their MCP session ends)")]
+    ServerFull {
+        /// The server's byte bound.
+        max_bytes: u64,
+    },
+    /// No random run id could be made.
+    #[error("no random run id could be made: {0}")]
+    NoRandomness(getrandom::Error),
+}
+
+/// A URI that names nothing the caller may read: missing, expired, someone else's or
+/// malformed alike, so that an answer never tells whether another's run exists.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("resource not found: {uri}")]
+pub(crate) struct NotFound {
+    /// The URI asked for, cut to 200 bytes.
+    pub(crate) uri: String,
+}
+
+/// The kept runs of every client, oldest first, within [`ResourceLimits`].
+pub(crate) struct ResourceStore {
+    limits: ResourceLimits,
+    runs: Mutex<Runs>,
+}
+
+/// The runs kept, and their bytes together.
+#[derive(Default)]
+struct Runs {
+    /// Oldest first.
+    runs: VecDeque<RunFiles>,
+    /// Bytes of every run's resources.
+    bytes: u64,
+}
+
+struct RunFiles {
+    /// 32 lowercase hex digits.
+    id: String,
+    owner: Owner,
+    at: Instant,
+    resources: Vec<Resource>,
+    bytes: u64,
+}
+
+impl ResourceStore {
+    /// An empty store within `limits`.
+    pub(crate) fn new(limits: ResourceLimits) -> ResourceStore {
+        ResourceStore {
+            limits,
+            runs: Mutex::new(Runs::default()),
+        }
+    }
+
+    /// The bounds it keeps within.
+    pub(crate) fn limits(&self) -> &ResourceLimits {
+        &self.limits
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Runs> {
+        // A panic while holding the lock leaves consistent data: every change is one step.
+        self.runs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keep `leftovers` of one run for `owner` under a new run id; the resources as a
+    /// client reads them, in the order given. Bounds are checked before anything is kept:
+    /// the owner's oldest runs go to make room in its session; the run is refused when it
+    /// alone is over a session's bounds, or when the server's bytes would be passed.
+    pub(crate) fn keep(
+        &self,
+        owner: &Owner,
+        leftovers: Vec<Leftover>,
+    ) -> Result<Vec<Resource>, NotKept> {
+        let limits = &self.limits;
+        if limits.session_bytes == 0 {
+            return Err(NotKept::Off);
+        }
+        let bytes: u64 = leftovers.iter().map(|l| l.content.len() as u64).sum();
+        let files = leftovers.len();
+        if bytes > limits.session_bytes || files > limits.session_files {
+            return Err(NotKept::OverSession {
+                bytes,
+                files,
+                max_bytes: limits.session_bytes,
+                max_files: limits.session_files,
+            });
+        }
+        let id = run_id().map_err(NotKept::NoRandomness)?;
+        let resources: Vec<Resource> = leftovers
+            .into_iter()
+            .map(|leftover| {
+                let (path, name) = match &leftover.kind {
+                    LeftoverKind::File(path) => {
+                        (format!("files/{}", encode_path(path)), path.clone())
+                    }
+                    LeftoverKind::Output(n, ext) => {
+                        (format!("outputs/{n}.{ext}"), format!("output {n}"))
+                    }
+                };
+                Resource {
+                    uri: format!("{PREFIX}{id}/{path}"),
+                    name,
+                    mime_type: leftover.mime_type,
+                    content: leftover.content,
+                }
+            })
+            .collect();
+        let mut kept = self.lock();
+        kept.expire(limits);
+        // Room in the owner's session: how many of its oldest runs go, and what they free;
+        // nothing goes unless the run is then kept.
+        let (mut held, mut count) = kept.held_by(owner);
+        let (mut leaving, mut freed) = (0, 0);
+        for run in kept.runs.iter().filter(|run| &run.owner == owner) {
+            if held + bytes <= limits.session_bytes && count + files <= limits.session_files {
+                break;
+            }
+            (held, count) = (held - run.bytes, count - run.resources.len());
+            (leaving, freed) = (leaving + 1, freed + run.bytes);
+        }
+        if kept.bytes - freed + bytes > limits.total_bytes {
+            return Err(NotKept::ServerFull {
+                max_bytes: limits.total_bytes,
+            });
+        }
+        for _ in 0..leaving {
+            kept.remove_oldest_of(owner);
+        }
+        kept.bytes += bytes;
+        kept.runs.push_back(RunFiles {
+            id,
+            owner: owner.clone(),
+            at: Instant::now(),
+            resources: resources.clone(),
+            bytes,
+        });
+        Ok(resources)
+    }
+
+    /// `owner`'s resources, oldest run first.
+    pub(crate) fn list(&self, owner: &Owner) -> Vec<Resource> {
+        let mut kept = self.lock();
+        kept.expire(&self.limits);
+        let runs = kept.runs.iter().filter(|run| &run.owner == owner);
+        runs.flat_map(|run| run.resources.iter().cloned()).collect()
+    }
+
+    /// The resource at `uri`, if `owner` kept it and it has not gone.
+    pub(crate) fn read(&self, owner: &Owner, uri: &str) -> Result<Resource, NotFound> {
+        let not_found = || NotFound { uri: cut(uri, 200) };
+        if uri.len() > MAX_URI_BYTES {
+            return Err(not_found());
+        }
+        let Some((id, _)) = uri
+            .strip_prefix(PREFIX)
+            .and_then(|rest| rest.split_once('/'))
+        else {
+            return Err(not_found());
+        };
+        let mut kept = self.lock();
+        kept.expire(&self.limits);
+        let run = kept
+            .runs
+            .iter()
+            .find(|run| run.id == id && &run.owner == owner);
+        let found = run.and_then(|run| run.resources.iter().find(|r| r.uri == uri));
+        found.cloned().ok_or_else(not_found)
+    }
+
+    /// Let go of every run kept through MCP session `connection` (it ended); how many.
+    pub(crate) fn forget_connection(&self, connection: u64) -> usize {
+        let mut kept = self.lock();
+        let before = kept.runs.len();
+        kept.runs.retain(|run| run.owner.connection != connection);
+        kept.bytes = kept.runs.iter().map(|run| run.bytes).sum();
+        before - kept.runs.len()
+    }
+}
+
+impl Runs {
+    /// Drop the runs kept longer than the time to live.
+    fn expire(&mut self, limits: &ResourceLimits) {
+        while let Some(run) = self.runs.front() {
+            if run.at.elapsed() <= limits.ttl {
+                break;
+            }
+            self.bytes -= run.bytes;
+            self.runs.pop_front();
+        }
+    }
+
+    /// Bytes and files `owner` holds.
+    fn held_by(&self, owner: &Owner) -> (u64, usize) {
+        let runs = self.runs.iter().filter(|run| &run.owner == owner);
+        runs.fold((0, 0), |(bytes, files), run| {
+            (bytes + run.bytes, files + run.resources.len())
+        })
+    }
+
+    /// Remove `owner`'s oldest run, if it has one.
+    fn remove_oldest_of(&mut self, owner: &Owner) {
+        let oldest = self.runs.iter().position(|run| &run.owner == owner);
+        if let Some(run) = oldest.and_then(|i| self.runs.remove(i)) {
+            self.bytes -= run.bytes;
+        }
+    }
+}
+
+/// 128 random bits as 32 lowercase hex digits: a run id no other client can guess.
+fn run_id() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A path relative to `/output` as a URI path: each segment percent-encoded (every byte
+/// but letters, digits and `-._~`), segments joined by `/`.
+pub(crate) fn encode_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for (i, segment) in path.split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        for byte in segment.bytes() {
+            if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+                out.push(char::from(byte));
+            } else {
+                out.push_str(&format!("%{byte:02X}"));
+            }
+        }
+    }
+    out
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn cut(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn owner(tenant: &str, connection: u64) -> Owner {
+        Owner {
+            tenant: Arc::from(tenant),
+            connection,
+        }
+    }
+
+    fn file(path: &str, bytes: usize) -> Leftover {
+        Leftover {
+            kind: LeftoverKind::File(path.into()),
+            mime_type: "application/octet-stream".into(),
+            content: Arc::new(vec![7u8; bytes]),
+        }
+    }
+
+    fn store(session_bytes: u64, session_files: usize, total_bytes: u64) -> ResourceStore {
+        ResourceStore::new(ResourceLimits {
+            session_bytes,
+            session_files,
+            total_bytes,
+            ..ResourceLimits::default()
+        })
+    }
+
+    #[test]
+    fn uris_name_the_run_and_encode_odd_names() {
+        let store = store(1000, 10, 1000);
+        let a = owner("local", 0);
+        let kept = store
+            .keep(&a, vec![file("charts/a b#?%é.csv", 3), file("..", 1)])
+            .expect("kept");
+        let id = &kept[0].uri[PREFIX.len()..PREFIX.len() + 32];
+        assert!(id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert_eq!(
+            kept[0].uri,
+            format!("{PREFIX}{id}/files/charts/a%20b%23%3F%25%C3%A9.csv")
+        );
+        assert_eq!(kept[0].name, "charts/a b#?%é.csv");
+        assert_eq!(store.read(&a, &kept[0].uri).expect("read").size(), 3);
+        let other = store.keep(&a, vec![file("x", 1)]).expect("kept");
+        assert_ne!(
+            other[0].uri[..PREFIX.len() + 32],
+            kept[0].uri[..PREFIX.len() + 32]
+        );
+    }
+
+    #[test]
+    fn path_traversal_in_a_uri_names_nothing() {
+        let store = store(1000, 10, 1000);
+        let a = owner("local", 0);
+        let kept = store.keep(&a, vec![file("data/x.txt", 3)]).expect("kept");
+        let base = &kept[0].uri[..PREFIX.len() + 32];
+        for uri in [
+            format!("{base}/files/data/../data/x.txt"),
+            format!("{base}/files/data/%2e%2e/data/x.txt"),
+            format!("{base}/files/data/./x.txt"),
+            format!("{base}/files//data/x.txt"),
+            format!("{base}/files/data%2Fx.txt"),
+            format!("{base}/files/%2Fetc%2Fpasswd"),
+            format!("{base}/../{}", &base[PREFIX.len()..]),
+            "sandpy://runs/../../etc/passwd".to_string(),
+            "file:///output/data/x.txt".to_string(),
+            "/etc/passwd".to_string(),
+            String::new(),
+            format!("{base}/files/data/x.txt\0"),
+            kept[0].uri.to_uppercase(),
+        ] {
+            assert_eq!(
+                store.read(&a, &uri).map(|r| r.uri),
+                Err(NotFound {
+                    uri: cut(&uri, 200)
+                }),
+                "{uri}"
+            );
+        }
+        assert!(store.read(&a, &kept[0].uri).is_ok(), "the real one reads");
+    }
+
+    #[test]
+    fn another_owner_is_answered_as_for_a_uri_nobody_has() {
+        let store = store(1000, 10, 1000);
+        let (a, b, a_elsewhere) = (
+            owner("tenant:a", 1),
+            owner("tenant:b", 1),
+            owner("tenant:a", 2),
+        );
+        let kept = store.keep(&a, vec![file("secret.txt", 3)]).expect("kept");
+        let missing = kept[0].uri.replace("secret", "nothing");
+        for who in [&b, &a_elsewhere] {
+            let refused = store.read(who, &kept[0].uri).unwrap_err();
+            let absent = store.read(who, &missing).unwrap_err();
+            assert_eq!(
+                refused.to_string().replace("secret", "nothing"),
+                absent.to_string()
+            );
+            assert!(store.list(who).is_empty());
+        }
+        assert_eq!(store.list(&a).len(), 1);
+    }
+
+    #[test]
+    fn a_session_over_its_bytes_or_files_loses_its_oldest_runs_first() {
+        let store = store(10, 3, 100);
+        let (a, b) = (owner("a", 1), owner("b", 2));
+        let first = store.keep(&a, vec![file("1", 4)]).expect("kept");
+        store.keep(&b, vec![file("b", 9)]).expect("kept");
+        let second = store.keep(&a, vec![file("2", 4)]).expect("kept");
+        let third = store.keep(&a, vec![file("3", 4)]).expect("kept");
+        assert!(store.read(&a, &first[0].uri).is_err(), "the oldest went");
+        assert!(store.read(&a, &second[0].uri).is_ok());
+        assert!(store.read(&a, &third[0].uri).is_ok());
+        assert_eq!(store.list(&b).len(), 1, "another's runs are untouched");
+        store
+            .keep(&a, vec![file("4", 1), file("5", 1)])
+            .expect("kept");
+        let names: Vec<String> = store.list(&a).into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["3", "4", "5"], "three files at most");
+    }
+
+    #[test]
+    fn a_run_over_a_session_or_the_server_is_refused_before_it_is_kept() {
+        let store = store(10, 2, 15);
+        let (a, b) = (owner("a", 1), owner("b", 2));
+        assert_eq!(
+            store.keep(&a, vec![file("big", 11)]).unwrap_err(),
+            NotKept::OverSession {
+                bytes: 11,
+                files: 1,
+                max_bytes: 10,
+                max_files: 2
+            }
+        );
+        let many = vec![file("1", 1), file("2", 1), file("3", 1)];
+        assert!(matches!(
+            store.keep(&a, many),
+            Err(NotKept::OverSession { files: 3, .. })
+        ));
+        store.keep(&a, vec![file("a", 10)]).expect("kept");
+        assert_eq!(
+            store.keep(&b, vec![file("b", 6)]).unwrap_err(),
+            NotKept::ServerFull { max_bytes: 15 }
+        );
+        assert!(store.list(&b).is_empty());
+        assert_eq!(
+            store.list(&a).len(),
+            1,
+            "a client never loses files to another's"
+        );
+        store.keep(&b, vec![file("b", 4)]).expect("kept");
+        assert_eq!(
+            store.keep(&b, vec![file("b2", 7)]).unwrap_err(),
+            NotKept::ServerFull { max_bytes: 15 },
+            "no room in the server's bytes even with B's oldest run gone"
+        );
+        let names: Vec<String> = store.list(&b).into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["b"], "a refused run takes nothing of its owner's");
+        assert_eq!(store.forget_connection(1), 1);
+        store
+            .keep(&b, vec![file("b2", 7)])
+            .expect("room once A's session ended");
+        let names: Vec<String> = store.list(&b).into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["b2"], "B's oldest went for it");
+    }
+
+    #[test]
+    fn runs_expire_and_keeping_can_be_off() {
+        let store = ResourceStore::new(ResourceLimits {
+            ttl: Duration::from_millis(30),
+            ..ResourceLimits::default()
+        });
+        let a = owner("a", 1);
+        let kept = store.keep(&a, vec![file("x", 1)]).expect("kept");
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(store.read(&a, &kept[0].uri).is_err());
+        assert!(store.list(&a).is_empty());
+        let off = store_off();
+        assert_eq!(off.keep(&a, vec![file("x", 1)]).unwrap_err(), NotKept::Off);
+    }
+
+    fn store_off() -> ResourceStore {
+        store(0, 10, 10)
+    }
+}
