@@ -29,6 +29,8 @@ mod native_runs;
 mod native_sessions;
 mod oauth;
 mod packages;
+/// Files the client can fetch: `/output` files as MCP resources (issue 43).
+mod resources;
 mod resumed;
 mod run;
 mod serve;

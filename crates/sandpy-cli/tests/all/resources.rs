@@ -1,0 +1,87 @@
+//! Files the client can fetch (issue 43): what a run leaves in `/output` is served back as
+//! MCP resources of the caller's MCP session, driven by the official MCP Python SDK against
+//! `sandpy serve --http` with two tenants connected at once. The attacks on the store
+//! (traversal, bounds, symlinks, other sessions) are sandpy-mcp's `resources` tests.
+
+use crate::mcp_client_with;
+use crate::serve::http_server;
+use base64::Engine;
+use serde_json::{json, Value};
+
+/// A program that leaves a binary file and a text file with an odd name in `/output`.
+const PROGRAM: &str = "open('/output/data.bin', 'wb').write(bytes(range(256)) * 3)\n\
+open('/output/my report (v2).csv', 'w').write('a,b\\n1,2\\n')";
+
+#[test]
+fn a_file_a_run_writes_is_listed_and_read_back_by_its_tenant_and_refused_to_another() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("sandpy.mcp.json");
+    let tenants = json!({"mcpServers": {}, "sandpy": {"tenants": {
+        "agent-a": {"token": "token-a"}, "agent-b": {"token": "token-b"}}}});
+    std::fs::write(&config, tenants.to_string()).expect("config");
+    let config = config.display().to_string();
+    let (_server, url) = http_server(&["--config", &config]);
+    let requests = json!([
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": PROGRAM}},
+        {"method": "list_resources"},
+        {"method": "read_resource", "link": 0},
+        {"method": "read_resource", "link": 1},
+        // The other tenant, connected at the same time, with the exact URIs.
+        {"method": "read_resource", "link": 1, "client": "second"},
+        {"method": "read_resource", "link": 0, "client": "second"},
+        {"method": "list_resources", "client": "second"},
+        // Paths that climb out name nothing.
+        {"method": "read_resource", "uri": "sandpy://runs/../../../etc/passwd"},
+        {"method": "read_resource", "uri": "file:///etc/passwd"},
+        {"method": "read_resource", "link": 1},
+    ]);
+    let env = [("MCP_CLIENT_SECOND_TOKEN", "token-b")];
+    let (out, status, stderr) = mcp_client_with(&["http", &url, "token-a"], &requests, &env);
+    assert_eq!(status, 0, "{out}\n{stderr}");
+
+    let ran = &out[0];
+    assert_eq!(ran["isError"], false, "{ran}");
+    let links: Vec<&Value> = (ran["content"].as_array().expect("content").iter())
+        .filter(|item| item["type"] == "resource_link")
+        .collect();
+    assert_eq!(links.len(), 2, "{ran}");
+    let (binary, text) = (links[0], links[1]);
+    let uri = |item: &Value| item["uri"].as_str().expect("uri").to_string();
+    assert!(uri(binary).starts_with("sandpy://runs/"), "{binary}");
+    assert!(uri(binary).ends_with("/files/data.bin"), "{binary}");
+    assert!(
+        uri(text).ends_with("/files/my%20report%20%28v2%29.csv"),
+        "{text}"
+    );
+    assert_eq!(text["name"], "my report (v2).csv", "{text}");
+    assert_eq!(text["mimeType"], "text/csv", "{text}");
+    assert_eq!(binary["size"], 768, "{binary}");
+
+    let listed: Vec<String> = (out[1]["resources"].as_array().expect("resources").iter())
+        .map(uri)
+        .collect();
+    assert_eq!(listed, [uri(binary), uri(text)], "{}", out[1]);
+
+    let blob = out[2]["contents"][0]["blob"].as_str().expect("blob");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(blob)
+        .expect("base64");
+    assert_eq!(bytes, (0..=255u8).collect::<Vec<u8>>().repeat(3));
+    assert_eq!(out[3]["contents"][0]["text"], "a,b\n1,2\n", "{}", out[3]);
+    assert_eq!(out[3]["contents"][0]["uri"], uri(text).as_str());
+
+    for (i, asked) in [(4, uri(text)), (5, uri(binary))] {
+        let refused = &out[i];
+        assert_eq!(refused["code"], -32002, "{refused}");
+        let message = format!("MCPError: resource not found: {asked}");
+        assert_eq!(refused["error"], message.as_str(), "{refused}");
+    }
+    assert_eq!(out[6]["resources"], json!([]), "{}", out[6]);
+    for i in [7, 8] {
+        assert_eq!(out[i]["code"], -32002, "{}", out[i]);
+    }
+    assert_eq!(
+        out[9]["contents"][0]["text"], "a,b\n1,2\n",
+        "the refusals took nothing from its owner"
+    );
+}
