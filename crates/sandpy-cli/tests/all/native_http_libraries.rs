@@ -355,3 +355,28 @@ for get in (lambda: requests.get({url:?}), lambda: httpx.get({url:?}), lambda: a
         "no request passed the handshake"
     );
 }
+
+/// Requests from several threads at once (a thread pool of `requests.get`) each get their
+/// own answer: the run's channel to the host takes one question at a time.
+#[test]
+fn native_requests_from_threads_each_get_their_own_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path(), None);
+    let network = json!({"allow": [format!("127.0.0.1:{}", server.port)]});
+    let config = native_config(dir.path(), &[], json!({ "network": network }));
+    let code = format!(
+        r#"
+import concurrent.futures, requests
+def get(i):
+    return requests.get("http://127.0.0.1:{port}/delay?ms=50&i=%d" % i, timeout=10).json()["path"]
+with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    got = list(pool.map(get, range(8)))
+print(got == ["/delay?ms=50&i=%d" % i for i in range(8)], got)
+"#,
+        port = server.port
+    );
+    let (exit, execution) = native_run(&config, &code, &[], "");
+    assert_eq!(exit, 0, "{execution}");
+    let stdout = execution["stdout"].as_str().unwrap_or_default();
+    assert!(stdout.starts_with("True "), "{execution}");
+}

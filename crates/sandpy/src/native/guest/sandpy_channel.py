@@ -4,6 +4,7 @@ message. The runner's tool calls (through `wit_world.imports.tools`) and the run
 
 import json
 import os
+import threading
 
 CHANNEL_FD = 3
 _pending = bytearray()
@@ -30,7 +31,13 @@ def read() -> object:
         _pending.extend(chunk)
 
 
+# One question at a time: the host answers in order, so two threads asking at once would
+# each read the other's answer.
+_asking = threading.Lock()
+
+
 def ask(request: object) -> object:
-    """One request to the host and its answer."""
-    write(request)
-    return read()
+    """One request to the host and its answer (threads take turns)."""
+    with _asking:
+        write(request)
+        return read()
