@@ -249,3 +249,49 @@ fn network_boundary_gathered_requests_stay_within_the_concurrency_cap_and_bytes_
         "{got}"
     );
 }
+
+/// The run's deadline ends a batch still waiting, and its audit record holds every
+/// request of it: the one answered with its status, the ones cut off as such.
+#[test]
+fn network_boundary_a_gathered_batch_ends_with_the_runs_deadline_and_is_recorded() {
+    let server = Server::start(None);
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let mut rules = rules(&[format!("127.0.0.1:{}", server.port)]);
+    rules.limits.request_timeout = std::time::Duration::from_secs(60);
+    let options = sandpy::RunOptions {
+        network: Some(sandpy::network::Network::new(rules).unwrap()),
+        limits: sandpy::Limits {
+            timeout: std::time::Duration::from_millis(1500),
+            ..sandpy::Limits::default()
+        },
+        ..sandpy::RunOptions::default()
+    };
+    let code = format!(
+        r#"
+import asyncio, httpx
+async def main():
+    async with httpx.AsyncClient(timeout=None) as client:
+        await asyncio.gather(*(client.get({base:?} + path) for path in ("/delay?ms=0", "/slow", "/slow")))
+asyncio.run(main())
+"#
+    );
+    let started = std::time::Instant::now();
+    let execution = crate::run_with(&code, &options);
+    assert_eq!(execution.status, Status::Timeout, "{execution:#?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    let records: Vec<(String, Option<u16>, Option<String>)> = execution
+        .requests
+        .iter()
+        .map(|r| (r.url.clone(), r.status, r.error.clone()))
+        .collect();
+    let cut = Some("did not complete: the run ended before the answer came".to_string());
+    assert_eq!(
+        records,
+        [
+            (format!("{base}/delay"), Some(200), None),
+            (format!("{base}/slow"), None, cut.clone()),
+            (format!("{base}/slow"), None, cut),
+        ],
+        "{execution:#?}"
+    );
+}
