@@ -85,3 +85,69 @@ fn a_file_a_run_writes_is_listed_and_read_back_by_its_tenant_and_refused_to_anot
         "the refusals took nothing from its owner"
     );
 }
+
+/// A program that displays a 10,008-byte PNG (a figure too big to send inline at 4 KiB)
+/// and leaves a small file.
+const BIG_FIGURE: &str = r#"class Figure:
+    def _repr_png_(self):
+        return b'\x89PNG\r\n\x1a\n' + bytes(10_000)
+display(Figure())
+open('/output/note.txt', 'w').write('see the figure')
+"#;
+
+#[test]
+fn over_stdio_a_figure_past_the_inline_size_is_a_link_the_client_reads_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("sandpy.mcp.json");
+    let small = json!({"mcpServers": {}, "sandpy": {"resources": {"inline_kb": 4}}});
+    std::fs::write(&config, small.to_string()).expect("config");
+    let config = config.display().to_string();
+    let requests = json!([
+        {"method": "call_tool", "name": "run_python", "arguments": {"code": BIG_FIGURE}},
+        {"method": "read_resource", "link": 0},
+        {"method": "read_resource", "link": 1},
+        {"method": "list_resources"},
+    ]);
+    let binary = env!("CARGO_BIN_EXE_sandpy");
+    let target = ["stdio", binary, "serve", "--config", &config];
+    let (out, status, stderr) = mcp_client_with(&target, &requests, &[]);
+    assert_eq!(status, 0, "{out}\n{stderr}");
+    let content = out[0]["content"].as_array().expect("content");
+    let kinds: Vec<&str> = content
+        .iter()
+        .map(|c| c["type"].as_str().unwrap_or("?"))
+        .collect();
+    // The summary, the figure as a link (no image inline), the note inline, then its link.
+    assert_eq!(
+        kinds,
+        ["text", "resource_link", "resource", "resource_link"],
+        "{}",
+        out[0]
+    );
+    let figure = &content[1];
+    assert!(
+        figure["uri"]
+            .as_str()
+            .is_some_and(|u| u.ends_with("/outputs/1.png")),
+        "{figure}"
+    );
+    assert_eq!(figure["mimeType"], "image/png");
+    assert_eq!(figure["size"], 10_008);
+    let blob = out[1]["contents"][0]["blob"].as_str().expect("blob");
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(blob)
+        .expect("base64");
+    assert_eq!(png.len(), 10_008);
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
+    assert_eq!(
+        out[2]["contents"][0]["text"], "see the figure",
+        "{}",
+        out[2]
+    );
+    assert_eq!(
+        out[3]["resources"].as_array().map(Vec::len),
+        Some(2),
+        "{}",
+        out[3]
+    );
+}
