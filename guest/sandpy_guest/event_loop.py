@@ -22,10 +22,14 @@ class _NoIOSelector:
     requests, and timers."""
 
     def select(self, timeout: float | None) -> list[Any]:
-        if timeout == 0:
-            return []  # callbacks are ready: let them queue more calls and requests first
-        sent_calls = tools.flush_pending()
         network = sys.modules.get("sandpy_guest.network")  # only when code may fetch
+        if timeout == 0:
+            # Callbacks are ready: let them queue more calls and requests first, unless
+            # requests have waited too long for the loop to be idle.
+            if network is not None and network.overdue():
+                network.flush_pending()
+            return []
+        sent_calls = tools.flush_pending()
         if (network is not None and network.flush_pending()) or sent_calls:
             return []
         if timeout is None:

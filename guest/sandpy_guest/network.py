@@ -27,6 +27,7 @@ import http.client
 import io
 import math
 import socket
+import time
 
 from componentize_py_types import Err
 from wit_world.imports import network as host
@@ -106,8 +107,14 @@ def fetch(method: str, url: str, headers: list[tuple[str, str]], body: bytes, ti
     return host.fetch(_request(method, url, headers, body, timeout))
 
 
-# Requests awaited on the event loop, not yet sent: each with the future of its answer.
+# Requests awaited on the event loop, not yet sent: each with the future of its answer;
+# and when the first of them was queued.
 _pending: list[tuple["host.Request", "asyncio.Future[host.Response]"]] = []
+_pending_since = 0.0
+
+# How long a request waits for the loop to be idle before it goes anyway: a task that
+# never lets the loop idle (`while ...: await asyncio.sleep(0)`) does not starve it.
+MOST_WAITED = 0.05
 
 
 def fetch_soon(method: str, url: str, headers: list[tuple[str, str]], body: bytes, timeout: float | None) -> "asyncio.Future[host.Response]":
@@ -115,9 +122,17 @@ def fetch_soon(method: str, url: str, headers: list[tuple[str, str]], body: byte
     of `Err` with the host's `FetchError`). The request waits until no callback is ready,
     then goes to the host with every other one waiting (`flush_pending`), so requests
     gathered with `asyncio.gather` are made at once."""
+    global _pending_since
     future: asyncio.Future[host.Response] = asyncio.get_running_loop().create_future()
+    if not _pending:
+        _pending_since = time.monotonic()
     _pending.append((_request(method, url, headers, body, timeout), future))
     return future
+
+
+def overdue() -> bool:
+    """Whether requests have waited `MOST_WAITED` for the loop to be idle."""
+    return bool(_pending) and time.monotonic() - _pending_since >= MOST_WAITED
 
 
 def flush_pending() -> bool:

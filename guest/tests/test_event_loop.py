@@ -96,3 +96,27 @@ def test_requests_awaited_together_go_to_the_host_as_one_batch() -> None:
     # No network in this run: each is refused, by the host, in the batch it went in.
     assert got == ["FetchError_Refused"] * 3, got
     assert batches == [["http://a.example/", "http://b.example/"], ["http://c.example/"]], batches
+
+
+def test_a_task_that_never_lets_the_loop_idle_does_not_starve_requests() -> None:
+    from sandpy_guest import network
+
+    async def main() -> tuple[str, int]:
+        async def fetch() -> str:
+            try:
+                await network.fetch_soon("GET", "http://a.example/", [], b"", None)
+                return "answered"
+            except Exception as error:  # the host's refusal: no network in this run
+                return type(error.value).__name__  # type: ignore[attr-defined]
+
+        task = asyncio.ensure_future(fetch())
+        spins = 0
+        while not task.done():  # never idle: the request goes once it has waited a while
+            spins += 1
+            await asyncio.sleep(0)
+        return task.result(), spins
+
+    started = time.monotonic()
+    got, spins = asyncio.run(main())
+    assert got == "FetchError_Refused", got
+    assert spins > 1 and time.monotonic() - started < 5, (spins, time.monotonic() - started)
