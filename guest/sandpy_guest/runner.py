@@ -6,10 +6,12 @@ escaping exception into a `PythonError` whose traceback shows only the user's fr
 """
 
 import ast
+import binascii
 import builtins
 import inspect
 import json
 import linecache
+import marshal
 import os
 import random
 import sys
@@ -19,6 +21,7 @@ from types import CodeType, TracebackType
 from typing import Any
 
 from wit_world.imports.types import (
+    CompiledCall,
     FunctionCall,
     Outcome,
     Policy,
@@ -26,7 +29,9 @@ from wit_world.imports.types import (
     RunOptions,
     Task,
     Task_Call,
+    Task_CallCompiled,
     Task_Check,
+    Task_Compile,
     Task_ListModules,
     Task_Run,
     Value,
@@ -183,7 +188,9 @@ def _compile_program(code: str, filename: str) -> CodeType:
     return compile(tree, filename, "exec", flags=flags, dont_inherit=True)
 
 
-def _exec_module(code: str, options: RunOptions) -> dict[str, Any]:
+def _exec_module(code: str, options: RunOptions, compiled: CodeType | None = None) -> dict[str, Any]:
+    """Run module `code` (or `compiled`, its code object from `_compile`) in a new
+    namespace, or the session's."""
     filename = options.filename
     # Source lines for tracebacks, as CPython shows them for a file.
     linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
@@ -195,7 +202,8 @@ def _exec_module(code: str, options: RunOptions) -> dict[str, Any]:
         namespace = _session_namespace
     if options.policy is not None:
         policy.enforce(options.policy, namespace)
-    compiled = _compile_program(code, filename)
+    if compiled is None:
+        compiled = _compile_program(code, filename)
     if compiled.co_flags & inspect.CO_COROUTINE:
         event_loop.run(eval(compiled, namespace))  # top-level await
     else:
@@ -234,8 +242,8 @@ def _run(code: str, options: RunOptions) -> Outcome:
     return _outcome()
 
 
-def _call(call: FunctionCall, options: RunOptions) -> Outcome:
-    namespace = _exec_module(call.code, options)
+def _call(call: FunctionCall, options: RunOptions, compiled: CodeType | None = None) -> Outcome:
+    namespace = _exec_module(call.code, options, compiled)
     function = namespace.get(call.function)
     if function is None:
         raise NameError(f"the module defines no function {call.function!r}")
@@ -258,6 +266,23 @@ def _call(call: FunctionCall, options: RunOptions) -> Outcome:
             f"({type(result).__name__}: {exc}): {repr(result)[:200]}"
         ) from None
     return _outcome(Value_Json(encoded))
+
+
+def _compile(code: str, options: RunOptions) -> Outcome:
+    """A batch's module compiled once (its check was done): its code object, marshalled, as
+    base64 in a JSON string. Nothing of the module runs here."""
+    compiled = _compile_program(code, options.filename)
+    encoded = binascii.b2a_base64(marshal.dumps(compiled), newline=False).decode("ascii")
+    return _outcome(Value_Json(json.dumps(encoded)))
+
+
+def _call_compiled(task: CompiledCall, options: RunOptions) -> Outcome:
+    """`_call` with the module's code object from `_compile` (checked there, under the same
+    policy and file name): the module's top level still runs here, in this fresh instance."""
+    compiled = marshal.loads(task.compiled)
+    if not isinstance(compiled, CodeType):
+        raise TypeError("the compiled module is not a code object")
+    return _call(task.call, options, compiled)
 
 
 def _list_modules() -> Outcome:
@@ -316,6 +341,10 @@ def execute(task: Task, options: RunOptions) -> Outcome:
             outcome = _refused_by_check(task.value, options) or _run(task.value, options)
         elif isinstance(task, Task_Call):
             outcome = _refused_by_check(task.value.code, options) or _call(task.value, options)
+        elif isinstance(task, Task_Compile):
+            outcome = _refused_by_check(task.value, options) or _compile(task.value, options)
+        elif isinstance(task, Task_CallCompiled):
+            outcome = _call_compiled(task.value, options)
         elif isinstance(task, Task_ListModules):
             outcome = _list_modules()
         else:

@@ -153,7 +153,12 @@ impl Bench {
         };
         let plain = sandpy::RunOptions::default();
         let arguments = serde_json::json!(["answer 17", "answer 17"]);
-        let steps: [(&str, &str, Option<&str>, &sandpy::RunOptions); 5] = [
+        // What a batch line runs: the scorer checked and compiled once for the batch.
+        let module = rt.block_on(sandbox.compile_module(SCORER, &strict));
+        if !module.is_compiled() {
+            bail!("the scorer did not compile under strict");
+        }
+        let steps: [(&str, &str, Option<&str>, &sandpy::RunOptions); 6] = [
             ("fresh run print('hello')", "print('hello')", None, &plain),
             (
                 "call `def f(*a): return 1`",
@@ -166,6 +171,12 @@ impl Bench {
                 "the scorer under --policy strict",
                 SCORER,
                 Some("score"),
+                &strict,
+            ),
+            (
+                "the scorer compiled once, under strict",
+                SCORER,
+                Some(COMPILED),
                 &strict,
             ),
             (
@@ -187,6 +198,8 @@ impl Bench {
                     let started = Instant::now();
                     let e = match function {
                         None => rt.block_on(sandbox.run_with(code, options)),
+                        Some(COMPILED) => rt
+                            .block_on(sandbox.call_compiled(&module, "score", &arguments, options)),
                         Some(f) => rt.block_on(sandbox.call_function(code, f, &arguments, options)),
                     };
                     times[i].push(started.elapsed().as_secs_f64() * 1e3);
@@ -200,11 +213,14 @@ impl Bench {
         let base = median(&mut times[0]);
         for ((what, ..), t) in steps.iter().zip(&mut times) {
             let t = median(t);
-            println!("    {what:<36} {t:.3} ms (+{:.3} ms)", t - base);
+            println!("    {what:<40} {t:.3} ms (+{:.3} ms)", t - base);
         }
         Ok(())
     }
 }
+
+/// The breakdown's step that calls the scorer compiled once (as a batch line does).
+const COMPILED: &str = "<compiled score>";
 
 /// Runs of one step in a row in the eval part's breakdown.
 const BREAKDOWN_BLOCK: usize = 25;
@@ -225,7 +241,7 @@ fn eval_batch(exe: &std::path::Path, cores: usize) -> anyhow::Result<(f64, f64)>
         .collect();
     std::fs::write(&inputs, lines.join("\n") + "\n")?;
     let (scorer, inputs) = (scorer.display().to_string(), inputs.display().to_string());
-    let call = |extra: Option<&str>| -> anyhow::Result<f64> {
+    let call = |extra: &[&str]| -> anyhow::Result<f64> {
         let mut args = vec![
             "call",
             &scorer,
@@ -252,18 +268,30 @@ fn eval_batch(exe: &std::path::Path, cores: usize) -> anyhow::Result<(f64, f64)>
         }
         Ok(ok as f64 / seconds)
     };
-    // Alternately, three times each: worker processes (the default) and threads.
-    let (mut workers, mut threads) = (Vec::new(), Vec::new());
+    // Alternately, three times each: worker processes (the default) and threads, with the
+    // scorer compiled once per batch (the default) and in every line (as before).
+    let per_line = "--compile-per-line";
+    let [mut workers, mut threads, mut workers_per_line, mut threads_per_line] =
+        [(); 4].map(|_| Vec::new());
     for _ in 0..3 {
-        workers.push(call(None)?);
-        threads.push(call(Some("--in-process"))?);
+        workers.push(call(&[])?);
+        threads.push(call(&["--in-process"])?);
+        workers_per_line.push(call(&[per_line])?);
+        threads_per_line.push(call(&["--in-process", per_line])?);
     }
     std::fs::remove_dir_all(&dir)?;
     let (w, t) = (median(&mut workers), median(&mut threads));
+    let (wl, tl) = (median(&mut workers_per_line), median(&mut threads_per_line));
     println!(
         "\neval batch `sandpy call scorer.py score --policy strict --args-file inputs.jsonl` (10,000 lines, {cores} jobs): \
          worker processes {w:.0} calls/s, threads (--in-process) {t:.0} calls/s: {:.2}x",
         w / t
+    );
+    println!(
+        "  the scorer checked and compiled in every line (`--compile-per-line`, as before): \
+         workers {wl:.0} calls/s ({:.2}x of that), threads {tl:.0} calls/s ({:.2}x)",
+        w / wl,
+        t / tl
     );
     Ok((w, t))
 }

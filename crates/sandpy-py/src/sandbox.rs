@@ -428,8 +428,10 @@ fn batch_inputs(
     Ok((inputs, jobs))
 }
 
-/// The calls of a batch, `jobs` at a time, each a task on sandpy's runtime; the
-/// executions in the order of `inputs` (an unusable input is its `invalid_input`).
+/// The calls of a batch, `jobs` at a time, each a task on sandpy's runtime, the source
+/// checked and compiled once when there are two calls or more
+/// ([`sandpy::Sandbox::compile_module`]); the executions in the order of `inputs` (an
+/// unusable input is its `invalid_input`).
 /// Dropping the future (a cancelled `call_batch_async`) stops the calls still running.
 async fn run_batch(
     sandbox: sandpy::Sandbox,
@@ -439,7 +441,13 @@ async fn run_batch(
     options: Arc<RunOptions>,
     jobs: usize,
 ) -> Vec<Execution> {
-    let (source, name) = (Arc::<str>::from(source), Arc::<str>::from(name));
+    let name = Arc::<str>::from(name);
+    let module = if inputs.iter().filter(|input| input.is_ok()).count() > 1 {
+        sandbox.compile_module(&source, &options).await
+    } else {
+        sandpy::CompiledModule::uncompiled(&source)
+    };
+    let module = Arc::new(module);
     let slots = Arc::new(tokio::sync::Semaphore::new(jobs));
     let mut calls = Calls::default();
     for input in inputs {
@@ -458,15 +466,15 @@ async fn run_batch(
             ));
             continue;
         };
-        let (sandbox, source, name, options) = (
+        let (sandbox, module, name, options) = (
             sandbox.clone(),
-            source.clone(),
+            module.clone(),
             name.clone(),
             options.clone(),
         );
         calls.spawn(async move {
             let execution = sandbox
-                .call_function(&source, &name, &arguments, &options)
+                .call_compiled(&module, &name, &arguments, &options)
                 .await;
             drop(slot);
             execution

@@ -13,7 +13,7 @@ pub(crate) use self::sandpy::runtime::network::{
 };
 pub(crate) use self::sandpy::runtime::tools::{Host as ToolsHost, ToolCall};
 pub(crate) use self::sandpy::runtime::types::{
-    FunctionCall, Host as TypesHost, Policy as GuestPolicy, PythonError,
+    CompiledCall, FunctionCall, Host as TypesHost, Policy as GuestPolicy, PythonError,
     RichOutput as GuestRichOutput, RichOutputKind as GuestRichOutputKind, RichOutputLimits,
     RunOptions as GuestOptions, Value, Violation as GuestViolation,
 };

@@ -72,6 +72,7 @@ compile_error!("sandpy runs on Linux only (see the README's platform note)");
 mod access;
 mod admission;
 mod bindings;
+mod compiled;
 mod config;
 mod error;
 mod execution;
@@ -96,6 +97,7 @@ pub mod tools;
 mod verdict;
 mod wasm;
 
+pub use compiled::CompiledModule;
 pub use config::{Config, Interruption, OnOverrun, Progress};
 pub use error::{Cause, Error};
 pub use execution::{ErrorInfo, Execution, Status};

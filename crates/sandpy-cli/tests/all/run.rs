@@ -523,6 +523,68 @@ fn a_batch_line_sees_nothing_an_earlier_line_left() {
     }
 }
 
+/// A batch's module is checked and compiled once, but its top level runs in each line's
+/// fresh instance, in worker processes and on threads alike: a value it draws at random
+/// differs from line to line, and a line under a policy is still refused what the check
+/// cannot see.
+#[test]
+fn a_batch_line_runs_the_modules_top_level_itself() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("drawn.py");
+    std::fs::write(
+        &file,
+        "import random, importlib\n\
+         TOKEN = random.random()\n\
+         def score(name):\n    \
+             return [TOKEN, importlib.import_module(name).__name__]\n",
+    )
+    .expect("write");
+    let config = dir.path().join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"mcpServers": {}, "sandpy": {"policies": {"no-os": {"allowed_modules": ["random", "importlib", "json"]}}}}"#,
+    )
+    .expect("write");
+    let inputs = dir.path().join("inputs.jsonl");
+    let lines: Vec<&str> = (0..20)
+        .map(|i| if i == 7 { r#"["os"]"# } else { r#"["json"]"# })
+        .collect();
+    std::fs::write(&inputs, lines.join("\n") + "\n").expect("write");
+    for extra in [None, Some("--in-process")] {
+        let mut args = vec![
+            "call",
+            file.to_str().expect("path"),
+            "score",
+            "--config",
+            config.to_str().expect("path"),
+            "--policy",
+            "no-os",
+            "--jobs",
+            "2",
+            "--args-file",
+            inputs.to_str().expect("path"),
+        ];
+        args.extend(extra);
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 1, "{extra:?}: line 8 is refused: {stderr}");
+        let results = json_lines(&stdout);
+        assert_eq!(results.len(), 20, "{stdout}");
+        let mut tokens = Vec::new();
+        for (i, r) in results.iter().enumerate() {
+            if i == 7 {
+                assert_eq!(r["status"], "policy_violation", "{extra:?}: {r}");
+                continue;
+            }
+            assert_eq!(r["status"], "ok", "{extra:?}: {r}");
+            assert_eq!(r["result"][1], "json", "{extra:?}: {r}");
+            tokens.push(r["result"][0].to_string());
+        }
+        tokens.sort();
+        tokens.dedup();
+        assert_eq!(tokens.len(), 19, "{extra:?}: the top level ran once for several lines");
+    }
+}
+
 #[test]
 fn files_go_in_by_flag_and_come_out_into_a_folder() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -355,9 +355,13 @@ pub(crate) fn task_line(
         Task::Run(code) => json!({ "Run": code }),
         Task::Check(code) => json!({ "Check": code }),
         Task::ListModules => json!("ListModules"),
-        Task::Call(call) => json!({ "Call": {
-            "code": call.code, "function": call.function, "arguments": call.arguments,
-        }}),
+        Task::Compile(code) => json!({ "Compile": code }),
+        // The compiled module is the WebAssembly runtime's: a native run compiles its own.
+        Task::Call(call) | Task::CallCompiled(crate::bindings::CompiledCall { call, .. }) => {
+            json!({ "Call": {
+                "code": call.code, "function": call.function, "arguments": call.arguments,
+            }})
+        }
     };
     let policy = options.policy.as_ref().map(|p| {
         json!({

@@ -260,6 +260,12 @@ impl Runner {
         }
     }
 
+    /// The identity of the runtime of WebAssembly runs (a module compiled by one
+    /// runtime is not another's).
+    pub(crate) fn runtime_id(&self) -> &str {
+        &self.runtime_id
+    }
+
     /// Remove this process's run folders (see [`crate::Sandbox::release_at_exit`]).
     pub(crate) fn remove_own_folders(&self) {
         crate::wasm::remove_own_folders(&self.config.resolved_scratch_dir());
@@ -284,8 +290,10 @@ fn tier_name(tier: crate::Tier) -> &'static str {
 /// The `invalid_input` execution for code over the size cap.
 fn check_code(task: &Task, limits: &Limits) -> Option<Refusal> {
     let code = match task {
-        Task::Run(code) | Task::Check(code) => code,
-        Task::Call(call) => &call.code,
+        Task::Run(code) | Task::Check(code) | Task::Compile(code) => code,
+        Task::Call(call) | Task::CallCompiled(crate::bindings::CompiledCall { call, .. }) => {
+            &call.code
+        }
         Task::ListModules => return None,
     };
     (code.len() > limits.code_bytes).then(|| {

@@ -3,6 +3,7 @@
 
 mod attacks;
 mod cache;
+mod compiled;
 mod epoch_probes;
 mod files;
 mod guest_python;

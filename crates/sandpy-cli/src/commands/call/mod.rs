@@ -46,6 +46,10 @@ pub(super) struct Args {
     /// Be one worker of an --args-file batch (JSON Lines requests on stdin).
     #[arg(long, hide = true, conflicts_with_all = ["args", "args_file"])]
     worker: bool,
+    /// Check and compile the program in every line of --args-file instead of once per
+    /// batch: the way before, for `sandpy bench`'s comparison.
+    #[arg(long, hide = true)]
+    compile_per_line: bool,
     /// Print the whole execution as JSON (single call).
     #[arg(long)]
     json: bool,
@@ -73,7 +77,8 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
             filename: Some(filename),
             ..options
         };
-        workers::serve(&sandbox, &code, &args.function, &options, &current)?;
+        let once = !args.compile_per_line;
+        workers::serve(&sandbox, &code, &args.function, &options, &current, once)?;
         return Ok(Outcome::Success);
     }
     let Some(path) = &args.args_file else {
@@ -184,6 +189,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
         Arc::new(options),
         reader,
         jobs,
+        !args.compile_per_line,
     );
     let all_ok = common::tokio_runtime()?.block_on(batch)?;
     Ok(if all_ok {
@@ -194,8 +200,9 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
 }
 
 /// Run every line in this process, `jobs` at a time (each a task on the runtime's
-/// threads), printing results in input order as they come. A `program` that cannot run
-/// is every line's result.
+/// threads), printing results in input order as they come. The program is checked and
+/// compiled once for all lines ([`sandpy::Sandbox::compile_module`]) unless not
+/// `compile_once`; one that cannot run is every line's result.
 async fn batch(
     sandbox: sandpy::Sandbox,
     program: Arc<Result<String, Execution>>,
@@ -203,7 +210,13 @@ async fn batch(
     options: Arc<RunOptions>,
     mut reader: Box<dyn BufRead + Send>,
     jobs: usize,
+    compile_once: bool,
 ) -> anyhow::Result<bool> {
+    let program = Arc::new(match &*program {
+        Ok(code) if compile_once => Ok(sandbox.compile_module(code, &options).await),
+        Ok(code) => Ok(sandpy::CompiledModule::uncompiled(code)),
+        Err(refused) => Err(refused.clone()),
+    });
     let slots = Arc::new(tokio::sync::Semaphore::new(jobs));
     let (sender, mut results) = tokio::sync::mpsc::unbounded_channel::<(usize, Value)>();
     let mut in_order = InOrder::new();
@@ -225,9 +238,9 @@ async fn batch(
             let value = match (&*program, parse_line(&line)) {
                 (Err(refused), _) => line_result(number, refused),
                 (Ok(_), Err(message)) => line_error(number, Status::InvalidInput, &message),
-                (Ok(code), Ok(arguments)) => {
+                (Ok(module), Ok(arguments)) => {
                     let execution = sandbox
-                        .call_function(code, &function, &arguments, &options)
+                        .call_compiled(module, &function, &arguments, &options)
                         .await;
                     line_result(number, &execution)
                 }

@@ -28,8 +28,10 @@ struct Request {
     args: Value,
 }
 
-/// Be a worker: answer each request on stdin with its result line on stdout. A run that
-/// outlives its time ends the process through the sandbox's overrun handler, which
+/// Be a worker: answer each request on stdin with its result line on stdout, the program
+/// checked and compiled once, at the first request (in every request unless
+/// `compile_once`). A run that outlives its time (the
+/// compile's included) ends the process through the sandbox's overrun handler, which
 /// answers `current` first (see [`overrun_answer`]).
 pub(super) fn serve(
     sandbox: &sandpy::Sandbox,
@@ -37,13 +39,23 @@ pub(super) fn serve(
     function: &str,
     options: &sandpy::RunOptions,
     current: &AtomicUsize,
+    compile_once: bool,
 ) -> anyhow::Result<()> {
     let rt = common::one_shot_runtime()?;
+    let mut module = (!compile_once).then(|| sandpy::CompiledModule::uncompiled(code));
     for request in std::io::stdin().lock().lines() {
         let request: Request =
             serde_json::from_str(&request?).context("a worker request is not valid")?;
         current.store(request.line, Ordering::SeqCst);
-        let execution = rt.block_on(sandbox.call_function(code, function, &request.args, options));
+        let execution = rt.block_on(async {
+            let module = match &module {
+                Some(module) => module,
+                None => module.insert(sandbox.compile_module(code, options).await),
+            };
+            sandbox
+                .call_compiled(module, function, &request.args, options)
+                .await
+        });
         // Locked only to write: the overrun handler writes from the watchdog thread.
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "{}", line_result(request.line, &execution))?;

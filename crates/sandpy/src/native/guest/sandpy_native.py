@@ -124,6 +124,8 @@ def _task(value: object):  # type: ignore[no-untyped-def]
         return types.Task_Run(body)
     if kind == "Check":
         return types.Task_Check(body)
+    if kind == "Compile":
+        return types.Task_Compile(body)
     if kind == "Call":
         return types.Task_Call(types.FunctionCall(**body))
     raise ValueError(f"unknown task {kind!r}")

@@ -32,7 +32,23 @@ class Task_Check:
     value: str
 
 
-Task = Task_Run | Task_Call | Task_ListModules | Task_Check
+@dataclass
+class Task_Compile:
+    value: str
+
+
+@dataclass
+class CompiledCall:
+    call: FunctionCall
+    compiled: bytes
+
+
+@dataclass
+class Task_CallCompiled:
+    value: CompiledCall
+
+
+Task = Task_Run | Task_Call | Task_ListModules | Task_Check | Task_Compile | Task_CallCompiled
 
 
 @dataclass
