@@ -151,3 +151,82 @@ fn over_stdio_a_figure_past_the_inline_size_is_a_link_the_client_reads_back() {
         out[3]
     );
 }
+
+/// A client on a protocol version without `resource_link` (2024-11-05), over stdio with
+/// raw JSON-RPC lines: every file comes inline, under its `sandpy://` URI, which it can
+/// still list and read.
+#[test]
+fn a_client_older_than_resource_links_gets_files_inline_under_uris_it_can_read() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("sandpy.mcp.json");
+    std::fs::write(&config, r#"{"mcpServers": {}}"#).expect("config");
+    let mut server = crate::sandpy()
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("sandpy serve");
+    let mut stdin = server.stdin.take().expect("stdin");
+    let stdout = std::io::BufReader::new(server.stdout.take().expect("stdout"));
+    let _stop = crate::serve::Server(server);
+    let (lines, answers) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            if let Ok(message) = serde_json::from_str::<Value>(&line) {
+                let _ = lines.send(message);
+            }
+        }
+    });
+    let mut ask = |message: Value| -> Value {
+        writeln!(stdin, "{message}").expect("send");
+        let Some(id) = message.get("id").cloned() else {
+            return Value::Null;
+        };
+        loop {
+            let answer = answers
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("an answer within 60 s");
+            if answer["id"] == id {
+                return answer;
+            }
+        }
+    };
+    let init = ask(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {},
+        "clientInfo": {"name": "old", "version": "0"}}}),
+    );
+    assert_eq!(init["result"]["protocolVersion"], "2024-11-05", "{init}");
+    ask(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let code = "open('/output/big.txt', 'w').write('z' * 2_000_000)";
+    let ran = ask(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "run_python", "arguments": {"code": code}}}));
+    let content = ran["result"]["content"].as_array().expect("content");
+    assert_eq!(content.len(), 2, "the summary and the file, no link: {ran}");
+    let inline = &content[1]["resource"];
+    let uri = inline["uri"].as_str().expect("uri").to_string();
+    assert!(
+        uri.starts_with("sandpy://runs/") && uri.ends_with("/files/big.txt"),
+        "{uri}"
+    );
+    assert_eq!(
+        inline["text"].as_str().map(str::len),
+        Some(2_000_000),
+        "over inline_kb, still inline"
+    );
+    let listed = ask(json!({"jsonrpc": "2.0", "id": 3, "method": "resources/list"}));
+    assert_eq!(
+        listed["result"]["resources"][0]["uri"],
+        uri.as_str(),
+        "{listed}"
+    );
+    let read = ask(
+        json!({"jsonrpc": "2.0", "id": 4, "method": "resources/read",
+        "params": {"uri": uri}}),
+    );
+    let text = read["result"]["contents"][0]["text"].as_str().map(str::len);
+    assert_eq!(text, Some(2_000_000));
+}
