@@ -18,6 +18,8 @@ mod native_files;
 mod native_http_libraries;
 /// The native tier's kernel interface, and each confinement layer.
 mod native_kernel;
+/// Processes made ahead of their runs: nothing of the last run, shapes, crashes, ends.
+mod native_made_ahead;
 /// The native tier's network boundary.
 mod native_network;
 /// Showing results: figures, tables and `display()` as rich outputs (issue 43).

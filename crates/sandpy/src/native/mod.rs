@@ -8,7 +8,8 @@
 //! that embeds the configured Python (`python`). Per run the zygote clones a process
 //! straight into new namespaces (`child`), which builds the run's filesystem, confines
 //! itself (`confine`, `seccomp`) and runs the code, while the zygote supervises it (time
-//! limit, the host's hang-up). The run's only way out is its channel to the host
+//! limit, the host's hang-up); the next run's process is made ahead while a run runs
+//! (`made_ahead`). The run's only way out is its channel to the host
 //! (`protocol`, served by `serve`), and nothing it writes there is authority over what
 //! the host reports: once it answered (and at its deadline) the zygote stops it and reads
 //! its `/output` and peak size from the kernel (`left_output`). A session's run serves one
@@ -21,6 +22,7 @@ mod child;
 mod confine;
 mod guest_files;
 mod left_output;
+mod made_ahead;
 mod protocol;
 mod python;
 mod seccomp;
@@ -103,6 +105,10 @@ pub struct NativeConfig {
     /// attack. Honoured by debug builds only.
     #[serde(skip)]
     pub layers_off: Vec<Layer>,
+    /// Every run in a process cloned once its code came, none made ahead: the benches'
+    /// baseline, measured in the same run.
+    #[serde(skip)]
+    pub fresh_only: bool,
 }
 
 impl NativeConfig {

@@ -11,7 +11,9 @@
 //!   kernel; a one-shot run is then killed, a session's process stays stopped until its
 //!   next cell. For a session (a run that serves one task after another): each later
 //!   cell's time limit as it starts, which the zygote acknowledges with [`CELL_STARTED`]
-//!   once the process runs again under that limit; the host's hang-up ends the run.
+//!   once the process runs again under that limit; the host's hang-up ends the run. A
+//!   run made ahead ([`RunRequest::ahead`]) has no deadline until the host starts it the
+//!   same way, with its first time limit.
 //! - run <-> host (the run's channel, one JSON line each): the task
 //!   ([`task_line`]), then [`GuestMessage`]s from the run, each but the outcome
 //!   answered with one line; a session's run then reads its next task.
@@ -51,8 +53,10 @@ pub(crate) enum ZygoteStatus {
     Error(String),
 }
 
-/// One run's limits, for the zygote and the run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One run's limits, for the zygote and the run. Two requests that are equal but for
+/// [`RunRequest::ahead`] make processes of the same shape: a process made ahead is taken
+/// only by a run whose request equals its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct RunRequest {
     pub timeout_ms: u64,
     /// The memory cap: address space the child may add to the zygote's.
@@ -71,6 +75,11 @@ pub(crate) struct RunRequest {
     /// limit (`timeout_ms` is the first one's).
     #[serde(default)]
     pub session: bool,
+    /// Made ahead of its run: the process is confined and waits for its task with no
+    /// deadline, until the host starts it with a time limit ([`cell_limit`], answered
+    /// with [`CELL_STARTED`]) or hangs up.
+    #[serde(default)]
+    pub ahead: bool,
 }
 
 /// The zygote's answer to a cell's limit: the limit is in force (a report, which

@@ -4,7 +4,6 @@
 //! host tells the zygote when the next cell starts (with its time limit), and the zygote
 //! lets it go on.
 
-use super::protocol::{cell_limit, CELL_STARTED};
 use super::serve::{Inputs, Run, RunEnd, Streams};
 use super::tier::NativeTier;
 use crate::access::Access;
@@ -14,11 +13,6 @@ use crate::tools::RecordedCall;
 use crate::verdict::NativeEnd;
 use crate::Limits;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// How long the zygote may take to put a session's cell limits in force.
-const CELL_START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A session's process: a confined fork of the zygote that keeps its interpreter (and
 /// its scratch folder) from one cell to the next. Dropped, it hangs up its report
@@ -40,32 +34,18 @@ impl NativeSession {
     /// are in force and the process runs again; fails when the process ended since its
     /// last cell.
     pub(super) async fn start_cell(&mut self, limits: &Limits) -> Result<(), NativeEnd> {
-        let ms = limits.timeout.as_millis().min(u64::MAX as u128 - 1) as u64;
-        let report = &mut self.streams.report;
-        let started = async {
-            report.write_all(&cell_limit(ms)).await?;
-            let mut answer = [0u8; 1];
-            report.read_exact(&mut answer).await?;
-            Ok::<_, std::io::Error>(answer[0] == CELL_STARTED)
-        };
-        match tokio::time::timeout(CELL_START_TIMEOUT, started).await {
-            Ok(Ok(true)) => Ok(()),
-            Ok(_) => Err(NativeEnd::Internal(
-                "the session's process ended between its runs; reset the session".into(),
-            )),
-            Err(_) => Err(NativeEnd::Internal(format!(
-                "the native tier's zygote did not start the cell within {} s",
-                CELL_START_TIMEOUT.as_secs()
-            ))),
-        }
+        let ms = limits.timeout.as_millis().min(u64::MAX as u128) as u64;
+        super::made_ahead::start(&mut self.streams.report, ms)
+            .await
+            .map_err(super::made_ahead::NotStarted::cell_end)
     }
 }
 
 impl NativeTier {
     /// Run one cell of a session in its process: `kept`'s, or a new one (with the
-    /// session's `memory_cap`, the mounts and quotas of this first cell). The process is
-    /// kept for the next cell when this one returned normally: then its tool calls are
-    /// returned, in order.
+    /// session's `memory_cap`, the mounts and quotas of this first cell; made ahead when
+    /// one of that shape waits). The process is kept for the next cell when this one
+    /// returned normally: then its tool calls are returned, in order.
     pub(crate) async fn cell(
         self: &Arc<Self>,
         kept: &mut Option<NativeSession>,
@@ -82,8 +62,8 @@ impl NativeTier {
         let session = match kept.take() {
             Some(mut session) => session.start_cell(limits).await.map(|()| session),
             None => self
-                .launch(limits, &inputs.mounts, true)
-                .and_then(Streams::open)
+                .process_for(self.request(limits, &inputs.mounts, true))
+                .await
                 .map_err(NativeEnd::Internal)
                 // A session's stdin is empty.
                 .map(|(streams, _stdin)| NativeSession {

@@ -20,6 +20,9 @@ pub(super) struct Supervised {
     pub(super) deadline: Option<Instant>,
     /// A session, whose cells the host starts and ends on the report socket.
     pub(super) session: bool,
+    /// Made ahead and not yet started: no deadline until the host sends the first time
+    /// limit ([`RunRequest::ahead`]).
+    pub(super) waiting: bool,
     /// Bytes of a cell limit not yet whole.
     pub(super) from_host: Vec<u8>,
     pub(super) timed_out: bool,
@@ -60,7 +63,9 @@ impl Supervised {
             self.from_host.drain(..8);
             if ms == ANSWERED {
                 self.collect();
-            } else if self.session && !self.abandoned {
+            } else if (self.session || self.waiting) && !self.abandoned {
+                // A run made ahead starts once; a session's process at each cell.
+                self.waiting = false;
                 self.start_cell(ms);
             }
         }
@@ -95,9 +100,15 @@ impl Supervised {
         }
     }
 
-    /// Start a session's cell with a limit of `ms`: its deadline, and its CPU time on
-    /// top of what the run used so far; then let the stopped process go on.
+    /// Start a session's cell (or a run made ahead) with a limit of `ms`: its deadline,
+    /// and its CPU time on top of what the run used so far; then let the stopped process
+    /// go on.
     pub(super) fn start_cell(&mut self, ms: u64) {
+        if exited(self.pid) || kill_pending(self.pid) {
+            // Not acknowledged: the host reads the run's report instead (a process made
+            // ahead that died, or is dying, while it waited is replaced by a fresh one).
+            return;
+        }
         self.deadline = Some(deadline_in(ms));
         let mut limit = libc::rlimit {
             rlim_cur: 0,
@@ -157,7 +168,8 @@ impl Supervised {
 }
 
 /// Clone the run's process straight into its new namespaces, map its user ids, and let
-/// it go (a byte on its sync pipe); it builds its root and confines itself.
+/// it go (a byte on its sync pipe); it builds its root and confines itself (then, made
+/// ahead, waits for its task).
 pub(super) fn spawn_run(
     control: &OwnedFd,
     zygote: &Zygote,
@@ -246,8 +258,10 @@ pub(super) fn spawn_run(
         pid,
         pidfd,
         report,
-        deadline: Some(deadline),
+        // A run made ahead gets its deadline when the host starts it.
+        deadline: (!request.ahead).then_some(deadline),
         session: request.session,
+        waiting: request.ahead,
         from_host: Vec::new(),
         timed_out: false,
         abandoned: false,
@@ -298,6 +312,38 @@ fn stop(pid: i32) -> bool {
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(2));
     }
+}
+
+/// Whether process `pid` (our child) has ended; it is not reaped.
+fn exited(pid: i32) -> bool {
+    // SAFETY: an all-zero siginfo is valid.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid on our own child with a valid out-pointer; WNOWAIT consumes nothing.
+    let n = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: si_pid is set by waitid when it reported a child.
+    n == 0 && unsafe { info.si_pid() } == pid
+}
+
+/// Whether a `SIGKILL` is pending for process `pid`: it was killed and has not yet run
+/// to its end (the kernel marks the kill as it is sent).
+fn kill_pending(pid: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kill_bit = 1u64 << (libc::SIGKILL - 1);
+    status
+        .lines()
+        .filter_map(|line| {
+            line.strip_prefix("SigPnd:")
+                .or_else(|| line.strip_prefix("ShdPnd:"))
+        })
+        .filter_map(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .any(|mask| mask & kill_bit != 0)
 }
 
 /// The peak resident size of process `pid` in bytes, as the kernel counts it (`VmHWM`).

@@ -5,7 +5,7 @@
 use super::confine;
 use super::protocol::{RunFds, RunRequest, ZygoteSetup, ZygoteStatus};
 use super::python::PythonInstall;
-use super::serve::{Inputs, Launched, Run, RunEnd, Streams};
+use super::serve::{Inputs, Launched, Run, RunEnd};
 use super::{guest_files, Layer, NativeConfig, NativeError};
 use crate::access::Access;
 use crate::execution::Execution;
@@ -45,6 +45,10 @@ pub struct NativeTier {
     layers_off: Vec<Layer>,
     /// What a session's snapshot names as its runtime ([`NativeTier::runtime_id`]).
     runtime_id: String,
+    /// Processes made ahead of their runs (`made_ahead.rs`).
+    pub(super) made_ahead: super::made_ahead::MadeAhead,
+    /// Every run in a process cloned for it ([`NativeConfig::fresh_only`]).
+    pub(super) fresh_only: bool,
 }
 
 impl std::fmt::Debug for NativeTier {
@@ -140,6 +144,8 @@ impl NativeTier {
             runtime_id: runtime_id(&install, &config.preimport),
             install,
             layers_off: config.layers_off.clone(),
+            made_ahead: Default::default(),
+            fresh_only: config.fresh_only,
         };
         let setup_json =
             serde_json::to_vec(&setup).map_err(|e| NativeError::Start(e.to_string()))?;
@@ -206,13 +212,14 @@ impl NativeTier {
         &self.runtime_id
     }
 
-    /// Run `task` in a new confined fork of the zygote.
+    /// Run `task` in a new confined fork of the zygote (made ahead when one of its
+    /// shape waits).
     pub(crate) async fn run(&self, plan: &Plan<'_>, access: Access, inputs: Inputs) -> Execution {
         let limits = plan.limits;
         let mut run = Run::new(access, limits, &inputs);
         let launched = self
-            .launch(limits, &inputs.mounts, false)
-            .and_then(Streams::open)
+            .process_for(self.request(limits, &inputs.mounts, false))
+            .await
             .map_err(NativeEnd::Internal);
         let ended = match launched {
             // The streams go when the run is served: the zygote then ends what is left
@@ -228,13 +235,27 @@ impl NativeTier {
         run.execution(ended, plan.deadline.started())
     }
 
-    /// Hand the zygote a run request with the run's descriptors; the host's ends.
-    pub(super) fn launch(
+    /// The request for a run (or a session's process) with `limits` and `mounts`.
+    pub(super) fn request(
         &self,
         limits: &Limits,
         mounts: &[(PathBuf, String)],
         session: bool,
-    ) -> Result<Launched, String> {
+    ) -> RunRequest {
+        RunRequest {
+            timeout_ms: limits.timeout.as_millis().min(u64::MAX as u128) as u64,
+            memory_bytes: limits.memory_bytes as u64,
+            disk_bytes: limits.disk_bytes,
+            output_files_bytes: limits.output_files_bytes,
+            mounts: mounts.to_vec(),
+            without: self.layers_off.clone(),
+            session,
+            ahead: false,
+        }
+    }
+
+    /// Hand the zygote `request` with the run's descriptors; the host's ends.
+    pub(super) fn launch(&self, request: &RunRequest) -> Result<Launched, String> {
         let pair = || {
             socketpair(
                 AddressFamily::Unix,
@@ -268,16 +289,7 @@ impl NativeTier {
         })();
         let (fds, launched) =
             made.map_err(|e| format!("cannot make the run's descriptors: {e}"))?;
-        let request = RunRequest {
-            timeout_ms: limits.timeout.as_millis().min(u64::MAX as u128) as u64,
-            memory_bytes: limits.memory_bytes as u64,
-            disk_bytes: limits.disk_bytes,
-            output_files_bytes: limits.output_files_bytes,
-            mounts: mounts.to_vec(),
-            without: self.layers_off.clone(),
-            session,
-        };
-        let json = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
+        let json = serde_json::to_vec(request).map_err(|e| e.to_string())?;
         let raw = [
             fds.channel.as_raw_fd(),
             fds.stdin.as_raw_fd(),

@@ -1,0 +1,162 @@
+//! Runs' processes made ahead: when a run (or a session's first cell) starts, the zygote
+//! clones and confines the next process of the same shape while this one runs; it waits
+//! for its task with no deadline, and the next run of that shape takes it instead of
+//! paying the clone, the namespaces, the root's mounts, Landlock and seccomp after its
+//! code arrived (as `wasm/made_ahead.rs` does for WebAssembly instances).
+//!
+//! A process made ahead never ran anything: it is a fork of the zygote, not of a run, so
+//! it holds nothing of the last run. Its shape is its whole [`RunRequest`] (the limits
+//! set as it was confined, the sizes of its `/tmp` and `/output`, its mounts, the layers,
+//! one-shot or session): a run whose request differs in anything makes a fresh process,
+//! so that every process runs under its own run's limits and sees its own run's mounts.
+//! What else a run is given (its code, input files, environment, stdin, the tools and
+//! network the host serves it) comes with its task. At most [`MAX_MADE_AHEAD`] wait at
+//! once, one per shape; each is ended (the zygote kills it at the hang-up of its report
+//! socket) when it is pushed out, when the tier is dropped, and with the zygote.
+
+use super::protocol::{cell_limit, RunRequest, CELL_STARTED};
+use super::serve::{Launched, Streams};
+use super::tier::NativeTier;
+use crate::verdict::NativeEnd;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How many processes wait made ahead at most (each is one shape: the newest shapes
+/// used stay).
+pub(super) const MAX_MADE_AHEAD: usize = 2;
+
+/// How long the zygote may take to start a process with its time limit (a run made
+/// ahead, or a session's cell).
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A process made ahead, the request it was made for, and the host's ends of its
+/// descriptors (dropping them makes the zygote end it).
+struct Waiting {
+    shape: RunRequest,
+    launched: Launched,
+}
+
+/// The processes made ahead of their runs, oldest first.
+#[derive(Default)]
+pub(super) struct MadeAhead {
+    waiting: std::sync::Mutex<Vec<Waiting>>,
+}
+
+impl MadeAhead {
+    /// The process made ahead for `shape`, if one waits and has not ended (a process
+    /// that crashed or was killed while waiting is dropped).
+    fn take(&self, shape: &RunRequest) -> Option<Launched> {
+        let mut waiting = self.waiting.lock().ok()?;
+        let at = waiting.iter().position(|process| process.shape == *shape)?;
+        let process = waiting.remove(at);
+        drop(waiting);
+        (!ended(&process.launched)).then_some(process.launched)
+    }
+}
+
+/// Whether the zygote reported the process's end (a report, or the socket closed): a
+/// process waiting for its task has nothing else to say.
+fn ended(launched: &Launched) -> bool {
+    let mut polled = [libc::pollfd {
+        fd: launched.report.as_raw_fd(),
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    }];
+    // SAFETY: poll over one valid pollfd, without waiting.
+    let n = unsafe { libc::poll(polled.as_mut_ptr(), 1, 0) };
+    n != 0
+}
+
+/// Why a process did not start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NotStarted {
+    /// It has ended (the zygote's report or EOF came instead).
+    Ended,
+    /// The zygote did not answer within [`START_TIMEOUT`].
+    TimedOut,
+}
+
+impl NotStarted {
+    /// Why a session's cell could not start, for its execution.
+    pub(super) fn cell_end(self) -> NativeEnd {
+        NativeEnd::Internal(match self {
+            NotStarted::Ended => {
+                "the session's process ended between its runs; reset the session".into()
+            }
+            NotStarted::TimedOut => format!(
+                "the native tier's zygote did not start the cell within {} s",
+                START_TIMEOUT.as_secs()
+            ),
+        })
+    }
+}
+
+/// Tell the zygote that the process of `report` starts with a time limit of `ms`, and
+/// wait until that limit is in force and the process runs.
+pub(super) async fn start(report: &mut tokio::net::UnixStream, ms: u64) -> Result<(), NotStarted> {
+    let ms = ms.min(u64::MAX - 1); // u64::MAX is ANSWERED
+    let started = async {
+        report.write_all(&cell_limit(ms)).await?;
+        let mut answer = [0u8; 1];
+        report.read_exact(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer[0] == CELL_STARTED)
+    };
+    match tokio::time::timeout(START_TIMEOUT, started).await {
+        Ok(Ok(true)) => Ok(()),
+        Ok(_) => Err(NotStarted::Ended),
+        Err(_) => Err(NotStarted::TimedOut),
+    }
+}
+
+impl NativeTier {
+    /// A confined process for `request`, running under its time limit: the one made
+    /// ahead for its shape when one waits and starts, else a fresh one; then the next
+    /// one of that shape is made ahead (after this one started: the zygote serves one
+    /// thing at a time, and this run comes first). Returns the streams and the stdin.
+    pub(super) async fn process_for(
+        &self,
+        request: RunRequest,
+    ) -> Result<(Streams, tokio::net::unix::pipe::Sender), String> {
+        if self.fresh_only {
+            return self.launch(&request).and_then(Streams::open);
+        }
+        let shape = RunRequest {
+            ahead: true,
+            ..request.clone()
+        };
+        let mut taken = None;
+        if let Some(launched) = self.made_ahead.take(&shape) {
+            if let Ok((mut streams, stdin)) = Streams::open(launched) {
+                if start(&mut streams.report, request.timeout_ms).await.is_ok() {
+                    taken = Some((streams, stdin));
+                }
+            }
+            // Otherwise it ended while it waited (dropped here: the zygote reaps it).
+        }
+        let process = match taken {
+            Some(process) => process,
+            None => self.launch(&request).and_then(Streams::open)?,
+        };
+        self.make_ahead(shape);
+        Ok(process)
+    }
+
+    /// Have the zygote make a process of `shape` ahead, unless one waits already; the
+    /// oldest is ended when more than [`MAX_MADE_AHEAD`] would wait.
+    fn make_ahead(&self, shape: RunRequest) {
+        let Ok(mut waiting) = self.made_ahead.waiting.lock() else {
+            return;
+        };
+        if waiting.iter().any(|process| process.shape == shape) {
+            return;
+        }
+        match self.launch(&shape) {
+            Ok(launched) => waiting.push(Waiting { shape, launched }),
+            Err(why) => tracing::debug!("no native process made ahead: {why}"),
+        }
+        while waiting.len() > MAX_MADE_AHEAD {
+            waiting.remove(0);
+        }
+    }
+}
