@@ -316,11 +316,12 @@ fn native_session_idle_ttl_ends_the_process_on_time() {
     }});
     std::fs::write(&path, file.to_string()).expect("config");
     let config = path.display().to_string();
-    // Watch the server's zygote's children (its runs) while the requests are served.
+    // Watch the server's zygote's children while the requests are served: the session's
+    // process, and the next one made ahead (younger, `native_made_ahead.rs`).
     let watched = config.clone();
     let watcher = std::thread::spawn(move || {
         let started = Instant::now();
-        let mut seen: Vec<(Duration, usize)> = Vec::new();
+        let mut seen: Vec<(Duration, Vec<(u64, u32)>)> = Vec::new();
         while started.elapsed() < Duration::from_secs(60) {
             // The server is the child of the MCP client with our config in its command line.
             let zygote = processes_with(&watched)
@@ -328,7 +329,12 @@ fn native_session_idle_ttl_ends_the_process_on_time() {
                 .flat_map(children)
                 .find(|&pid| zygote_of(pid).is_some());
             if let Some(zygote) = zygote {
-                seen.push((started.elapsed(), children(zygote).len()));
+                let mut runs: Vec<(u64, u32)> = children(zygote)
+                    .into_iter()
+                    .filter_map(|pid| Some((start_time(pid)?, pid)))
+                    .collect();
+                runs.sort();
+                seen.push((started.elapsed(), runs));
             } else if !seen.is_empty() {
                 break; // the server has gone
             }
@@ -345,16 +351,28 @@ fn native_session_idle_ttl_ends_the_process_on_time() {
     );
     assert_eq!(result(&answers[0])["status"], "ok", "{}", answers[0]);
     let seen = watcher.join().expect("watcher");
-    let alive = seen.iter().position(|&(_, runs)| runs == 1);
+    // The session's process: the zygote's oldest child when it first had one.
+    let alive = seen.iter().position(|(_, runs)| !runs.is_empty());
     let Some(alive) = alive else {
         panic!("the session's process was never seen: {seen:?}");
     };
+    let session = seen[alive].1[0];
     // Gone while the server still served the other run, about a TTL after the cell.
-    let gone = seen[alive..].iter().find(|&&(_, runs)| runs == 0);
-    let Some(&(at, _)) = gone else {
+    let gone = seen[alive..]
+        .iter()
+        .find(|(_, runs)| !runs.contains(&session));
+    let Some((at, _)) = gone else {
         panic!("the idle session's process outlived its TTL: {seen:?}");
     };
-    assert!(at - seen[alive].0 < Duration::from_secs(4), "{seen:?}");
+    assert!(*at - seen[alive].0 < Duration::from_secs(4), "{seen:?}");
+}
+
+/// When process `pid` started, in clock ticks after boot.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    // The 22nd field of the line, the 20th after the command.
+    after.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// `Some` when `pid` is a native tier's zygote.
