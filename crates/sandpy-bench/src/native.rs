@@ -21,67 +21,96 @@ impl Bench {
             return Ok(());
         };
         let (rt, args, cores) = (&self.rt, &self.args, self.cores);
-        let sandbox = sandpy::Sandbox::new(sandpy::Config {
-            native: Some(sandpy::native::NativeConfig {
-                venv: Some(venv.clone()),
-                preimport: vec!["numpy".into(), "pandas".into()],
-                ..Default::default()
-            }),
-            ..sandpy::Config::default()
-        })?;
+        // The tier as configured (the next run's process made ahead), and its baseline in
+        // the same run: every run in a process cloned once its code came.
+        let tier = |fresh_only: bool| {
+            sandpy::Sandbox::new(sandpy::Config {
+                native: Some(sandpy::native::NativeConfig {
+                    venv: Some(venv.clone()),
+                    preimport: vec!["numpy".into(), "pandas".into()],
+                    fresh_only,
+                    ..Default::default()
+                }),
+                ..sandpy::Config::default()
+            })
+        };
+        let (sandbox, fresh_only) = (tier(false)?, tier(true)?);
         let options = sandpy::RunOptions {
             tier: sandpy::Tier::Native,
             ..sandpy::RunOptions::default()
         };
         let python = venv.join("bin").join("python");
         let python = python.to_string_lossy();
-        timed_run(rt, &sandbox, "print('warm')", &options)?; // starts the zygote
+        for sandbox in [&sandbox, &fresh_only] {
+            timed_run(rt, sandbox, "print('warm')", &options)?; // starts the zygote
+        }
         const PANDAS_SUM: &str = "import pandas as pd\nprint(pd.Series(range(1000)).sum())";
-        let (mut hello, mut pandas) = (Vec::new(), Vec::new());
-        for _ in 0..args.runs.max(1) {
-            hello.push(timed_run(rt, &sandbox, "print('hello')", &options)?);
-            pandas.push(timed_run(rt, &sandbox, PANDAS_SUM, &options)?);
+        // Per tier: blocks of runs back to back (a run's process made ahead while the
+        // last one ran), the two alternating block by block.
+        let mut times = [(Vec::new(), Vec::new()), (Vec::new(), Vec::new())];
+        let runs = args.runs.max(1);
+        let block = runs.min(10);
+        for _ in 0..runs.div_ceil(block) {
+            for (which, sandbox) in [&sandbox, &fresh_only].into_iter().enumerate() {
+                let (hello, pandas) = &mut times[which];
+                for _ in 0..block {
+                    hello.push(timed_run(rt, sandbox, "print('hello')", &options)?);
+                    pandas.push(timed_run(rt, sandbox, PANDAS_SUM, &options)?);
+                }
+            }
         }
         let mut fresh = Vec::new();
         for _ in 0..5 {
             let code = format!("import numpy, pandas\n{PANDAS_SUM}");
             fresh.push(whole_process_ms(&[&python, "-c", &code])?);
         }
-        hello.sort_by(f64::total_cmp);
-        pandas.sort_by(f64::total_cmp);
+        let [(mut hello, mut pandas), (mut base_hello, mut base_pandas)] = times;
+        for sorted in [&mut hello, &mut pandas, &mut base_hello, &mut base_pandas] {
+            sorted.sort_by(f64::total_cmp);
+        }
         let fresh = median(&mut fresh);
         let p50 = percentile(&pandas, 0.5);
+        let (hello_p50, base_hello_p50) = (percentile(&hello, 0.5), percentile(&base_hello, 0.5));
+        let base_p50 = percentile(&base_pandas, 0.5);
         println!(
-            "\nnative tier (numpy and pandas pre-imported, confined fresh fork per run):\n  \
-             print('hello') p50 {:.2} ms  p99 {:.2} ms;  pandas sum p50 {p50:.2} ms  p99 {:.2} ms (n={})\n  \
+            "\nnative tier (numpy and pandas pre-imported, confined fork per run, made ahead):\n  \
+             print('hello') p50 {hello_p50:.2} ms  p99 {:.2} ms;  pandas sum p50 {p50:.2} ms  p99 {:.2} ms (n={})\n  \
+             baseline, a fork cloned per run once its code came: print('hello') p50 {base_hello_p50:.2} ms, \
+             pandas sum p50 {base_p50:.2} ms; made ahead / baseline: {:.2}x, {:.2}x\n  \
              a fresh `python -c 'import numpy, pandas; ...'` process {fresh:.1} ms: the confined run takes {:.3}x of it",
-            percentile(&hello, 0.5),
             percentile(&hello, 0.99),
             percentile(&pandas, 0.99),
             pandas.len(),
+            hello_p50 / base_hello_p50,
+            p50 / base_p50,
             p50 / fresh,
         );
-        native_sessions(rt, &sandbox, &options)?;
+        for (label, sandbox) in [("made ahead", &sandbox), ("baseline", &fresh_only)] {
+            native_sessions(rt, sandbox, &options, label)?;
+        }
         let total = 600;
-        let started = Instant::now();
-        rt.block_on(async {
-            let mut tasks = tokio::task::JoinSet::new();
-            let workers = cores * 2;
-            for worker in 0..workers {
-                let (sandbox, options) = (sandbox.clone(), options.clone());
-                let share = total / workers + usize::from(worker < total % workers);
-                tasks.spawn(async move {
-                    for _ in 0..share {
-                        sandbox.run_with(PANDAS_SUM, &options).await;
-                    }
-                });
-            }
-            while tasks.join_next().await.is_some() {}
-        });
-        println!(
-            "  {:.0} pandas-sum runs/s with {cores} cores busy (n={total})",
-            total as f64 / started.elapsed().as_secs_f64()
-        );
+        for (label, sandbox) in [("made ahead", &sandbox), ("baseline", &fresh_only)] {
+            let started = Instant::now();
+            rt.block_on(async {
+                let mut tasks = tokio::task::JoinSet::new();
+                let workers = cores * 2;
+                for worker in 0..workers {
+                    let (sandbox, options) = (sandbox.clone(), options.clone());
+                    let share = total / workers + usize::from(worker < total % workers);
+                    tasks.spawn(async move {
+                        for _ in 0..share {
+                            sandbox.run_with(PANDAS_SUM, &options).await;
+                        }
+                    });
+                }
+                while tasks.join_next().await.is_some() {}
+            });
+            println!(
+                "  {label}: {:.0} pandas-sum runs/s with {cores} cores busy (n={total})",
+                total as f64 / started.elapsed().as_secs_f64()
+            );
+        }
+        drop(fresh_only);
         let mut ratios = Vec::new();
         let limits = Limits {
             timeout: Duration::from_secs(120),
@@ -121,6 +150,7 @@ fn native_sessions(
     rt: &tokio::runtime::Runtime,
     sandbox: &sandpy::Sandbox,
     native: &sandpy::RunOptions,
+    label: &str,
 ) -> anyhow::Result<()> {
     let cells: Vec<String> = (0..10)
         .map(|i| {
@@ -156,7 +186,7 @@ fn native_sessions(
     let [(mut native_first, mut native_later), (mut wasm_first, mut wasm_later)] = times;
     let (native_cell, wasm_cell) = (median(&mut native_later), median(&mut wasm_later));
     println!(
-        "  session cell p50 {native_cell:.2} ms against the WebAssembly tier's {wasm_cell:.2} ms \
+        "  {label}: session cell p50 {native_cell:.2} ms against the WebAssembly tier's {wasm_cell:.2} ms \
          ({:.2}x); a session's first cell (its process or instance made) {:.2} ms against {:.2} ms \
          (20 sessions of 10 cells each, alternating)",
         native_cell / wasm_cell,
