@@ -1,13 +1,16 @@
 //! `run_python` served over MCP's streamable HTTP, as agents' MCP clients call it: one
 //! kept-alive connection per client, 1 and 16 clients, with rmcp's Rust client and with
 //! the official MCP Python SDK, beside the same build's in-process fresh runs measured in
-//! the same part.
+//! the same part. Each client also calls a tool that does nothing (the `echo` of the test
+//! server, on the same HTTP stack; for the SDK also its own server's), its ceiling: what the
+//! client and the transport cost without a run, on the same two cores.
 
 use crate::measure::percentile;
 use crate::Bench;
 use anyhow::{bail, Context};
 use rmcp::model::CallToolRequestParams;
 use rmcp::ServiceExt;
+use serde_json::{json, Value};
 use std::time::Instant;
 
 /// Calls of the one client whose latencies are measured.
@@ -19,12 +22,40 @@ const THROUGHPUT_CALLS: usize = CLIENTS * CALLS_PER_CLIENT;
 /// The program every part runs.
 const CODE: &str = "print(1)";
 
-/// The official SDK's client program (`python served_client.py URL CLIENTS CALLS CODE`).
-const PYTHON_CLIENT: &str = include_str!("served_client.py");
+/// A tool to call and its arguments.
+#[derive(Clone, Copy)]
+pub(crate) struct Call {
+    pub(crate) tool: &'static str,
+    arguments: fn() -> Value,
+}
+
+/// `run_python` of [`CODE`].
+pub(crate) const RUN: Call = Call {
+    tool: "run_python",
+    arguments: || json!({ "code": CODE }),
+};
+
+/// The test server's `echo`: no run, the served path alone.
+pub(crate) const NO_OP: Call = Call {
+    tool: "echo",
+    arguments: || json!({ "message": "1" }),
+};
+
+/// The p50 (ms) of one client and the calls/s of [`CLIENTS`].
+pub(crate) struct Figures {
+    pub(crate) one: Vec<f64>,
+    pub(crate) per_s: f64,
+}
+
+impl Figures {
+    pub(crate) fn p50(&self) -> f64 {
+        percentile(&self.one, 0.5)
+    }
+}
 
 impl Bench {
     /// In process, then over HTTP with one client and with 16 (p50 and runs/s), from Rust
-    /// and from the official Python SDK (when `--python` has it).
+    /// and from the official Python SDK (when `--python` has it), each beside its ceiling.
     pub(crate) fn served(&self) -> anyhow::Result<()> {
         let rt = &self.rt;
         let mut in_process = Vec::new();
@@ -57,44 +88,50 @@ impl Bench {
         println!(
             "  in process, fresh instance:  p50 {base:.3} ms;  {in_process_per_s:.0} runs/s with {CLIENTS} at once"
         );
-        let line = |client: &str, one: &[f64], per_s: f64| {
-            let p50 = percentile(one, 0.5);
+        let line = |client: &str, figures: &Figures| {
+            let p50 = figures.p50();
             println!(
-                "  {client:<28} p50 {p50:.3} ms (+{:.3} ms);  {per_s:.0} runs/s with {CLIENTS} clients ({:.2}x in process)",
+                "  {client:<28} p50 {p50:.3} ms (+{:.3} ms);  {:.0} runs/s with {CLIENTS} clients ({:.2}x in process)",
                 p50 - base,
-                per_s / in_process_per_s
+                figures.per_s,
+                figures.per_s / in_process_per_s
+            );
+        };
+        let ceiling = |client: &str, figures: &Figures| {
+            println!(
+                "    {client:<26} p50 {:.3} ms;  {:.0} calls/s with {CLIENTS} clients",
+                figures.p50(),
+                figures.per_s
             );
         };
         let server = rt.block_on(Served::start(&self.sandbox))?;
-        let rust = rt.block_on(async {
-            let mut one = calls(&server.url, LATENCY_CALLS).await?;
-            one.sort_by(f64::total_cmp);
-            let started = Instant::now();
-            let mut clients = tokio::task::JoinSet::new();
-            for _ in 0..CLIENTS {
-                let url = server.url.clone();
-                clients.spawn(async move { calls(&url, CALLS_PER_CLIENT).await });
-            }
-            while let Some(done) = clients.join_next().await {
-                done??;
-            }
-            anyhow::Ok((
-                one,
-                THROUGHPUT_CALLS as f64 / started.elapsed().as_secs_f64(),
-            ))
-        });
-        match rust {
-            Ok((one, per_s)) => line("rmcp (Rust, reqwest):", &one, per_s),
+        let no_op = rt.block_on(sandpy_mcp::test_server::TestServer::start(None, None))?;
+        let no_op_url = format!("http://{}/mcp", no_op.addr());
+        let rust = rt.block_on(rmcp_figures(&server.url, RUN));
+        let rust_ceiling = rt.block_on(rmcp_figures(&no_op_url, NO_OP));
+        match &rust {
+            Ok(figures) => line("rmcp (Rust, reqwest):", figures),
             Err(e) => println!("  rmcp (Rust, reqwest): failed: {e:#}"),
         }
-        match python_sdk(&self.args.python, &server.url) {
-            Ok(Some((one, per_s))) => line("official Python SDK (httpx):", &one, per_s),
+        match &rust_ceiling {
+            Ok(figures) => ceiling("its ceiling, a no-op tool:", figures),
+            Err(e) => println!("    its ceiling: failed: {e:#}"),
+        }
+        if let (Ok(served), Ok(ceiling)) = (&rust, &rust_ceiling) {
+            println!(
+                "    served = {:.2}x the no-op tool's calls/s",
+                served.per_s / ceiling.per_s
+            );
+        }
+        let python = &self.args.python;
+        match crate::served_python::sdk_figures(python, &server.url, &no_op_url) {
+            Ok(Some(sdk)) => sdk.print(&line, &ceiling),
             Ok(None) => println!(
-                "  official Python SDK: skipped ({} has no `mcp`; pass --python with the SDK installed)",
-                self.args.python
+                "  official Python SDK: skipped ({python} has no `mcp`; pass --python with the SDK installed)"
             ),
             Err(e) => println!("  official Python SDK: failed: {e:#}"),
         }
+        rt.block_on(no_op.stop());
         rt.block_on(server.stop());
         Ok(())
     }
@@ -131,58 +168,49 @@ impl Served {
     }
 }
 
-/// One rmcp client on one connection: `n` calls of `run_python`, each one's milliseconds.
-async fn calls(url: &str, n: usize) -> anyhow::Result<Vec<f64>> {
+/// rmcp's client calling `call` at `url`: one client's latencies, then [`CLIENTS`] at once.
+async fn rmcp_figures(url: &str, call: Call) -> anyhow::Result<Figures> {
+    let mut one = calls(url, call, LATENCY_CALLS).await?;
+    one.sort_by(f64::total_cmp);
+    let started = Instant::now();
+    let mut clients = tokio::task::JoinSet::new();
+    for _ in 0..CLIENTS {
+        let url = url.to_string();
+        clients.spawn(async move { calls(&url, call, CALLS_PER_CLIENT).await });
+    }
+    while let Some(done) = clients.join_next().await {
+        done??;
+    }
+    let per_s = THROUGHPUT_CALLS as f64 / started.elapsed().as_secs_f64();
+    Ok(Figures { one, per_s })
+}
+
+/// One rmcp client on one connection: `n` calls of `call`, each one's milliseconds.
+async fn calls(url: &str, call: Call, n: usize) -> anyhow::Result<Vec<f64>> {
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_string());
     let client = ().serve(transport).await.context("an MCP session over HTTP")?;
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
-        let serde_json::Value::Object(args) = serde_json::json!({ "code": CODE }) else {
+        let Value::Object(args) = (call.arguments)() else {
             bail!("arguments are an object")
         };
         let t = Instant::now();
         let result = client
-            .call_tool(CallToolRequestParams::new("run_python").with_arguments(args))
+            .call_tool(CallToolRequestParams::new(call.tool).with_arguments(args))
             .await?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
         if result.is_error == Some(true) {
-            bail!("run_python {CODE} failed: {result:?}");
+            bail!("{} failed: {result:?}", call.tool);
         }
     }
     let _ = client.cancel().await;
     Ok(times)
 }
 
-/// The official Python SDK's latencies (one client) and runs/s ([`CLIENTS`] clients),
-/// each from a process of its own; `None` when `python` has no SDK.
-fn python_sdk(python: &str, url: &str) -> anyhow::Result<Option<(Vec<f64>, f64)>> {
-    let has_sdk = std::process::Command::new(python)
-        .args(["-c", "import mcp, httpx2"])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if !has_sdk {
-        return Ok(None);
-    }
-    let run = |clients: usize, calls: usize| -> anyhow::Result<(Vec<f64>, f64)> {
-        let out = std::process::Command::new(python)
-            .args(["-c", PYTHON_CLIENT, url])
-            .args([clients.to_string(), calls.to_string(), CODE.to_string()])
-            .output()?;
-        if !out.status.success() {
-            bail!("{}", String::from_utf8_lossy(&out.stderr));
-        }
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-        let mut ms: Vec<f64> = report["ms"]
-            .as_array()
-            .context("no times")?
-            .iter()
-            .filter_map(serde_json::Value::as_f64)
-            .collect();
-        ms.sort_by(f64::total_cmp);
-        let seconds = report["seconds"].as_f64().context("no seconds")?;
-        Ok((ms, (clients * calls) as f64 / seconds))
-    };
-    let (one, _) = run(1, LATENCY_CALLS)?;
-    let (_, per_s) = run(CLIENTS, CALLS_PER_CLIENT)?;
-    Ok(Some((one, per_s)))
+/// The arguments of `call` as JSON text (for the Python client's command line).
+pub(crate) fn arguments_text(call: Call) -> String {
+    (call.arguments)().to_string()
 }
+
+/// The clients and calls of each measure, for the Python client.
+pub(crate) const SHAPE: (usize, usize, usize) = (LATENCY_CALLS, CLIENTS, CALLS_PER_CLIENT);
