@@ -222,6 +222,38 @@ fn a_run_of_another_shape_does_not_take_a_process_made_ahead() {
 }
 
 #[test]
+fn a_run_with_mounts_sees_its_folder_as_it_is_now_never_a_process_made_before() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (rt, sandbox) = (runtime(), sandbox());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let read = |expected: &str| {
+        let options = RunOptions {
+            mounts: vec![sandpy::files::Mount {
+                host: data.clone(),
+                guest: "/data".into(),
+            }],
+            ..options(Limits::default().disk_bytes)
+        };
+        let code = format!("found = {{}}\n{AGE}\nfound['data'] = open('/data/x').read()\nfound");
+        let execution = rt.block_on(sandbox.run_with(&code, &options));
+        assert_eq!(execution.status, Status::Ok, "{execution:?}");
+        let found = execution.return_value.expect("a value");
+        assert_eq!(found["data"], expected, "{found}");
+        assert!(age(&found) < 0.3, "made before the run: {found}");
+    };
+    std::fs::create_dir(&data).expect("mkdir");
+    std::fs::write(data.join("x"), "first").expect("write");
+    read("first");
+    std::thread::sleep(WAIT);
+    // The folder replaced between the runs: the next run reads the new one.
+    std::fs::remove_dir_all(&data).expect("rm");
+    std::fs::create_dir(&data).expect("mkdir");
+    std::fs::write(data.join("x"), "second").expect("write");
+    read("second");
+}
+
+#[test]
 fn a_process_made_ahead_that_died_is_replaced_by_a_fresh_one() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (rt, sandbox) = (runtime(), sandbox());

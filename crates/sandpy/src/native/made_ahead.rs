@@ -10,7 +10,8 @@
 //! one-shot or session): a run whose request differs in anything makes a fresh process,
 //! so that every process runs under its own run's limits and sees its own run's mounts.
 //! What else a run is given (its code, input files, environment, stdin, the tools and
-//! network the host serves it) comes with its task. At most [`MAX_MADE_AHEAD`] wait at
+//! network the host serves it) comes with its task. A run with mounts always gets a fresh
+//! process: its folders are bound as they are when it is made. At most [`MAX_MADE_AHEAD`] wait at
 //! once, one per shape; each is ended (the zygote kills it at the hang-up of its report
 //! socket) when it is pushed out, when the tier is dropped, and with the zygote.
 
@@ -118,7 +119,9 @@ impl NativeTier {
         &self,
         request: RunRequest,
     ) -> Result<(Streams, tokio::net::unix::pipe::Sender), String> {
-        if self.fresh_only {
+        // A run with mounts binds its folders as they are when its process is made: one
+        // made ahead would show a folder replaced since (deleted and made again) as it was.
+        if self.fresh_only || !request.mounts.is_empty() {
             return self.launch(&request).and_then(Streams::open);
         }
         let shape = RunRequest {
