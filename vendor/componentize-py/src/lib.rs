@@ -26,8 +26,8 @@ use {
         component::{Component, Instance, Linker, ResourceTable, ResourceType},
     },
     wasmtime_wasi::{
-        Deterministic, FsPerms, HostMonotonicClock, HostWallClock, WasiCtx,
-        WasiCtxBuilder, WasiCtxView, WasiView,
+        Deterministic, FsPerms, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder,
+        WasiCtxView, WasiView,
         p2::pipe::{MemoryInputPipe, MemoryOutputPipe},
     },
     wit_component::metadata,
@@ -699,11 +699,7 @@ impl ComponentGenerator<'_> {
                 "python",
                 FsPerms::ReadWrite,
             )?
-            .preopened_dir(
-                embedded_helper_utils.path(),
-                "bundled",
-                FsPerms::ReadWrite,
-            )?;
+            .preopened_dir(embedded_helper_utils.path(), "bundled", FsPerms::ReadWrite)?;
 
         // Generate guest mounts for each host directory in `python_path`.
         for (index, path) in python_path.iter().enumerate() {
