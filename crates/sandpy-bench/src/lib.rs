@@ -15,7 +15,6 @@ mod packages;
 mod process;
 mod programs;
 mod served;
-mod served_python;
 mod tools;
 
 use std::path::PathBuf;

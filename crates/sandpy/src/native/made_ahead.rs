@@ -17,7 +17,6 @@
 
 use super::protocol::{cell_limit, RunRequest, CELL_STARTED};
 use super::serve::{Launched, Streams};
-use super::tier::NativeTier;
 use crate::verdict::NativeEnd;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -110,26 +109,28 @@ pub(super) async fn start(report: &mut tokio::net::UnixStream, ms: u64) -> Resul
     }
 }
 
-impl NativeTier {
+impl MadeAhead {
     /// A confined process for `request`, running under its time limit: the one made
-    /// ahead for its shape when one waits and starts, else a fresh one; then the next
-    /// one of that shape is made ahead (after this one started: the zygote serves one
-    /// thing at a time, and this run comes first). Returns the streams and the stdin.
+    /// ahead for its shape when one waits and starts, else a fresh one from `launch`;
+    /// then the next one of that shape is made ahead (after this one started: the zygote
+    /// serves one thing at a time, and this run comes first). Returns the streams and the
+    /// stdin.
     pub(super) async fn process_for(
         &self,
         request: RunRequest,
+        launch: impl Fn(&RunRequest) -> Result<Launched, String>,
     ) -> Result<(Streams, tokio::net::unix::pipe::Sender), String> {
         // A run with mounts binds its folders as they are when its process is made: one
         // made ahead would show a folder replaced since (deleted and made again) as it was.
-        if self.fresh_only || !request.mounts.is_empty() {
-            return self.launch(&request).and_then(Streams::open);
+        if !request.mounts.is_empty() {
+            return launch(&request).and_then(Streams::open);
         }
         let shape = RunRequest {
             ahead: true,
             ..request.clone()
         };
         let mut taken = None;
-        if let Some(launched) = self.made_ahead.take(&shape) {
+        if let Some(launched) = self.take(&shape) {
             if let Ok((mut streams, stdin)) = Streams::open(launched) {
                 if start(&mut streams.report, request.timeout_ms).await.is_ok() {
                     taken = Some((streams, stdin));
@@ -139,22 +140,26 @@ impl NativeTier {
         }
         let process = match taken {
             Some(process) => process,
-            None => self.launch(&request).and_then(Streams::open)?,
+            None => launch(&request).and_then(Streams::open)?,
         };
-        self.make_ahead(shape);
+        self.make_ahead(shape, launch);
         Ok(process)
     }
 
     /// Have the zygote make a process of `shape` ahead, unless one waits already; the
     /// oldest is ended when more than [`MAX_MADE_AHEAD`] would wait.
-    fn make_ahead(&self, shape: RunRequest) {
-        let Ok(mut waiting) = self.made_ahead.waiting.lock() else {
+    fn make_ahead(
+        &self,
+        shape: RunRequest,
+        launch: impl Fn(&RunRequest) -> Result<Launched, String>,
+    ) {
+        let Ok(mut waiting) = self.waiting.lock() else {
             return;
         };
         if waiting.iter().any(|process| process.shape == shape) {
             return;
         }
-        match self.launch(&shape) {
+        match launch(&shape) {
             Ok(launched) => waiting.push(Waiting { shape, launched }),
             Err(why) => tracing::debug!("no native process made ahead: {why}"),
         }

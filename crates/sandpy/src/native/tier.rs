@@ -5,7 +5,7 @@
 use super::confine;
 use super::protocol::{RunFds, RunRequest, ZygoteSetup, ZygoteStatus};
 use super::python::PythonInstall;
-use super::serve::{Inputs, Launched, Run, RunEnd};
+use super::serve::{Inputs, Launched, Run, RunEnd, Streams};
 use super::{guest_files, Layer, NativeConfig, NativeError};
 use crate::access::Access;
 use crate::execution::Execution;
@@ -252,6 +252,19 @@ impl NativeTier {
             session,
             ahead: false,
         }
+    }
+
+    /// A confined process for `request`, running under its time limit: made ahead when
+    /// one of its shape waits (`made_ahead.rs`), unless the tier makes a fresh one per run.
+    pub(super) async fn process_for(
+        &self,
+        request: RunRequest,
+    ) -> Result<(Streams, tokio::net::unix::pipe::Sender), String> {
+        if self.fresh_only {
+            return self.launch(&request).and_then(Streams::open);
+        }
+        let launch = |request: &RunRequest| self.launch(request);
+        self.made_ahead.process_for(request, launch).await
     }
 
     /// Hand the zygote `request` with the run's descriptors; the host's ends.

@@ -1,7 +1,7 @@
 """The official MCP Python SDK's own server with a `run_python` that runs nothing: the
-ceiling of `served_client.py` (the SDK's client) in `sandpy bench --only served`.
+ceiling of `client.py` (the SDK's client) in `sandpy bench --only served`.
 
-    python served_noop_server.py
+    python noop_server.py
 
 Serves streamable HTTP at http://127.0.0.1:PORT/mcp (the SDK's `MCPServer` under
 uvicorn, its defaults: sessions, SSE answers) and prints PORT on the first line of stdout

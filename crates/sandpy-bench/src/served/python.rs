@@ -1,19 +1,19 @@
 //! The official MCP Python SDK as the client of `sandpy bench --only served`
-//! (`served_client.py`, a process of its own per measure): against sandpy, against the
+//! (`client.py`, a process of its own per measure): against sandpy, against the
 //! test server's no-op `echo` on the same HTTP stack, and against the SDK's own server
-//! with a no-op tool (`served_noop_server.py`, the SDK's `MCPServer` under uvicorn).
+//! with a no-op tool (`noop_server.py`, the SDK's `MCPServer` under uvicorn).
 
-use crate::served::{arguments_text, Call, Figures, NO_OP, RUN, SHAPE};
+use super::{arguments_text, Call, Figures, NO_OP, RUN, SHAPE};
 use anyhow::{bail, Context};
 use std::io::BufRead;
 use std::process::{Command, Stdio};
 
 /// The official SDK's client program
-/// (`python served_client.py URL CLIENTS CALLS TOOL ARGUMENTS`).
-const PYTHON_CLIENT: &str = include_str!("served_client.py");
+/// (`python client.py URL CLIENTS CALLS TOOL ARGUMENTS`).
+const PYTHON_CLIENT: &str = include_str!("client.py");
 
 /// The SDK's own server with a `run_python` that runs nothing; prints its port.
-const PYTHON_NO_OP_SERVER: &str = include_str!("served_noop_server.py");
+const PYTHON_NO_OP_SERVER: &str = include_str!("noop_server.py");
 
 /// What the SDK's client measured.
 pub(crate) struct SdkFigures {

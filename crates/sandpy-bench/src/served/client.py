@@ -1,6 +1,6 @@
 """The official MCP Python SDK as the client of `sandpy bench --only served`.
 
-    python served_client.py URL CLIENTS CALLS TOOL ARGUMENTS
+    python client.py URL CLIENTS CALLS TOOL ARGUMENTS
 
 Each of CLIENTS clients opens one MCP session (one kept-alive HTTP connection, the SDK's
 httpx client) and calls TOOL with ARGUMENTS (a JSON object; `run_python` with

@@ -5,6 +5,8 @@
 //! server, on the same HTTP stack; for the SDK also its own server's), its ceiling: what the
 //! client and the transport cost without a run, on the same two cores.
 
+mod python;
+
 use crate::measure::percentile;
 use crate::Bench;
 use anyhow::{bail, Context};
@@ -124,7 +126,7 @@ impl Bench {
             );
         }
         let python = &self.args.python;
-        match crate::served_python::sdk_figures(python, &server.url, &no_op_url) {
+        match python::sdk_figures(python, &server.url, &no_op_url) {
             Ok(Some(sdk)) => sdk.print(&line, &ceiling),
             Ok(None) => println!(
                 "  official Python SDK: skipped ({python} has no `mcp`; pass --python with the SDK installed)"
