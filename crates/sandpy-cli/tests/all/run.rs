@@ -581,7 +581,11 @@ fn a_batch_line_runs_the_modules_top_level_itself() {
         }
         tokens.sort();
         tokens.dedup();
-        assert_eq!(tokens.len(), 19, "{extra:?}: the top level ran once for several lines");
+        assert_eq!(
+            tokens.len(),
+            19,
+            "{extra:?}: the top level ran once for several lines"
+        );
     }
 }
 

@@ -190,7 +190,10 @@ pub(crate) enum GuestMessage {
     ListTools,
     ToolNames,
     ToolSchema(String),
-    SearchTools { query: String, limit: u32 },
+    SearchTools {
+        query: String,
+        limit: u32,
+    },
     Fetch(crate::network::Request),
     /// A batch of requests made at once (`fetch-many`).
     FetchMany(Vec<crate::network::Request>),
