@@ -102,6 +102,20 @@ impl Bench {
         if let Some((kib, slots)) = crate::measure::snapshot_pages_written() {
             println!("  written pages held per slot after them: {kib} KiB (mean of {slots} slots)");
         }
+        // What the built-in HTTP libraries cost the runs that import them, and so what a
+        // run that does not is spared (issue 46): run by run with plain runs.
+        let (mut plain, mut http) = (Vec::new(), Vec::new());
+        let pairs = runs.min(100);
+        for _ in 0..pairs {
+            plain.push(timed_run(rt, &self.sandbox, "print('hello')", &hello)?);
+            http.push(timed_run(rt, &self.sandbox, HTTP_IMPORT, &hello)?);
+        }
+        let (p, h) = (median(&mut plain), median(&mut http));
+        println!(
+            "  fresh `import requests, httpx` then print('hello'): p50 {h:.3} ms against \
+             {p:.3} ms without the import ({:.2}x; n={pairs} each, alternating)",
+            h / p
+        );
         Ok(())
     }
 
@@ -304,6 +318,9 @@ const AFTER_HEAVY: usize = 10;
 
 /// The pause between the hello part's runs "apart".
 const RUNS_APART: Duration = Duration::from_millis(3);
+
+/// A fresh run that imports the built-in HTTP libraries before its first output.
+const HTTP_IMPORT: &str = "import requests, httpx\nprint('hello')";
 
 /// Runs of one allocator in a row in the hello part's latencies.
 const LATENCY_BLOCK: usize = 25;

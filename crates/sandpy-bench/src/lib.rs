@@ -11,6 +11,7 @@ mod in_process;
 mod measure;
 mod native;
 mod network;
+mod outputs;
 mod packages;
 mod process;
 mod programs;
@@ -47,7 +48,7 @@ pub struct Args {
     #[arg(long, value_name = "PART", value_parser = PARTS.map(|(name, _)| name))]
     only: Option<String>,
     /// The native tier's venv (with numpy and pandas, from `sandpy build --native`) for
-    /// the `native` part; without it that part is skipped.
+    /// the `native` part (and the `outputs` part's figure); without it they skip it.
     #[arg(long, value_name = "DIR")]
     native_venv: Option<PathBuf>,
     /// The `sandpy` binary that the whole-process parts run (process, cpu, eval, and tools
@@ -60,11 +61,12 @@ pub struct Args {
 type Part = fn(&Bench) -> anyhow::Result<()>;
 
 /// The parts, in the order a full run measures them.
-const PARTS: [(&str, Part); 14] = [
+const PARTS: [(&str, Part); 15] = [
     ("hello", Bench::hello),
     ("files", Bench::files),
     ("stream", Bench::stream),
     ("session", Bench::session),
+    ("outputs", Bench::outputs),
     ("served", Bench::served),
     ("process", Bench::process),
     ("cpu", Bench::cpu),
