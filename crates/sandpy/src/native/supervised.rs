@@ -285,26 +285,12 @@ fn stop(pid: i32) -> bool {
     // Usually a few microseconds: looked at again soon at first, then less often.
     let mut pause = Duration::from_micros(20);
     loop {
-        // SAFETY: an all-zero siginfo is valid.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waitid on our own child with a valid out-pointer; nothing is consumed
-        // (WNOWAIT): the exit is reaped later, and a stop is reported only while the
-        // process is stopped.
-        let n = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WSTOPPED | libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            )
-        };
-        // SAFETY: si_pid is set by waitid when it reported a child.
-        if n == 0 && unsafe { info.si_pid() } == pid {
+        // A stop is reported only while the process is stopped.
+        match peek_child(pid, libc::WSTOPPED | libc::WEXITED) {
             // Stopped, or gone (a run that ended after its outcome is not waited for).
-            return info.si_code == libc::CLD_STOPPED;
-        }
-        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return false;
+            Ok(Some(code)) => return code == libc::CLD_STOPPED,
+            Err(e) if e.kind() != std::io::ErrorKind::Interrupted => return false,
+            _ => {}
         }
         if Instant::now() >= until {
             return false;
@@ -316,6 +302,13 @@ fn stop(pid: i32) -> bool {
 
 /// Whether process `pid` (our child) has ended; it is not reaped.
 fn exited(pid: i32) -> bool {
+    matches!(peek_child(pid, libc::WEXITED), Ok(Some(_)))
+}
+
+/// What `waitid` reports of our child `pid` for `events` (`WEXITED`, `WSTOPPED`) without
+/// waiting or consuming it (`WNOHANG | WNOWAIT`: an exit is reaped later): its `si_code`,
+/// or `None` when nothing is to report.
+fn peek_child(pid: i32, events: libc::c_int) -> std::io::Result<Option<libc::c_int>> {
     // SAFETY: an all-zero siginfo is valid.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     // SAFETY: waitid on our own child with a valid out-pointer; WNOWAIT consumes nothing.
@@ -324,11 +317,14 @@ fn exited(pid: i32) -> bool {
             libc::P_PID,
             pid as libc::id_t,
             &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            events | libc::WNOHANG | libc::WNOWAIT,
         )
     };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     // SAFETY: si_pid is set by waitid when it reported a child.
-    n == 0 && unsafe { info.si_pid() } == pid
+    Ok((unsafe { info.si_pid() } == pid).then_some(info.si_code))
 }
 
 /// Whether a `SIGKILL` is pending for process `pid`: it was killed and has not yet run
