@@ -117,35 +117,105 @@ def _refuse(rule: str, message: str) -> PolicyViolation:
     return violation
 
 
-def _view(
-    module: types.ModuleType,
-    policy: Policy,
-    cache: dict[str, types.ModuleType],
-    overrides: dict[str, dict[str, Any]],
-) -> types.ModuleType:
-    """A module with only public names, whose module-valued attributes are views too
-    (or absent when the policy denies them), and with the guards in `overrides`."""
-    if module.__name__ in cache:
-        return cache[module.__name__]
-    view = types.ModuleType(module.__name__, module.__doc__)
-    cache[module.__name__] = view
-    for key, value in list(vars(module).items()):
-        if key.startswith("_") and not (key.startswith("__") and key.endswith("__")):
-            continue
-        if key in policy.denied_attributes or key in ("__builtins__", "__loader__", "__spec__"):
-            continue
-        if isinstance(value, types.ModuleType):
-            if not _module_allowed(policy, value.__name__)[0]:
+# A view's module and filter, by the view's id (the view is kept with them, so the id is
+# not reused). Kept for the instance's life: a session's later cells still read the views
+# its earlier cells imported.
+_VIEWED: dict[int, tuple[types.ModuleType, types.ModuleType, "_Filter"]] = {}
+
+
+class _View(types.ModuleType):
+    """A module with only public names, whose module-valued attributes are views too (or
+    absent when the policy denies them), and with the guards of its policy. Filled on
+    use: a name is looked up in the module when first read, then kept, so that importing
+    a module under a policy costs one object, not a filtered copy of its namespace (and of
+    every module it reaches), on every run."""
+
+    def __getattr__(self, key: str) -> Any:
+        entry = _VIEWED.get(id(self))
+        if entry is None or entry[0] is not self:
+            raise AttributeError(key)
+        _, module, filter_ = entry
+        if key == "__all__" and "__all__" not in vars(module):
+            # `from m import *` then takes the view's namespace: fill it first.
+            for name in filter_.names(module):
+                if name not in vars(self):
+                    setattr(self, name, filter_.get(module, name))
+            raise AttributeError(f"module {module.__name__!r} has no attribute '__all__'")
+        value = filter_.get(module, key)
+        setattr(self, key, value)
+        return value
+
+    def __dir__(self) -> list[str]:
+        entry = _VIEWED.get(id(self))
+        names = set(vars(self))
+        if entry is not None and entry[0] is self:
+            names.update(entry[2].names(entry[1]))
+        return sorted(names)
+
+
+_View.__module__ = "builtins"
+_View.__qualname__ = _View.__name__ = "module"
+
+
+class _Filter:
+    """What a policy lets views show, with the per-name answers kept for the run."""
+
+    def __init__(self, policy: Policy, overrides: dict[str, dict[str, Any]]) -> None:
+        self.policy = policy
+        self.denied = frozenset(policy.denied_attributes) | {"__builtins__", "__loader__", "__spec__"}
+        self.overrides = overrides
+        self.cache: dict[str, types.ModuleType] = {}
+        self.allowed: dict[str, bool] = {}
+
+    def module_allowed(self, name: str) -> bool:
+        allowed = self.allowed.get(name)
+        if allowed is None:
+            allowed = self.allowed[name] = _module_allowed(self.policy, name)[0]
+        return allowed
+
+    def hides(self, key: str) -> bool:
+        return (key.startswith("_") and not (key.startswith("__") and key.endswith("__"))) or key in self.denied
+
+    def names(self, module: types.ModuleType) -> list[str]:
+        names = []
+        for key, value in list(vars(module).items()):
+            if self.hides(key) or (isinstance(value, types.ModuleType) and not self.module_allowed(value.__name__)):
                 continue
-            value = _view(value, policy, cache, overrides)
-        setattr(view, key, value)
-    for key, value in overrides.get(module.__name__, {}).items():
-        setattr(view, key, value)
-    if module is sys:
-        # `sys.modules` would reach every loaded module: offer only the allowed ones.
-        allowed = {n: m for n, m in list(sys.modules.items()) if m is not None and _module_allowed(policy, n)[0]}
-        view.modules = {n: _view(m, policy, cache, overrides) for n, m in allowed.items()}  # type: ignore[attr-defined]
-    return view
+            names.append(key)
+        return names
+
+    def get(self, module: types.ModuleType, key: str) -> Any:
+        """`module`'s `key` as its view shows it; AttributeError when it hides it."""
+        if self.hides(key):
+            raise AttributeError(f"module {module.__name__!r} has no attribute {key!r}")
+        if module is sys and key == "modules":
+            # `sys.modules` would reach every loaded module: offer only the allowed ones.
+            loaded = list(sys.modules.items())
+            return {n: self.view(m) for n, m in loaded if m is not None and self.module_allowed(n)}
+        namespace = vars(module)
+        if key in namespace:
+            value = namespace[key]
+        elif "__getattr__" in namespace and not self.hides("__getattr__"):
+            value = namespace["__getattr__"](key)  # the module's own (PEP 562)
+        else:
+            raise AttributeError(f"module {module.__name__!r} has no attribute {key!r}")
+        if isinstance(value, types.ModuleType):
+            if not self.module_allowed(value.__name__):
+                raise AttributeError(f"module {module.__name__!r} has no attribute {key!r}")
+            return self.view(value)
+        return value
+
+    def view(self, module: types.ModuleType) -> types.ModuleType:
+        found = self.cache.get(module.__name__)
+        if found is not None:
+            return found
+        view = _View(module.__name__, module.__doc__)
+        vars(view)["__package__"] = vars(module).get("__package__")
+        self.cache[module.__name__] = view
+        _VIEWED[id(view)] = (view, module, self)
+        for key, value in self.overrides.get(module.__name__, {}).items():
+            setattr(view, key, value)
+        return view
 
 
 def enforce(policy: Policy, namespace: dict[str, Any]) -> None:
@@ -153,7 +223,6 @@ def enforce(policy: Policy, namespace: dict[str, Any]) -> None:
     _STATE.policy = policy
     real_import = builtins.__import__
     real_getattr = builtins.getattr
-    views: dict[str, types.ModuleType] = {}
 
     def check_name(name: str) -> None:
         allowed, rule = _module_allowed(policy, name)
@@ -169,11 +238,11 @@ def enforce(policy: Policy, namespace: dict[str, Any]) -> None:
             full = f"{name}.{item}"
             if full in sys.modules:
                 check_name(full)
-        return _view(module, policy, views, overrides)
+        return views.view(module)
 
     def guarded_import_module(name: str, package: str | None = None) -> types.ModuleType:
         check_name(name)
-        return _view(importlib.import_module(name, package), policy, views, overrides)
+        return views.view(importlib.import_module(name, package))
 
     def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
         if name in policy.denied_attributes:
@@ -195,6 +264,7 @@ def enforce(policy: Policy, namespace: dict[str, Any]) -> None:
         "builtins": replaced,
         "importlib": {"import_module": guarded_import_module},
     }
+    views = _Filter(policy, overrides)
     namespace["__builtins__"] = {**vars(builtins), **replaced}
 
 

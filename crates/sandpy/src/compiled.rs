@@ -2,7 +2,7 @@
 //! functions (`sandpy call --args-file`, the Python package's `call_batch`), each call
 //! still in a fresh instance that runs the module's top level itself.
 
-use crate::bindings::{CompiledCall, FunctionCall, Task};
+use crate::bindings::{CompiledCall, Task};
 use crate::execution::{Execution, Status};
 use crate::{Policy, RunOptions, Sandbox, Tier};
 use std::sync::Arc;
@@ -117,18 +117,12 @@ impl Sandbox {
                 .call_function(&module.code, function, arguments, options)
                 .await;
         };
-        if !(arguments.is_array() || arguments.is_object()) {
-            return Execution::refused(
-                Status::InvalidInput,
-                "arguments must be a JSON list (positional) or object (keywords)".into(),
-            );
-        }
+        let call = match crate::sandbox::function_call(&module.code, function, arguments) {
+            Ok(call) => call,
+            Err(refused) => return *refused,
+        };
         let task = Task::CallCompiled(CompiledCall {
-            call: FunctionCall {
-                code: module.code.to_string(),
-                function: function.to_string(),
-                arguments: arguments.to_string(),
-            },
+            call,
             compiled: compiled.bytes.to_vec(),
         });
         self.runner().fresh(task, options).await

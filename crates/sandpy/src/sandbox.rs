@@ -113,18 +113,10 @@ impl Sandbox {
         arguments: &serde_json::Value,
         options: &RunOptions,
     ) -> Execution {
-        if !(arguments.is_array() || arguments.is_object()) {
-            return Execution::refused(
-                Status::InvalidInput,
-                "arguments must be a JSON list (positional) or object (keywords)".into(),
-            );
+        match function_call(code, function, arguments) {
+            Ok(call) => self.runner.fresh(Task::Call(call), options).await,
+            Err(refused) => *refused,
         }
-        let task = Task::Call(FunctionCall {
-            code: code.to_string(),
-            function: function.to_string(),
-            arguments: arguments.to_string(),
-        });
-        self.runner.fresh(task, options).await
     }
 
     /// Which stdlib modules the guest has, which are absent and why, and the runtime's
@@ -173,4 +165,25 @@ impl Sandbox {
     pub(crate) fn runner(&self) -> &Runner {
         &self.runner
     }
+}
+
+/// The guest's call of `function` in `code` with `arguments` (shared by
+/// [`Sandbox::call_function`] and [`Sandbox::call_compiled`]); refused unless the
+/// arguments are a JSON list (positional) or object (keywords).
+pub(crate) fn function_call(
+    code: &str,
+    function: &str,
+    arguments: &serde_json::Value,
+) -> Result<FunctionCall, Box<Execution>> {
+    if !(arguments.is_array() || arguments.is_object()) {
+        return Err(Box::new(Execution::refused(
+            Status::InvalidInput,
+            "arguments must be a JSON list (positional) or object (keywords)".into(),
+        )));
+    }
+    Ok(FunctionCall {
+        code: code.to_string(),
+        function: function.to_string(),
+        arguments: arguments.to_string(),
+    })
 }

@@ -134,3 +134,80 @@ fn policy_a_compiled_modules_calls_keep_the_run_time_guards() {
     assert_eq!(e.status, Status::PolicyViolation, "{e:#?}");
     assert!(e.error.expect("an error").message.contains("'os'"));
 }
+
+/// The boundary between a batch's calls, attacked from inside one: a call under a policy
+/// that filters modules (so its imports are views) changes everything it can reach (its
+/// builtins by both names, a module's view, the real module behind it through a
+/// function's globals, `sys.modules`, the module's globals, the policy's own guards);
+/// the next call of the same compiled module sees none of it.
+#[test]
+fn policy_a_compiled_call_leaves_nothing_for_the_next_call() {
+    let policy = Policy {
+        name: "views".into(),
+        allowed_modules: Some(
+            ["builtins", "difflib", "re", "sys"]
+                .map(String::from)
+                .to_vec(),
+        ),
+        denied_builtins: vec!["eval".into()],
+        denied_attributes: vec!["__subclasses__".into()],
+        ..Policy::standard()
+    };
+    let options = with_policy(policy);
+    let code = "import builtins, difflib, re, sys\n\
+                SEEN = []\n\
+                def poison():\n\
+                \x20   builtins.len = lambda x: -1\n\
+                \x20   __builtins__['abs'] = lambda x: -1\n\
+                \x20   __builtins__['eval'] = lambda x: 'eval let through'\n\
+                \x20   builtins.__import__ = lambda *a, **k: None\n\
+                \x20   difflib.SequenceMatcher = None\n\
+                \x20   difflib.get_close_matches.__globals__['SequenceMatcher'] = None\n\
+                \x20   sys.modules['re'].compile = None\n\
+                \x20   re.escape = None\n\
+                \x20   SEEN.append('poisoned')\n\
+                \x20   return 'poisoned'\n\
+                def look():\n\
+                \x20   guarded = __builtins__['eval'].__name__\n\
+                \x20   import builtins as b\n\
+                \x20   return [len('ab'), abs(-2), b.len('abc'), difflib.SequenceMatcher is not None,\n\
+                \x20           difflib.get_close_matches('appel', ['ape', 'apple']),\n\
+                \x20           sys.modules['re'].compile is not None, re.escape('a.b'), SEEN, guarded,\n\
+                \x20           '_nlargest' in dir(difflib), hasattr(difflib, '_nlargest')]\n";
+    let module = compiled(code, &options);
+    let e = call(&module, "look", json!([]), &options);
+    let clean = e.return_value.clone();
+    assert_eq!(e.status, Status::Ok, "{:?}", e.error);
+    assert_eq!(
+        clean,
+        Some(json!([
+            2,
+            2,
+            3,
+            true,
+            ["apple", "ape"],
+            true,
+            "a\\.b",
+            [],
+            "eval",
+            false,
+            false
+        ]))
+    );
+    for _ in 0..3 {
+        let e = call(&module, "poison", json!([]), &options);
+        assert_eq!(
+            (e.status, e.return_value),
+            (Status::Ok, Some(json!("poisoned"))),
+            "{:?}",
+            e.error
+        );
+        let e = call(&module, "look", json!([]), &options);
+        assert_eq!(
+            (e.status, &e.return_value),
+            (Status::Ok, &clean),
+            "a call saw what the call before it left: {:?}",
+            e.error
+        );
+    }
+}

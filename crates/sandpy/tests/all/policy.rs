@@ -135,6 +135,28 @@ fn dynamic_tricks_are_refused_at_run_time() {
     }
 }
 
+/// A module's view fills itself on use, yet lists and star-imports only what the policy
+/// shows: no private names, no module the policy denies (`json.decoder.re`), and
+/// `sys.modules` without the denied ones, for a module with `__all__` and one without.
+#[test]
+fn policy_views_list_and_star_import_only_what_the_policy_shows() {
+    let code = "import json, sys\n\
+                listed = dir(json.decoder)\n\
+                from json import *\n\
+                from sys import *\n\
+                [('scanstring' in listed, 're' in listed, '_CONSTANTS' in listed,\n\
+                 'dumps' in dir(), 'version' in dir(), '_getframe' in dir(),\n\
+                 'os' in modules, 'json' in modules, hasattr(json.decoder, 're'))]";
+    let e = run_with(code, &permissive_but_no_os());
+    assert_eq!(e.status, Status::Ok, "{e:#?}");
+    assert_eq!(
+        e.return_value,
+        Some(json!([[
+            true, false, false, true, true, false, false, true, false
+        ]]))
+    );
+}
+
 #[test]
 fn caught_violations_are_still_reported() {
     let code = "import importlib\ntry:\n    importlib.import_module('o' + 's')\nexcept BaseException:\n    pass\nprint('carried on')";
