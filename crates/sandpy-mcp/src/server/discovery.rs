@@ -1,7 +1,8 @@
 //! The discovery tools: `search_tools` and `get_tool_schema`, over the upstream tools the
 //! server's allowlist lets runs call.
 
-use super::{parses_as, structured, tool_error, Check, ServerState};
+use super::arguments::{parses_as, Check};
+use super::{structured, tool_error, ServerState};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::{tool, tool_router};

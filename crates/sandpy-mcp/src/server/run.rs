@@ -2,9 +2,12 @@
 //! `call_python_function` (one function of a module, with JSON arguments).
 
 use super::approval;
+use super::arguments::{parses_as, Check};
+use super::caller::Caller;
 use super::leftovers;
 use super::progress::ProgressStream;
-use super::{parses_as, Caller, Check, RunRequest, ServerState};
+use super::run_request::RunRequest;
+use super::ServerState;
 use crate::summary::summarize;
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;

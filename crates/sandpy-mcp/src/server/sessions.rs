@@ -6,10 +6,11 @@
 //! name that could leave the configured folder is a protocol error, like any malformed
 //! argument.
 
-use super::{
-    invalid, parses_as, structured, tool_error, Caller, Check, RunRequest, Saves, ServerState,
-};
-use crate::server::saves::SaveDir;
+use super::arguments::{parses_as, Check};
+use super::caller::{Caller, Saves};
+use super::run_request::RunRequest;
+use super::saves::SaveDir;
+use super::{invalid, structured, tool_error, ServerState};
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
@@ -207,7 +208,7 @@ impl ServerState {
 fn saves(
     caller: &Caller,
     name: &str,
-) -> Result<Result<SaveDir, crate::server::saves::SaveError>, ErrorData> {
+) -> Result<Result<SaveDir, super::saves::SaveError>, ErrorData> {
     let (root, tenant) = match &caller.saves {
         Saves::Off(why) => return Err(invalid(*why)),
         Saves::In { root, tenant } => (root, tenant.as_deref()),
