@@ -5,9 +5,9 @@ use super::tool_list::STARTING_WAIT;
 use super::{invalid, resources, run, SandpyServer};
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, Implementation, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, Implementation, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{tool_handler, ErrorData, RoleServer, ServerHandler};
@@ -38,23 +38,9 @@ impl ServerHandler for SandpyServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        if let Some(cursor) = request.and_then(|r| r.cursor) {
-            return Err(invalid(format!(
-                "invalid cursor {cursor:?}: this server lists every resource in one page (no nextCursor)"
-            )));
-        }
         let owner = self.caller(&context).owner;
-        let listed = self.state.resources.list(&owner);
-        let listed = listed.iter().map(resources::Resource::listed).collect();
-        let mut result = ListResourcesResult::with_all_items(listed);
-        // Each run changes the list, and it is this client's own: never cached.
-        if context
-            .protocol_version()
-            .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28)
-        {
-            result = result.with_ttl_ms(0).with_cache_scope(CacheScope::Private);
-        }
-        Ok(result)
+        let cursor = request.and_then(|r| r.cursor);
+        resources::list(&self.state.resources, &owner, cursor, &context)
     }
 
     /// A file one of this caller's runs left through this MCP session; any other URI is
@@ -65,16 +51,7 @@ impl ServerHandler for SandpyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let owner = self.caller(&context).owner;
-        match self.state.resources.read(&owner, &request.uri) {
-            Ok(resource) => Ok(ReadResourceResult::new(vec![resource.contents()]).into()),
-            Err(not_found) => {
-                let data = serde_json::json!({"uri": not_found.uri});
-                Err(ErrorData::resource_not_found(
-                    not_found.to_string(),
-                    Some(data),
-                ))
-            }
-        }
+        resources::read(&self.state.resources, &owner, &request.uri)
     }
 
     async fn list_tools(

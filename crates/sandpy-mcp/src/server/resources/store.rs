@@ -1,143 +1,14 @@
-//! The files runs leave, kept for the client that ran them to read back as MCP resources
-//! (`resources/list`, `resources/read`; `resource_link` items in the run's result).
-//!
-//! A run's `/output` files (and images of its rich outputs too big to send inline) are kept
-//! in memory under a run id of 128 random bits, as `sandpy://runs/<run-id>/files/<path>`
-//! and `sandpy://runs/<run-id>/outputs/<n>.<ext>`. Everything kept belongs to an [`Owner`]:
-//! the tenant that ran the code and the MCP session it came through. A read names a URI
-//! and is answered only from its owner's runs, by the URI exactly as it was handed out:
-//! nothing is ever looked up on a filesystem, so a path in a URI (`..`, `%2e%2e`, an
-//! absolute path, a link) names nothing, and a URI of someone else's run is answered as
-//! one that never existed ([`NotFound`]).
-//!
-//! Bounds ([`ResourceLimits`]), each checked before anything is kept: a session's bytes
-//! and files (its oldest runs go to make room; a run bigger than a whole session's room is
-//! not kept), the server's bytes (a run that would go past them is not kept: a client
-//! never loses its files to make room for another's), and a time to live. A session's
-//! runs go when it ends ([`ResourceStore::forget_connection`]).
-//!
-//! The bytes are those of the [`sandpy::Execution`], which the host read without following
-//! links (both tiers); names are UTF-8 paths relative to `/output`, percent-encoded in the
-//! URI.
+//! The kept runs of every client and the bounds they are kept within ([`ResourceLimits`]):
+//! a session's bytes and files (its oldest runs go to make room), the server's bytes (a
+//! run that would pass them is refused), and a time to live; each checked before anything
+//! is kept.
 
+use super::uri::{self, cut};
+use super::{Leftover, NotFound, NotKept, Owner, Resource};
 use sandpy::settings::ResourceLimits;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
-
-/// The scheme and authority every URI here starts with.
-pub(crate) const PREFIX: &str = "sandpy://runs/";
-/// Longest URI looked up: longer ones name nothing (the paths a run can write are shorter).
-const MAX_URI_BYTES: usize = 16 << 10;
-
-/// Who kept a run's files, and alone may read them: the tenant that ran the code and the
-/// MCP session (connection) it came through.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Owner {
-    /// The tenant's id (`local`, `client-<n>`, `tenant:<name>`, `oauth:<claim>`).
-    pub(crate) tenant: Arc<str>,
-    /// The handler's connection number (one per MCP session; `u64::MAX` for stdio).
-    pub(crate) connection: u64,
-}
-
-/// One thing a run left, to be kept.
-pub(crate) struct Leftover {
-    /// Where it is in the run: a `/output` file by its path, or a rich output by number.
-    pub(crate) kind: LeftoverKind,
-    /// Its mime type.
-    pub(crate) mime_type: String,
-    /// Its bytes.
-    pub(crate) content: Arc<Vec<u8>>,
-}
-
-/// Where a [`Leftover`] comes from.
-pub(crate) enum LeftoverKind {
-    /// A file, by its path relative to `/output`.
-    File(String),
-    /// The `n`th rich output (from 1), with the extension of its format.
-    Output(usize, &'static str),
-}
-
-/// A kept file as a client sees it: the URI to read it by and what it is.
-#[derive(Debug, Clone)]
-pub(crate) struct Resource {
-    /// `sandpy://runs/<run-id>/...`.
-    pub(crate) uri: String,
-    /// Its name: the path under `/output`, or `output <n>`.
-    pub(crate) name: String,
-    /// Its mime type.
-    pub(crate) mime_type: String,
-    /// Its bytes.
-    pub(crate) content: Arc<Vec<u8>>,
-}
-
-impl Resource {
-    /// Its size in bytes.
-    pub(crate) fn size(&self) -> u64 {
-        self.content.len() as u64
-    }
-
-    /// As `resources/list` and a `resource_link` item show it: URI, name, type and size.
-    pub(crate) fn listed(&self) -> rmcp::model::Resource {
-        rmcp::model::Resource::new(self.uri.clone(), self.name.clone())
-            .with_mime_type(self.mime_type.clone())
-            .with_size(self.size())
-    }
-
-    /// Its contents as `resources/read` (and an embedded resource) carries them: text
-    /// when it is UTF-8, else base64.
-    pub(crate) fn contents(&self) -> rmcp::model::ResourceContents {
-        use base64::Engine;
-        let contents = match std::str::from_utf8(&self.content) {
-            Ok(text) => rmcp::model::ResourceContents::text(text, self.uri.clone()),
-            Err(_) => {
-                let encoded =
-                    base64::engine::general_purpose::STANDARD.encode(self.content.as_slice());
-                rmcp::model::ResourceContents::blob(encoded, self.uri.clone())
-            }
-        };
-        contents.with_mime_type(self.mime_type.clone())
-    }
-}
-
-/// Why a run's files were not kept; the message says which bound and its key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub(crate) enum NotKept {
-    /// Keeping is off (`sandpy.resources.session_mb` is 0).
-    #[error("keeping files is off on this server (sandpy.resources.session_mb is 0)")]
-    Off,
-    /// The run's files alone are more than one session may keep.
-    #[error("the run's files ({bytes} bytes, {files} files) are more than one MCP session may keep ({max_bytes} bytes, {max_files} files: sandpy.resources.session_mb, session_files)")]
-    OverSession {
-        /// The run's bytes.
-        bytes: u64,
-        /// The run's files.
-        files: usize,
-        /// The session's byte bound.
-        max_bytes: u64,
-        /// The session's file bound.
-        max_files: usize,
-    },
-    /// The server keeps as much as it may, for its clients together.
-    #[error("the server keeps as many files as it may for all its clients ({max_bytes} bytes: sandpy.resources.total_mb); read or let go of earlier ones (they expire, and go when their MCP session ends)")]
-    ServerFull {
-        /// The server's byte bound.
-        max_bytes: u64,
-    },
-    /// No random run id could be made.
-    #[error("no random run id could be made: {0}")]
-    NoRandomness(getrandom::Error),
-}
-
-/// A URI that names nothing the caller may read: missing, expired, someone else's or
-/// malformed alike, so that an answer never tells whether another's run exists.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("resource not found: {uri}")]
-pub(crate) struct NotFound {
-    /// The URI asked for, cut to 200 bytes.
-    pub(crate) uri: String,
-}
 
 /// The kept runs of every client, oldest first, within [`ResourceLimits`].
 pub(crate) struct ResourceStore {
@@ -205,25 +76,10 @@ impl ResourceStore {
                 max_files: limits.session_files,
             });
         }
-        let id = run_id().map_err(NotKept::NoRandomness)?;
+        let id = uri::run_id().map_err(NotKept::NoRandomness)?;
         let resources: Vec<Resource> = leftovers
             .into_iter()
-            .map(|leftover| {
-                let (path, name) = match &leftover.kind {
-                    LeftoverKind::File(path) => {
-                        (format!("files/{}", encode_path(path)), path.clone())
-                    }
-                    LeftoverKind::Output(n, ext) => {
-                        (format!("outputs/{n}.{ext}"), format!("output {n}"))
-                    }
-                };
-                Resource {
-                    uri: format!("{PREFIX}{id}/{path}"),
-                    name,
-                    mime_type: leftover.mime_type,
-                    content: leftover.content,
-                }
-            })
+            .map(|leftover| uri::resource(&id, leftover))
             .collect();
         let mut kept = self.lock();
         kept.expire(limits);
@@ -268,13 +124,7 @@ impl ResourceStore {
     /// The resource at `uri`, if `owner` kept it and it has not gone.
     pub(crate) fn read(&self, owner: &Owner, uri: &str) -> Result<Resource, NotFound> {
         let not_found = || NotFound { uri: cut(uri, 200) };
-        if uri.len() > MAX_URI_BYTES {
-            return Err(not_found());
-        }
-        let Some((id, _)) = uri
-            .strip_prefix(PREFIX)
-            .and_then(|rest| rest.split_once('/'))
-        else {
+        let Some(id) = uri::run_id_of(uri) else {
             return Err(not_found());
         };
         let mut kept = self.lock();
@@ -326,44 +176,12 @@ impl Runs {
     }
 }
 
-/// 128 random bits as 32 lowercase hex digits: a run id no other client can guess.
-fn run_id() -> Result<String, getrandom::Error> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// A path relative to `/output` as a URI path: each segment percent-encoded (every byte
-/// but letters, digits and `-._~`), segments joined by `/`.
-pub(crate) fn encode_path(path: &str) -> String {
-    let mut out = String::with_capacity(path.len());
-    for (i, segment) in path.split('/').enumerate() {
-        if i > 0 {
-            out.push('/');
-        }
-        for byte in segment.bytes() {
-            if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-                out.push(char::from(byte));
-            } else {
-                out.push_str(&format!("%{byte:02X}"));
-            }
-        }
-    }
-    out
-}
-
-/// `text` cut to at most `max` bytes, on a character boundary.
-fn cut(text: &str, max: usize) -> String {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::uri::PREFIX;
+    use super::super::LeftoverKind;
     use super::*;
+    use std::sync::Arc;
     use std::time::Duration;
 
     fn owner(tenant: &str, connection: u64) -> Owner {
