@@ -36,6 +36,7 @@ mod resources;
 mod resumed;
 mod run;
 mod serve;
+mod served_connections;
 mod service;
 mod traces;
 mod upstream_attacks;

@@ -8,7 +8,9 @@
 //! its claim names ([`oauth`]).
 //! Each MCP session gets its own handler ([`SandpyServer::connection`]).
 //! A client's `DELETE` of its session is answered 204 No Content (see
-//! [`deleted_is_no_content`]). Connections are timed and capped ([`crate::http::connections`]),
+//! [`deleted_is_no_content`]). A request answered within a moment gets its answer as one
+//! JSON body, so that clients keep their connection ([`whole_answers`]).
+//! Connections are timed and capped ([`crate::http::connections`]),
 //! MCP sessions counted per client and in all ([`crate::http::mcp_sessions`]), both within
 //! [`HttpLimits`].
 
@@ -18,6 +20,7 @@ pub(crate) mod oauth;
 pub(crate) mod origin;
 pub(crate) mod parse_errors;
 pub(crate) mod replay;
+pub(crate) mod whole_answers;
 
 use crate::identity::TokenTenantName;
 use crate::server::SandpyServer;
@@ -247,6 +250,8 @@ where
             extras.answering.clone(),
             count_answers,
         ))
+        // Outside the count: an answer sent whole ends the stream the count follows.
+        .layer(middleware::from_fn(whole_answers::whole_answers))
         .layer(middleware::from_fn_with_state(
             body_limit,
             connections::read_body_in_time,

@@ -56,6 +56,28 @@ fn post(address: SocketAddr, body: &str, session: Option<&str>) -> String {
     )
 }
 
+/// A value of a header in `head`.
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.eq_ignore_ascii_case(name).then(|| value.trim())
+    })
+}
+
+/// `initialize` and `notifications/initialized` on `stream`; the session's id.
+async fn open_session(stream: &mut TcpStream, address: SocketAddr) -> String {
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+    let (head, body) = exchange(stream, &post(address, initialize, None)).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+    let session = header(&head, "mcp-session-id")
+        .expect("a session id")
+        .to_string();
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let (head, _) = exchange(stream, &post(address, initialized, Some(&session))).await;
+    assert!(head.starts_with("HTTP/1.1 202"), "{head}");
+    session
+}
+
 #[test]
 fn requests_on_one_kept_alive_connection_do_not_wait_for_the_clients_delayed_ack() {
     block_on(async {
@@ -63,20 +85,7 @@ fn requests_on_one_kept_alive_connection_do_not_wait_for_the_clients_delayed_ack
         let mut stream = TcpStream::connect(address).await.expect("connect");
         // As curl and the SDKs' clients do: the client's own writes are not delayed.
         stream.set_nodelay(true).expect("nodelay");
-        let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
-        let (head, body) = exchange(&mut stream, &post(address, initialize, None)).await;
-        assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
-        let session = head
-            .lines()
-            .find_map(|line| {
-                let (name, value) = line.split_once(':')?;
-                name.eq_ignore_ascii_case("mcp-session-id")
-                    .then(|| value.trim().to_string())
-            })
-            .expect("a session id");
-        let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-        let (head, _) = exchange(&mut stream, &post(address, initialized, Some(&session))).await;
-        assert!(head.starts_with("HTTP/1.1 202"), "{head}");
+        let session = open_session(&mut stream, address).await;
         // Linux acknowledges the first segments of a connection at once (quick-ACK mode);
         // the stall showed on every request after those.
         let mut times = Vec::new();
@@ -95,5 +104,59 @@ fn requests_on_one_kept_alive_connection_do_not_wait_for_the_clients_delayed_ack
             median < Duration::from_millis(20),
             "pings on one kept-alive connection: median {median:?} ({times:?})"
         );
+    });
+}
+
+/// A quick answer comes whole, as one JSON body (MCP clients read that to its end and keep
+/// the connection; they stop reading a stream at its answer and drop it); an answer that
+/// takes longer than the server holds a stream for it, or that has output streamed before
+/// it, comes as the SSE stream, its priming event first.
+#[test]
+fn a_quick_answer_comes_whole_and_a_slow_or_streaming_one_as_sse() {
+    block_on(async {
+        let address = serve(HttpLimits::default()).await;
+        let mut stream = TcpStream::connect(address).await.expect("connect");
+        stream.set_nodelay(true).expect("nodelay");
+        let session = open_session(&mut stream, address).await;
+        let call = |id: u32, code: &str| {
+            let call = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "run_python", "arguments": {"code": code},
+                           "_meta": {"progressToken": "p"}}});
+            post(address, &call.to_string(), Some(&session))
+        };
+        let (head, body) = exchange(&mut stream, &call(2, "6 * 7")).await;
+        assert_eq!(
+            header(&head, "content-type"),
+            Some("application/json"),
+            "{head}"
+        );
+        assert!(header(&head, "content-length").is_some(), "{head}");
+        let answer: serde_json::Value = serde_json::from_str(&body).expect("one JSON answer");
+        assert_eq!(answer["id"], 2, "{answer}");
+        assert_eq!(
+            answer["result"]["structuredContent"]["return_value"], 42,
+            "{answer}"
+        );
+        for (id, code) in [
+            (3, "import time\ntime.sleep(0.5)\n42"),
+            (4, "print('first', flush=True)\n42"),
+        ] {
+            let (head, body) = exchange(&mut stream, &call(id, code)).await;
+            assert_eq!(
+                header(&head, "content-type"),
+                Some("text/event-stream"),
+                "{code}: {head}"
+            );
+            // The first event of the chunked body: the priming event (an id, no data).
+            let first = body.split("\r\n").nth(1).unwrap_or_default();
+            let first = first.split("\n\n").next().unwrap_or_default();
+            assert!(
+                first.starts_with("id: 0/") || first.contains("\nid: 0/"),
+                "{code}: {body}"
+            );
+            assert!(!first.contains("\"jsonrpc\""), "{code}: {body}");
+            assert!(body.contains(&format!(r#""id":{id},"result""#)), "{body}");
+            assert!(body.contains("\"return_value\":42"), "{code}: {body}");
+        }
     });
 }

@@ -33,9 +33,9 @@ fn initialize_answers_the_versions_and_capabilities_the_guide_names() {
                 .expect("POST");
             assert_eq!(response.status(), 200, "{asked}");
             let text = response.text().await.expect("body");
-            let result: Value = text
-                .lines()
-                .filter_map(|line| line.strip_prefix("data:"))
+            // Answered whole (JSON), or as an SSE stream.
+            let result: Value = std::iter::once(text.as_str())
+                .chain(text.lines().filter_map(|line| line.strip_prefix("data:")))
                 .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
                 .find_map(|message| message.get("result").cloned())
                 .unwrap_or_else(|| panic!("{asked}: no result in {text}"));
