@@ -1,9 +1,11 @@
 //! `run_python` served over MCP's streamable HTTP, as agents' MCP clients call it: one
 //! kept-alive connection per client, 1 and 16 clients, with rmcp's Rust client and with
 //! the official MCP Python SDK, beside the same build's in-process fresh runs measured in
-//! the same part. Each client also calls a tool that does nothing (the `echo` of the test
-//! server, on the same HTTP stack; for the SDK also its own server's), its ceiling: what the
-//! client and the transport cost without a run, on the same two cores.
+//! the same part. rmcp's client is given a reqwest client that keeps its connections (its
+//! default client keeps none: a new connection per call, also measured). Each client also
+//! calls a tool that does nothing (the `echo` of the test server, on the same HTTP stack;
+//! for the SDK also its own server's), its ceiling: what the client and the transport cost
+//! without a run, on the same two cores.
 
 mod python;
 
@@ -42,6 +44,15 @@ pub(crate) const NO_OP: Call = Call {
     tool: "echo",
     arguments: || json!({ "message": "1" }),
 };
+
+/// Which HTTP client rmcp's client is given.
+#[derive(Clone, Copy)]
+enum Http {
+    /// A reqwest client that keeps its connections (reqwest's default).
+    Pooled,
+    /// rmcp's default (`from_uri`): no idle connection kept, a new one per call.
+    RmcpDefault,
+}
 
 /// The p50 (ms) of one client and the calls/s of [`CLIENTS`].
 pub(crate) struct Figures {
@@ -109,8 +120,9 @@ impl Bench {
         let server = rt.block_on(Served::start(&self.sandbox))?;
         let no_op = rt.block_on(sandpy_mcp::test_server::TestServer::start(None, None))?;
         let no_op_url = format!("http://{}/mcp", no_op.addr());
-        let rust = rt.block_on(rmcp_figures(&server.url, RUN));
-        let rust_ceiling = rt.block_on(rmcp_figures(&no_op_url, NO_OP));
+        let rust = rt.block_on(rmcp_figures(&server.url, RUN, Http::Pooled));
+        let rust_ceiling = rt.block_on(rmcp_figures(&no_op_url, NO_OP, Http::Pooled));
+        let rust_default = rt.block_on(rmcp_figures(&server.url, RUN, Http::RmcpDefault));
         match &rust {
             Ok(figures) => line("rmcp (Rust, reqwest):", figures),
             Err(e) => println!("  rmcp (Rust, reqwest): failed: {e:#}"),
@@ -124,6 +136,10 @@ impl Bench {
                 "    served = {:.2}x the no-op tool's calls/s",
                 served.per_s / ceiling.per_s
             );
+        }
+        match &rust_default {
+            Ok(figures) => line("rmcp, its default client:", figures),
+            Err(e) => println!("  rmcp, its default client: failed: {e:#}"),
         }
         let python = &self.args.python;
         match python::sdk_figures(python, &server.url, &no_op_url) {
@@ -170,15 +186,16 @@ impl Served {
     }
 }
 
-/// rmcp's client calling `call` at `url`: one client's latencies, then [`CLIENTS`] at once.
-async fn rmcp_figures(url: &str, call: Call) -> anyhow::Result<Figures> {
-    let mut one = calls(url, call, LATENCY_CALLS).await?;
+/// rmcp's client over `http` calling `call` at `url`: one client's latencies, then
+/// [`CLIENTS`] at once.
+async fn rmcp_figures(url: &str, call: Call, http: Http) -> anyhow::Result<Figures> {
+    let mut one = calls(url, call, LATENCY_CALLS, http).await?;
     one.sort_by(f64::total_cmp);
     let started = Instant::now();
     let mut clients = tokio::task::JoinSet::new();
     for _ in 0..CLIENTS {
         let url = url.to_string();
-        clients.spawn(async move { calls(&url, call, CALLS_PER_CLIENT).await });
+        clients.spawn(async move { calls(&url, call, CALLS_PER_CLIENT, http).await });
     }
     while let Some(done) = clients.join_next().await {
         done??;
@@ -187,9 +204,17 @@ async fn rmcp_figures(url: &str, call: Call) -> anyhow::Result<Figures> {
     Ok(Figures { one, per_s })
 }
 
-/// One rmcp client on one connection: `n` calls of `call`, each one's milliseconds.
-async fn calls(url: &str, call: Call, n: usize) -> anyhow::Result<Vec<f64>> {
-    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_string());
+/// One rmcp client over `http`: `n` calls of `call`, each one's milliseconds.
+async fn calls(url: &str, call: Call, n: usize, http: Http) -> anyhow::Result<Vec<f64>> {
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::transport::StreamableHttpClientTransport;
+    let transport = match http {
+        Http::Pooled => StreamableHttpClientTransport::with_client(
+            reqwest::Client::new(),
+            StreamableHttpClientTransportConfig::with_uri(url.to_string()),
+        ),
+        Http::RmcpDefault => StreamableHttpClientTransport::from_uri(url.to_string()),
+    };
     let client = ().serve(transport).await.context("an MCP session over HTTP")?;
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
