@@ -1,7 +1,9 @@
 //! One checked request sent and its answer read, bounded: the exchange of
 //! [`super::NetworkAccess::fetch_many`], several at once when the code gathered several.
 
-use super::{destination, failure, FetchError};
+use super::destination::destination;
+use super::resolver::failure;
+use super::FetchError;
 use crate::network::allow::AllowRule;
 use crate::network::NetworkRules;
 use std::sync::atomic::{AtomicU64, Ordering};
