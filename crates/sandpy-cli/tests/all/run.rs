@@ -252,6 +252,47 @@ fn json_lines(stdout: &str) -> Vec<Value> {
 }
 
 /// `--warm` does not apply to a batch: it says so on stderr, and the lines run as usual.
+/// A batch's files in a folder of its own: a module and its `--args-file`.
+struct Batch {
+    dir: tempfile::TempDir,
+    module: String,
+    inputs: String,
+}
+
+impl Batch {
+    /// `source` as the module `scorer.py`, `lines` as its input lines.
+    fn new(source: &str, lines: &[String]) -> Batch {
+        Batch::with_inputs(source, (lines.join("\n") + "\n").as_bytes())
+    }
+
+    /// The same with the input file's bytes as they are (a line need not be UTF-8).
+    fn with_inputs(source: &str, inputs: &[u8]) -> Batch {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = |name: &str| dir.path().join(name).to_str().expect("path").to_string();
+        let (module, inputs_path) = (path("scorer.py"), path("inputs.jsonl"));
+        std::fs::write(&module, source).expect("write");
+        std::fs::write(&inputs_path, inputs).expect("write");
+        Batch {
+            dir,
+            module,
+            inputs: inputs_path,
+        }
+    }
+
+    /// `call MODULE score FLAGS... --args-file INPUTS`: the arguments of the batch.
+    fn call<'a>(&'a self, flags: &[&'a str]) -> Vec<&'a str> {
+        let mut args = vec!["call", self.module.as_str(), "score"];
+        args.extend(flags);
+        args.extend(["--args-file", self.inputs.as_str()]);
+        args
+    }
+}
+
+/// `[0]`, `[1]`, ... as `n` input lines: one argument each.
+fn numbered_lines(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("[{i}]")).collect()
+}
+
 #[test]
 fn a_batch_says_that_warm_is_for_a_single_call() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -427,10 +468,6 @@ fn call_a_function_once() {
 
 #[test]
 fn call_a_batch_with_bad_lines_in_the_middle() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("scorer.py");
-    std::fs::write(&file, SCORER).expect("write");
-    let inputs = dir.path().join("inputs.jsonl");
     let mut lines: Vec<String> = (0..30).map(|i| format!("[{i}, {}]", i % 3)).collect();
     lines[5] = "not json".into();
     lines[12] = "[null, 1]".into();
@@ -442,16 +479,8 @@ fn call_a_batch_with_bad_lines_in_the_middle() {
         .position(|w| w == b"[25, 1]")
         .expect("line 26");
     bytes[at + 1] = 0xff;
-    std::fs::write(&inputs, bytes).expect("write");
-    let (code, stdout, _) = run(&[
-        "call",
-        file.to_str().expect("path"),
-        "score",
-        "--args-file",
-        inputs.to_str().expect("path"),
-        "--jobs",
-        "4",
-    ]);
+    let batch = Batch::with_inputs(SCORER, &bytes);
+    let (code, stdout, _) = run(&batch.call(&["--jobs", "4"]));
     assert_eq!(code, 1, "some lines failed");
     let results = json_lines(&stdout);
     assert_eq!(results.len(), 30, "one result per input line");
@@ -481,10 +510,7 @@ fn call_a_batch_with_bad_lines_in_the_middle() {
 /// attribute or scratch file that an earlier line left.
 #[test]
 fn a_batch_line_sees_nothing_an_earlier_line_left() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("leaky.py");
-    std::fs::write(
-        &file,
+    let batch = Batch::new(
         "import builtins, json, os\n\
          COUNT = []\n\
          def score(i):\n    \
@@ -493,23 +519,12 @@ fn a_batch_line_sees_nothing_an_earlier_line_left() {
              builtins.left = json.left = i\n    \
              open(f'left-{i}', 'w').write('x')\n    \
              return seen\n",
-    )
-    .expect("write");
-    let inputs = dir.path().join("inputs.jsonl");
-    let lines: Vec<String> = (0..40).map(|i| format!("[{i}]")).collect();
-    std::fs::write(&inputs, lines.join("\n") + "\n").expect("write");
+        &numbered_lines(40),
+    );
     for extra in [None, Some("--in-process")] {
-        let mut args = vec![
-            "call",
-            file.to_str().expect("path"),
-            "score",
-            "--jobs",
-            "2",
-            "--args-file",
-            inputs.to_str().expect("path"),
-        ];
-        args.extend(extra);
-        let (code, stdout, stderr) = run(&args);
+        let mut flags = vec!["--jobs", "2"];
+        flags.extend(extra);
+        let (code, stdout, stderr) = run(&batch.call(&flags));
         assert_eq!(code, 0, "{extra:?}: {stderr}");
         let results = json_lines(&stdout);
         assert_eq!(results.len(), 40, "{stdout}");
@@ -529,43 +544,27 @@ fn a_batch_line_sees_nothing_an_earlier_line_left() {
 /// cannot see.
 #[test]
 fn a_batch_line_runs_the_modules_top_level_itself() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("drawn.py");
-    std::fs::write(
-        &file,
+    let lines: Vec<String> = (0..20)
+        .map(|i| if i == 7 { r#"["os"]"# } else { r#"["json"]"# }.to_string())
+        .collect();
+    let batch = Batch::new(
         "import random, importlib\n\
          TOKEN = random.random()\n\
          def score(name):\n    \
              return [TOKEN, importlib.import_module(name).__name__]\n",
-    )
-    .expect("write");
-    let config = dir.path().join("config.json");
+        &lines,
+    );
+    let config = batch.dir.path().join("config.json");
     std::fs::write(
         &config,
         r#"{"mcpServers": {}, "sandpy": {"policies": {"no-os": {"allowed_modules": ["random", "importlib", "json"]}}}}"#,
     )
     .expect("write");
-    let inputs = dir.path().join("inputs.jsonl");
-    let lines: Vec<&str> = (0..20)
-        .map(|i| if i == 7 { r#"["os"]"# } else { r#"["json"]"# })
-        .collect();
-    std::fs::write(&inputs, lines.join("\n") + "\n").expect("write");
+    let config = config.to_str().expect("path");
     for extra in [None, Some("--in-process")] {
-        let mut args = vec![
-            "call",
-            file.to_str().expect("path"),
-            "score",
-            "--config",
-            config.to_str().expect("path"),
-            "--policy",
-            "no-os",
-            "--jobs",
-            "2",
-            "--args-file",
-            inputs.to_str().expect("path"),
-        ];
-        args.extend(extra);
-        let (code, stdout, stderr) = run(&args);
+        let mut flags = vec!["--config", config, "--policy", "no-os", "--jobs", "2"];
+        flags.extend(extra);
+        let (code, stdout, stderr) = run(&batch.call(&flags));
         assert_eq!(code, 1, "{extra:?}: line 8 is refused: {stderr}");
         let results = json_lines(&stdout);
         assert_eq!(results.len(), 20, "{stdout}");
@@ -758,32 +757,16 @@ fn entries(dir: &std::path::Path) -> Vec<std::ffi::OsString> {
 /// (`--in-process`, code with checks).
 #[test]
 fn time_limit_a_busy_line_of_a_batch_ends_only_its_worker() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("scorer.py");
-    std::fs::write(
-        &file,
+    let batch = Batch::new(
         "def score(n):\n    if n % 7 == 3:\n        while True:\n            pass\n    return n * 2\n",
-    )
-    .expect("write");
-    let inputs = dir.path().join("inputs.jsonl");
-    let lines: Vec<String> = (0..20).map(|i| format!("[{i}]")).collect();
-    std::fs::write(&inputs, lines.join("\n") + "\n").expect("write");
+        &numbered_lines(20),
+    );
     let mut answers = Vec::new();
     for extra in [None, Some("--in-process")] {
-        let mut args = vec![
-            "call",
-            file.to_str().expect("path"),
-            "score",
-            // Each line's time counts its instance's start; a busy machine slows it.
-            "--timeout-ms",
-            "1500",
-            "--jobs",
-            "2",
-            "--args-file",
-            inputs.to_str().expect("path"),
-        ];
-        args.extend(extra);
-        let (code, stdout, stderr) = run(&args);
+        // Each line's time counts its instance's start; a busy machine slows it.
+        let mut flags = vec!["--timeout-ms", "1500", "--jobs", "2"];
+        flags.extend(extra);
+        let (code, stdout, stderr) = run(&batch.call(&flags));
         assert_eq!(code, 1, "{stderr}");
         let results = json_lines(&stdout);
         assert_eq!(results.len(), 20, "{stdout} {stderr}");
@@ -818,26 +801,12 @@ fn time_limit_a_busy_line_of_a_batch_ends_only_its_worker() {
 /// other lines are answered by the remaining and new workers, in order.
 #[test]
 fn a_killed_batch_worker_loses_no_line() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("scorer.py");
-    std::fs::write(
-        &file,
+    let files = Batch::new(
         "import time\ndef score(n):\n    time.sleep(3)\n    return n\n",
-    )
-    .expect("write");
-    let inputs = dir.path().join("inputs.jsonl");
-    let lines: Vec<String> = (0..6).map(|i| format!("[{i}]")).collect();
-    std::fs::write(&inputs, lines.join("\n") + "\n").expect("write");
+        &numbered_lines(6),
+    );
     let batch = crate::sandpy()
-        .args([
-            "call",
-            file.to_str().expect("path"),
-            "score",
-            "--jobs",
-            "2",
-            "--args-file",
-            inputs.to_str().expect("path"),
-        ])
+        .args(files.call(&["--jobs", "2"]))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -893,30 +862,14 @@ fn a_killed_batch_worker_loses_no_line() {
 /// ends quietly (no panic, no backtrace, no `error:`), as other Unix tools do.
 #[test]
 fn a_closed_stdout_ends_the_command_quietly() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("scorer.py");
-    std::fs::write(&file, SCORER).expect("write");
-    let inputs = dir.path().join("inputs.jsonl");
     let lines: Vec<String> = (0..400).map(|i| format!("[{i}, 1]")).collect();
-    std::fs::write(&inputs, lines.join("\n") + "\n").expect("write");
+    let batch = Batch::new(SCORER, &lines);
     let many_lines = "for i in range(20000): print(i)\n[0] * 1000";
     let commands: [&[&str]; 4] = [
         &["run", "-c", many_lines],
         &["run", "--json", "-c", many_lines],
-        &[
-            "call",
-            file.to_str().expect("path"),
-            "score",
-            "--args",
-            "[1, 1]",
-        ],
-        &[
-            "call",
-            file.to_str().expect("path"),
-            "score",
-            "--args-file",
-            inputs.to_str().expect("path"),
-        ],
+        &["call", &batch.module, "score", "--args", "[1, 1]"],
+        &batch.call(&[]),
     ];
     for args in commands {
         let mut child = sandpy()
