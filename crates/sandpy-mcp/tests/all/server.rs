@@ -14,6 +14,12 @@ struct Connection {
     _saved: tempfile::TempDir,
 }
 
+/// `error` is a protocol error `invalid_params` (-32602) whose message says `says`.
+fn assert_invalid_params(error: &ErrorData, says: &str) {
+    assert_eq!(error.code, ErrorCode::INVALID_PARAMS, "{error:?}");
+    assert!(error.message.contains(says), "{error:?}");
+}
+
 impl Connection {
     /// Start a server without upstream servers (saving sessions in a temporary folder)
     /// and connect a client to it.
@@ -53,6 +59,17 @@ impl Connection {
     /// Call `tool`, which must answer with a result (error or not).
     async fn result(&self, tool: &str, arguments: Value) -> Value {
         crate::tool_result(&self.client, tool, arguments).await
+    }
+
+    /// `run_python` with `code` alone: its result.
+    async fn run(&self, code: &str) -> Value {
+        self.result("run_python", json!({"code": code})).await
+    }
+
+    /// `run_python` with `code` in session `session`: its result.
+    async fn run_in(&self, session: &str, code: &str) -> Value {
+        let arguments = json!({"code": code, "session_id": session});
+        self.result("run_python", arguments).await
     }
 
     /// Call `tool`, which must refuse the request as malformed; the error message. Unknown
@@ -132,11 +149,7 @@ fn tool_list_is_declared_by_types() {
         let paged = rmcp::model::PaginatedRequestParams::default().with_cursor(Some("zzz".into()));
         match connection.client.list_tools(Some(paged)).await {
             Err(rmcp::ServiceError::McpError(error)) => {
-                assert_eq!(error.code, ErrorCode::INVALID_PARAMS, "{error:?}");
-                assert!(
-                    error.message.contains("invalid cursor \"zzz\""),
-                    "{error:?}"
-                );
+                assert_invalid_params(&error, "invalid cursor \"zzz\"")
             }
             other => panic!("a made-up cursor: {other:?}"),
         }
@@ -147,17 +160,13 @@ fn tool_list_is_declared_by_types() {
 fn run_python_results_are_tool_results_even_when_python_fails() {
     block_on(async {
         let connection = Connection::open().await;
-        let ok = connection
-            .result("run_python", json!({"code": "print('printed')\n6 * 7"}))
-            .await;
+        let ok = connection.run("print('printed')\n6 * 7").await;
         assert_eq!(ok["isError"], false, "{ok}");
         assert_eq!(ok["structuredContent"]["status"], "ok");
         assert_eq!(ok["structuredContent"]["return_value"], 42);
         assert!(text(&ok).contains("printed"), "{ok}");
 
-        let error = connection
-            .result("run_python", json!({"code": "def f():\n    1/0\nf()"}))
-            .await;
+        let error = connection.run("def f():\n    1/0\nf()").await;
         assert_eq!(error["isError"], true, "a Python error is a tool result");
         assert_eq!(
             error["structuredContent"]["error"]["type"],
@@ -244,7 +253,7 @@ fn long_results_are_cut_and_marked_in_text_and_structured_content() {
     block_on(async {
         let connection = Connection::open().await;
         let code = "print('x' * 50_000)\n[{'customer': f'c{i}', 'total': i} for i in range(5000)]";
-        let big = connection.result("run_python", json!({"code": code})).await;
+        let big = connection.run(code).await;
         let structured = &big["structuredContent"];
         assert_eq!(structured["status"], "ok", "{structured}");
         let stdout = format!("{}[... 30001 more bytes]", "x".repeat(20_000));
@@ -273,9 +282,7 @@ fn long_results_are_cut_and_marked_in_text_and_structured_content() {
         assert!(size < 90_000, "the whole result is {size} bytes");
 
         // An output_limit run: a megabyte captured, 20,000 bytes shown.
-        let flood = connection
-            .result("run_python", json!({"code": "print('y' * 2_000_000)"}))
-            .await;
+        let flood = connection.run("print('y' * 2_000_000)").await;
         let structured = &flood["structuredContent"];
         assert_eq!(structured["status"], "output_limit");
         let captured = (1 << 20) + "\n[sandpy: output truncated: limit reached]\n".len();
@@ -308,9 +315,7 @@ fn long_results_are_cut_and_marked_in_text_and_structured_content() {
         );
 
         // Short results are whole, with no `truncated`.
-        let short = connection
-            .result("run_python", json!({"code": "'a' * 100"}))
-            .await;
+        let short = connection.run("'a' * 100").await;
         assert_eq!(
             short["structuredContent"]["return_value"],
             json!("a".repeat(100))
@@ -326,9 +331,7 @@ fn long_results_are_cut_and_marked_in_text_and_structured_content() {
 fn the_config_sets_how_much_the_model_is_shown() {
     block_on(async {
         let connection = Connection::open_with(json!({"model_output": {"text_bytes": 100}})).await;
-        let error = connection
-            .result("run_python", json!({"code": "raise ValueError('e' * 300)"}))
-            .await;
+        let error = connection.run("raise ValueError('e' * 300)").await;
         let structured = &error["structuredContent"];
         assert_eq!(structured["error"]["type"], "ValueError");
         let message = format!("{}[... 200 more bytes]", "e".repeat(100));
@@ -415,14 +418,15 @@ fn discovery_without_upstream_servers_finds_nothing() {
 fn sessions_keep_globals_until_reset_or_closed() {
     block_on(async {
         let connection = Connection::open().await;
-        let run = |code: &str, session: &str| {
-            connection.result("run_python", json!({"code": code, "session_id": session}))
-        };
         let value = |result: Value| result["structuredContent"]["return_value"].clone();
-        run("x = 41", "s1").await;
-        assert_eq!(value(run("x + 1", "s1").await), 42, "globals persist");
+        connection.run_in("s1", "x = 41").await;
         assert_eq!(
-            value(run("'x' in globals()", "other").await),
+            value(connection.run_in("s1", "x + 1").await),
+            42,
+            "globals persist"
+        );
+        assert_eq!(
+            value(connection.run_in("other", "'x' in globals()").await),
             false,
             "sessions are apart"
         );
@@ -444,7 +448,10 @@ fn sessions_keep_globals_until_reset_or_closed() {
             reset["structuredContent"],
             json!({"session_id": "s1", "reset": true})
         );
-        assert_eq!(value(run("'x' in globals()", "s1").await), false);
+        assert_eq!(
+            value(connection.run_in("s1", "'x' in globals()").await),
+            false
+        );
 
         let closed = connection
             .result("close_session", json!({"session_id": "s1"}))
@@ -465,10 +472,7 @@ fn sessions_keep_globals_until_reset_or_closed() {
 fn sessions_are_saved_restored_and_forked() {
     block_on(async {
         let connection = Connection::open().await;
-        let run = |code: &str, session: &str| {
-            connection.result("run_python", json!({"code": code, "session_id": session}))
-        };
-        run("y = 'kept'", "s2").await;
+        connection.run_in("s2", "y = 'kept'").await;
         let saved = connection
             .result("save_session", json!({"session_id": "s2", "name": "nb"}))
             .await;
@@ -494,7 +498,7 @@ fn sessions_are_saved_restored_and_forked() {
             json!({"session_id": "s4", "forked_from": "s3"})
         );
         for session in ["s3", "s4"] {
-            let y = run("y", session).await;
+            let y = connection.run_in(session, "y").await;
             assert_eq!(y["structuredContent"]["return_value"], "kept", "{y}");
         }
 
@@ -588,15 +592,9 @@ fn malformed_arguments_are_tool_errors_naming_the_field_and_unknown_tools_protoc
             let message = connection.tool_error(tool, arguments.clone()).await;
             assert!(message.contains(names), "{tool} {arguments}: {message}");
         }
-        let unknown = connection.call("no_such_tool", json!({})).await;
-        match unknown {
-            Err(error) if error.code == ErrorCode::INVALID_PARAMS => {
-                assert!(
-                    error.message.contains("unknown tool \"no_such_tool\""),
-                    "{error:?}"
-                )
-            }
-            other => panic!("an unknown tool: not invalid_params but {other:?}"),
+        match connection.call("no_such_tool", json!({})).await {
+            Err(error) => assert_invalid_params(&error, "unknown tool \"no_such_tool\""),
+            Ok(result) => panic!("an unknown tool: not invalid_params but {result}"),
         }
         // The whole message: the tool, where, what was found and what was expected.
         assert_eq!(
