@@ -881,12 +881,7 @@ fn a_closed_stdout_ends_the_command_quietly() {
         drop(child.stdout.take());
         let out = child.wait_with_output().expect("wait");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !stderr.contains("panicked")
-                && !stderr.contains("Broken pipe")
-                && !stderr.contains("error:"),
-            "{args:?}: {stderr}"
-        );
+        assert!(quiet(&stderr), "{args:?}: {stderr}");
         assert!(
             matches!(out.status.code(), Some(0 | 141)),
             "{args:?}: ended by {:?}, {stderr}",
@@ -913,13 +908,13 @@ fn a_closed_stdout_ends_the_command_quietly() {
     drop(stdin);
     let out = server.wait_with_output().expect("wait");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !stderr.contains("panicked")
-            && !stderr.contains("Broken pipe")
-            && !stderr.contains("error:"),
-        "serve: {stderr}"
-    );
+    assert!(quiet(&stderr), "serve: {stderr}");
     assert_eq!(out.status.code(), Some(141), "serve: {stderr}");
+}
+
+/// Whether `stderr` says nothing of a closed stdout: no panic, no `Broken pipe`, no `error:`.
+fn quiet(stderr: &str) -> bool {
+    !stderr.contains("panicked") && !stderr.contains("Broken pipe") && !stderr.contains("error:")
 }
 
 /// Logs written to a file or a pipe carry no colour codes (a collector reads them as

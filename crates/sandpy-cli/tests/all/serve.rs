@@ -114,19 +114,7 @@ fn check_responses(out: &Value) {
     assert_eq!(out[7]["structuredContent"]["return_value"], true);
     // A missing argument is a tool error the model can correct (SEP-1303), naming it.
     assert_eq!(out[8]["isError"], true, "{}", out[8]);
-    assert_eq!(
-        out[8]["structuredContent"]["status"], "invalid_input",
-        "{}",
-        out[8]
-    );
-    assert!(
-        out[8]["structuredContent"]["error"]["message"]
-            .as_str()
-            .expect("a tool error for a missing argument")
-            .contains("missing field `code`"),
-        "{}",
-        out[8]
-    );
+    invalid_input(&out[8], "missing field `code`");
 
     assert_eq!(
         out[10]["structuredContent"]["return_value"], 42,
@@ -198,38 +186,39 @@ fn check_responses(out: &Value) {
         .as_str()
         .expect("summary")
         .contains("/output/report.txt (text/plain, 3 bytes)"));
-    assert_eq!(
-        out[23]["structuredContent"]["status"], "invalid_input",
-        "{}",
-        out[23]
-    );
+    invalid_input(&out[23], "");
     // A file with both `text` and `content_base64`: a tool error naming the rule.
-    assert_eq!(
-        out[24]["structuredContent"]["status"], "invalid_input",
-        "{}",
-        out[24]
-    );
-    assert!(
-        out[24]["structuredContent"]["error"]["message"]
-            .as_str()
-            .expect("a tool error")
-            .contains("exactly one of"),
-        "{}",
-        out[24]
-    );
+    invalid_input(&out[24], "exactly one of");
+}
+
+/// `result` is an `invalid_input` run whose error message says `says`.
+fn invalid_input(result: &Value, says: &str) {
+    let execution = &result["structuredContent"];
+    assert_eq!(execution["status"], "invalid_input", "{result}");
+    let message = execution["error"]["message"].as_str();
+    assert!(message.is_some_and(|m| m.contains(says)), "{result}");
+}
+
+/// The first `Some` of `found`, asked every 50 ms for `limit` (and once more at its end);
+/// `None` when it never came.
+pub(crate) fn within<T>(limit: Duration, mut found: impl FnMut() -> Option<T>) -> Option<T> {
+    let until = Instant::now() + limit;
+    loop {
+        if let Some(value) = found() {
+            return Some(value);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// [`processes_with_env`] once none is left, or after 10 s (killed processes take a
 /// moment to go on a busy machine).
 fn processes_with_env_after_exit(marker: &str) -> usize {
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let left = processes_with_env(marker);
-        if left == 0 || std::time::Instant::now() > until {
-            return left;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let none = || (processes_with_env(marker) == 0).then_some(0);
+    within(Duration::from_secs(10), none).unwrap_or_else(|| processes_with_env(marker))
 }
 
 fn processes_with_env(marker: &str) -> usize {
@@ -418,11 +407,7 @@ fn http_serves_a_real_client_with_a_bearer_token() {
 
     // SIGTERM: a clean shutdown that stops the upstream servers too.
     assert!(processes_with_env(&marker) > 0);
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &server.0.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(term.success());
+    signal(server.0.id(), "TERM");
     let status = server.0.wait().expect("wait");
     assert!(
         status.success(),
@@ -435,9 +420,20 @@ fn http_serves_a_real_client_with_a_bearer_token() {
     );
 }
 
+/// A connection to `address` that has sent `request`, its answer waited for 10 s at most.
+fn sent(address: &str, request: &str) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    stream.write_all(request.as_bytes()).expect("send");
+    stream
+}
+
 /// A bare `initialize` POST, to read the status line the server answers with.
 pub(crate) fn raw_post(url: &str, authorization: Option<&str>) -> String {
-    use std::io::{Read, Write};
+    use std::io::Read;
     let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
     let auth = authorization
@@ -447,11 +443,7 @@ pub(crate) fn raw_post(url: &str, authorization: Option<&str>) -> String {
         "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    let mut stream = std::net::TcpStream::connect(address).expect("connect");
-    stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .expect("timeout");
-    stream.write_all(request.as_bytes()).expect("send");
+    let mut stream = sent(address, &request);
     let mut response = vec![0u8; 64];
     let n = stream.read(&mut response).expect("read");
     String::from_utf8_lossy(&response[..n]).into_owned()
@@ -488,29 +480,19 @@ pub(crate) fn fake_upstream_config(dir: &std::path::Path) -> (String, PathBuf, P
 
 /// The pid written to `path`, waiting for it.
 pub(crate) fn read_pid(path: &std::path::Path) -> u32 {
-    let until = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < until {
-        if let Some(pid) = std::fs::read_to_string(path)
-            .ok()
-            .and_then(|t| t.parse().ok())
-        {
-            return pid;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("no pid in {}", path.display());
+    let pid = || std::fs::read_to_string(path).ok()?.parse().ok();
+    within(Duration::from_secs(60), pid).unwrap_or_else(|| panic!("no pid in {}", path.display()))
 }
 
 /// Wait for `path` to have some text.
 pub(crate) fn wait_for_text(path: &std::path::Path) {
-    let until = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < until {
-        if std::fs::read_to_string(path).is_ok_and(|t| !t.is_empty()) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("nothing in {}", path.display());
+    let text = || {
+        std::fs::read_to_string(path)
+            .is_ok_and(|t| !t.is_empty())
+            .then_some(())
+    };
+    within(Duration::from_secs(60), text)
+        .unwrap_or_else(|| panic!("nothing in {}", path.display()));
 }
 
 /// Whether `pid` runs (a zombie does not).
@@ -537,25 +519,13 @@ pub(crate) fn exits_within(
     child: &mut std::process::Child,
     limit: Duration,
 ) -> Option<std::process::ExitStatus> {
-    let until = Instant::now() + limit;
-    while Instant::now() < until {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    None
+    within(limit, || child.try_wait().expect("try_wait"))
 }
 
+/// Whether none of `pids` runs, waiting up to 5 s for them to go.
 pub(crate) fn none_left(pids: &[u32]) -> bool {
-    let until = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < until {
-        if !pids.iter().any(|pid| alive(*pid)) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
+    let gone = || (!pids.iter().any(|pid| alive(*pid))).then_some(());
+    within(Duration::from_secs(5), gone).is_some()
 }
 
 #[test]
@@ -666,14 +636,10 @@ fn run_python_streams_output_as_progress_when_asked() {
 
 /// `GET` `path` on the server of `url`: the status line and the body.
 pub(crate) fn raw_get(url: &str, path: &str) -> (String, String) {
-    use std::io::{Read, Write};
+    use std::io::Read;
     let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
     let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-    let mut stream = std::net::TcpStream::connect(address).expect("connect");
-    stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .expect("timeout");
-    stream.write_all(request.as_bytes()).expect("send");
+    let mut stream = sent(address, &request);
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read");
     let status = response.lines().next().unwrap_or_default().to_string();
