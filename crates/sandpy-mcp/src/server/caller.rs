@@ -12,7 +12,7 @@ use sandpy::sessions::Tenant;
 use std::path::PathBuf;
 
 /// The tenant a tool call is made for, and where its saved sessions go; put in the
-/// request's extensions by [`SandpyServer::call_tool`] for the tools to read.
+/// request's extensions by the handler's `call_tool` ([`super::handler`]) for the tools to read.
 #[derive(Clone)]
 pub(super) struct Caller {
     /// Who the call acts for; it owns the sessions its runs make.

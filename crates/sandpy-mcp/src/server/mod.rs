@@ -21,7 +21,7 @@
 //! into the tool's parameter struct before it runs, so the error names the field at fault
 //! (the first one serde meets).
 //!
-//! Every call is made by a tenant ([`Caller`]), who owns the `run_python` sessions it
+//! Every call is made by a tenant ([`caller::Caller`]), who owns the `run_python` sessions it
 //! makes: the process over stdio; over HTTP, the claim of the client's OAuth access token
 //! (`sandpy.auth`), or its bearer token when the config names it in `sandpy.tenants`, else
 //! the client's MCP session (each MCP session gets its

@@ -10,7 +10,7 @@
 //! absolute path, a link) names nothing, and a URI of someone else's run is answered as
 //! one that never existed ([`NotFound`]).
 //!
-//! Bounds ([`ResourceLimits`]), each checked before anything is kept: a session's bytes
+//! Bounds ([`sandpy::settings::ResourceLimits`]), each checked before anything is kept: a session's bytes
 //! and files (its oldest runs go to make room; a run bigger than a whole session's room is
 //! not kept), the server's bytes (a run that would go past them is not kept: a client
 //! never loses its files to make room for another's), and a time to live. A session's
