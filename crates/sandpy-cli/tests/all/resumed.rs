@@ -5,7 +5,7 @@
 //! priming event's `retry`, and must get the result.
 
 use crate::mcp_client;
-use crate::serve::http_server;
+use crate::serve::http_server_without_upstreams;
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -91,15 +91,7 @@ fn forward_and_cut(mut server: TcpStream, mut client: TcpStream, seen: &Seen) {
 
 #[test]
 fn the_python_sdk_resumes_a_call_whose_stream_was_cut_and_gets_its_result() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("config.json");
-    std::fs::write(&config, r#"{"mcpServers": {}}"#).expect("config");
-    let (_server, url) = http_server(&["--config", &config.display().to_string()]);
-    let upstream = url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .parse()
-        .expect("the server's address");
+    let (_dir, _server, upstream) = http_server_without_upstreams();
     let (proxied, seen) = cutting_proxy(upstream);
     let requests = json!([{"method": "call_tool", "name": "run_python", "arguments": {
         "code": "import time\ntime.sleep(1)\n'done after the cut'"}}]);

@@ -301,6 +301,21 @@ pub(crate) fn http_server(extra: &[&str]) -> (Server, String) {
     (server, url)
 }
 
+/// An [`http_server`] with no upstream servers (an empty config of its own, in the returned
+/// folder, kept while it runs) and the address it listens on, for a proxy in front of it.
+pub(crate) fn http_server_without_upstreams() -> (tempfile::TempDir, Server, std::net::SocketAddr) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, r#"{"mcpServers": {}}"#).expect("config");
+    let (server, url) = http_server(&["--config", &config.display().to_string()]);
+    let address = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .parse()
+        .expect("the server's address");
+    (dir, server, address)
+}
+
 /// [`http_server`] from `command` (a `sandpy()` with its environment set); also returns
 /// everything the server writes to stderr, as it comes.
 pub(crate) fn http_server_with(

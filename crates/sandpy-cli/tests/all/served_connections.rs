@@ -5,7 +5,7 @@
 //! cost a new connection per call (issue 48); an answer sent whole keeps it.
 
 use crate::mcp_client;
-use crate::serve::http_server;
+use crate::serve::http_server_without_upstreams;
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -48,15 +48,7 @@ fn counting_proxy(upstream: std::net::SocketAddr) -> (String, Arc<AtomicUsize>) 
 
 #[test]
 fn the_python_sdks_calls_share_one_kept_alive_connection() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("config.json");
-    std::fs::write(&config, r#"{"mcpServers": {}}"#).expect("config");
-    let (_server, url) = http_server(&["--config", &config.display().to_string()]);
-    let upstream = url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .parse()
-        .expect("the server's address");
+    let (_dir, _server, upstream) = http_server_without_upstreams();
     let (proxied, opened) = counting_proxy(upstream);
     const CALLS: usize = 12;
     let requests: Vec<_> = (0..CALLS)

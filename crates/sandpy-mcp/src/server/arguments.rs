@@ -38,22 +38,14 @@ pub(super) fn parses_as<T: DeserializeOwned>(arguments: &Value) -> Result<(), St
 
 #[cfg(test)]
 mod tests {
-    use super::super::{discovery, run, sessions, ServerState};
+    use super::super::ServerState;
     use super::*;
-    use std::collections::HashMap;
 
     /// A tool with arguments but no check would take malformed requests to the router,
     /// which answers them as `isError` results instead of protocol errors.
     #[test]
     fn every_tool_with_arguments_has_a_check_and_no_check_is_stray() {
-        let tools = ServerState::run_tools()
-            + ServerState::discovery_tools()
-            + ServerState::session_tools();
-        let checks: HashMap<&str, Check> = run::CHECKS
-            .into_iter()
-            .chain(discovery::CHECKS)
-            .chain(sessions::CHECKS)
-            .collect();
+        let (tools, checks) = ServerState::tools_and_checks();
         let listed = tools.list_all();
         for tool in &listed {
             let has_arguments = tool

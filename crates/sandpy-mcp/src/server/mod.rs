@@ -91,6 +91,21 @@ pub(crate) struct ServerState {
     checks: HashMap<&'static str, Check>,
 }
 
+impl ServerState {
+    /// Every tool the server lists (the three routers) and each one's argument check.
+    fn tools_and_checks() -> (ToolRouter<ServerState>, HashMap<&'static str, Check>) {
+        let tools = ServerState::run_tools()
+            + ServerState::discovery_tools()
+            + ServerState::session_tools();
+        let checks = run::CHECKS
+            .into_iter()
+            .chain(discovery::CHECKS)
+            .chain(sessions::CHECKS)
+            .collect();
+        (tools, checks)
+    }
+}
+
 /// Who a handler serves: the process (stdio), or one MCP session over HTTP, whose
 /// sessions are closed when its handler goes.
 struct Client {
@@ -155,14 +170,7 @@ impl SandpyServer {
             None => None,
         };
         let sessions = Sessions::new(&sandbox, settings.sessions.clone());
-        let tools = ServerState::run_tools()
-            + ServerState::discovery_tools()
-            + ServerState::session_tools();
-        let checks = run::CHECKS
-            .into_iter()
-            .chain(discovery::CHECKS)
-            .chain(sessions::CHECKS)
-            .collect();
+        let (tools, checks) = ServerState::tools_and_checks();
         let token_tenants = settings
             .tenants
             .iter()
