@@ -351,36 +351,11 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), Error> 
         std::process::id(),
         hex(&Sha256::digest(bytes)[..4])
     ));
-    write_uncached(&tmp, bytes).map_err(cache_error)?;
+    std::fs::write(&tmp, bytes).map_err(cache_error)?;
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         cache_error(e)
     })
-}
-
-/// Write `bytes` to `path`, then leave none of them in the page cache: written pages
-/// stay cached as large folios, and the kernel maps a whole cached folio on a page fault
-/// (fault-around), so each `sandpy run` that maps a just-written `.cwasm` held ~6 MiB
-/// more of its code resident (docs/dev/performance.md, "Peak RSS of a one-shot run").
-/// Read back on demand, the cache holds small folios. Costs a flush to disk once per
-/// compile, and the first run after it reads its pages from disk.
-fn write_uncached(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut file = std::fs::File::create(path)?;
-    file.write_all(bytes)?;
-    #[cfg(target_os = "linux")]
-    {
-        // Only clean pages leave the cache: flush them first. Advice that fails leaves
-        // the file as written, which is still correct.
-        file.sync_data()?;
-        let _ = nix::fcntl::posix_fadvise(
-            &file,
-            0,
-            0,
-            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
-        );
-    }
-    Ok(())
 }
 
 fn hex(bytes: &[u8]) -> String {
