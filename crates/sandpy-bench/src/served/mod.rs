@@ -58,6 +58,25 @@ enum Http {
 pub(crate) struct Figures {
     pub(crate) one: Vec<f64>,
     pub(crate) per_s: f64,
+    /// This process's CPU time per call (ms) with [`CLIENTS`]: the clients', the
+    /// server's and the runs' together (none for clients in another process).
+    pub(crate) cpu_ms: Option<f64>,
+}
+
+/// This process's CPU time (user and system) so far, in seconds, from `/proc/self/stat`
+/// (in clock ticks of 1/100 s, Linux's `USER_HZ`); `None` where there is none.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command's `)`: state is the 3rd field, utime the 14th.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let user: f64 = fields.next()?.parse().ok()?;
+    let system: f64 = fields.next()?.parse().ok()?;
+    Some((user + system) / 100.0)
+}
+
+/// CPU ms per call between `before` and now, over `calls` calls.
+fn cpu_ms_per_call(before: Option<f64>, calls: usize) -> Option<f64> {
+    Some((cpu_seconds()? - before?) * 1e3 / calls as f64)
 }
 
 impl Figures {
@@ -82,6 +101,7 @@ impl Bench {
             )?);
         }
         in_process.sort_by(f64::total_cmp);
+        let cpu_before = cpu_seconds();
         let started = Instant::now();
         rt.block_on(async {
             let mut tasks = tokio::task::JoinSet::new();
@@ -96,6 +116,7 @@ impl Bench {
             while tasks.join_next().await.is_some() {}
         });
         let in_process_per_s = THROUGHPUT_CALLS as f64 / started.elapsed().as_secs_f64();
+        let in_process_cpu = cpu_ms_per_call(cpu_before, THROUGHPUT_CALLS);
         let base = percentile(&in_process, 0.5);
         println!("\nrun_python {CODE} served over HTTP (one kept-alive connection per client):");
         println!(
@@ -120,7 +141,9 @@ impl Bench {
         let server = rt.block_on(Served::start(&self.sandbox))?;
         let no_op = rt.block_on(sandpy_mcp::test_server::TestServer::start(None, None))?;
         let no_op_url = format!("http://{}/mcp", no_op.addr());
+        let ahead_before = self.sandbox.runs_on_instances_made_ahead();
         let rust = rt.block_on(rmcp_figures(&server.url, RUN, Http::Pooled));
+        let ahead = self.sandbox.runs_on_instances_made_ahead() - ahead_before;
         let rust_ceiling = rt.block_on(rmcp_figures(&no_op_url, NO_OP, Http::Pooled));
         let rust_default = rt.block_on(rmcp_figures(&server.url, RUN, Http::RmcpDefault));
         match &rust {
@@ -137,13 +160,20 @@ impl Bench {
                 served.per_s / ceiling.per_s
             );
         }
+        if let (Ok(served), Ok(ceiling)) = (&rust, &rust_ceiling) {
+            cpu_lines(in_process_cpu, served, ceiling);
+        }
+        println!(
+            "    runs on an instance made ahead: {ahead} of {}",
+            LATENCY_CALLS + THROUGHPUT_CALLS
+        );
         match &rust_default {
             Ok(figures) => line("rmcp, its default client:", figures),
             Err(e) => println!("  rmcp, its default client: failed: {e:#}"),
         }
         let python = &self.args.python;
         match python::sdk_figures(python, &server.url, &no_op_url) {
-            Ok(Some(sdk)) => sdk.print(&line, &ceiling),
+            Ok(Some(sdk)) => sdk.print(&line, &ceiling, in_process_cpu),
             Ok(None) => println!(
                 "  official Python SDK: skipped ({python} has no `mcp`; pass --python with the SDK installed)"
             ),
@@ -186,11 +216,24 @@ impl Served {
     }
 }
 
+/// Where a served call's CPU time goes, with [`CLIENTS`] clients on this process's cores:
+/// the run's (in process), the client's and transport's (the no-op tool), and the rest.
+fn cpu_lines(in_process: Option<f64>, served: &Figures, no_op: &Figures) {
+    let (Some(run), Some(call), Some(ceiling)) = (in_process, served.cpu_ms, no_op.cpu_ms) else {
+        return;
+    };
+    println!(
+        "    CPU per call with {CLIENTS}: {call:.3} ms = the run in process {run:.3} + the no-op call {ceiling:.3} + {:.3} ms besides",
+        call - run - ceiling
+    );
+}
+
 /// rmcp's client over `http` calling `call` at `url`: one client's latencies, then
 /// [`CLIENTS`] at once.
 async fn rmcp_figures(url: &str, call: Call, http: Http) -> anyhow::Result<Figures> {
     let mut one = calls(url, call, LATENCY_CALLS, http).await?;
     one.sort_by(f64::total_cmp);
+    let cpu_before = cpu_seconds();
     let started = Instant::now();
     let mut clients = tokio::task::JoinSet::new();
     for _ in 0..CLIENTS {
@@ -201,7 +244,8 @@ async fn rmcp_figures(url: &str, call: Call, http: Http) -> anyhow::Result<Figur
         done??;
     }
     let per_s = THROUGHPUT_CALLS as f64 / started.elapsed().as_secs_f64();
-    Ok(Figures { one, per_s })
+    let cpu_ms = cpu_ms_per_call(cpu_before, THROUGHPUT_CALLS);
+    Ok(Figures { one, per_s, cpu_ms })
 }
 
 /// One rmcp client over `http`: `n` calls of `call`, each one's milliseconds.

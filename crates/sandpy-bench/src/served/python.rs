@@ -28,8 +28,25 @@ pub(crate) struct SdkFigures {
 impl SdkFigures {
     /// The SDK's lines of the part: its figures against sandpy (`line`), its ceilings
     /// (`ceiling`), and the ratios of the calls/s.
-    pub(crate) fn print(&self, line: &dyn Fn(&str, &Figures), ceiling: &dyn Fn(&str, &Figures)) {
+    /// `in_process`: the CPU ms of a run in process, beside which the server's own CPU
+    /// per call is printed (the SDK's client is a process of its own, so this process's CPU
+    /// is the server's).
+    pub(crate) fn print(
+        &self,
+        line: &dyn Fn(&str, &Figures),
+        ceiling: &dyn Fn(&str, &Figures),
+        in_process: Option<f64>,
+    ) {
         line("official Python SDK (httpx):", &self.served);
+        let server = self.served.cpu_ms.zip(in_process);
+        let no_op = self.no_op.as_ref().ok().and_then(|f| f.cpu_ms);
+        if let (Some((call, run)), Some(no_op)) = (server, no_op) {
+            println!(
+                "    the server's CPU per call with {}: {call:.3} ms = the run in process {run:.3} + the no-op call {no_op:.3} + {:.3} ms besides",
+                SHAPE.1,
+                call - run - no_op
+            );
+        }
         let ceilings = [
             ("its ceiling, a no-op tool:", "the no-op tool", &self.no_op),
             (
@@ -69,8 +86,8 @@ pub(crate) fn sdk_figures(
     if !has_sdk {
         return Ok(None);
     }
-    let served = figures(python, url, RUN)?;
-    let no_op = figures(python, no_op_url, NO_OP);
+    let served = figures(python, url, RUN, true)?;
+    let no_op = figures(python, no_op_url, NO_OP, true);
     let own_server = own_server_figures(python);
     Ok(Some(SdkFigures {
         served,
@@ -80,8 +97,9 @@ pub(crate) fn sdk_figures(
 }
 
 /// The SDK's client calling `call` at `url`: one client's latencies, then the clients
-/// at once.
-fn figures(python: &str, url: &str, call: Call) -> anyhow::Result<Figures> {
+/// at once; with `served_here` (the server is in this process), this process's CPU per
+/// call meanwhile.
+fn figures(python: &str, url: &str, call: Call, served_here: bool) -> anyhow::Result<Figures> {
     let (latency_calls, clients, calls_per_client) = SHAPE;
     let run = |clients: usize, calls: usize| -> anyhow::Result<(Vec<f64>, f64)> {
         let out = Command::new(python)
@@ -104,8 +122,10 @@ fn figures(python: &str, url: &str, call: Call) -> anyhow::Result<Figures> {
         Ok((ms, (clients * calls) as f64 / seconds))
     };
     let (one, _) = run(1, latency_calls)?;
+    let cpu_before = super::cpu_seconds().filter(|_| served_here);
     let (_, per_s) = run(clients, calls_per_client)?;
-    Ok(Figures { one, per_s })
+    let cpu_ms = super::cpu_ms_per_call(cpu_before, clients * calls_per_client);
+    Ok(Figures { one, per_s, cpu_ms })
 }
 
 /// The SDK's client against the SDK's own server, whose `run_python` runs nothing (the
@@ -128,7 +148,7 @@ fn own_server_figures(python: &str) -> anyhow::Result<Figures> {
             line.trim().parse::<u16>().ok()
         });
     let measured = match port {
-        Some(port) => figures(python, &format!("http://127.0.0.1:{port}/mcp"), RUN),
+        Some(port) => figures(python, &format!("http://127.0.0.1:{port}/mcp"), RUN, false),
         None => Err(anyhow::anyhow!("the SDK's no-op server told no port")),
     };
     drop(server.stdin.take());
