@@ -1,5 +1,5 @@
-// The curated package set and how pip is asked for guest wheels, shared by build.rs
-// (bundled into the built-in runtime) and src/packages.rs (`sandpy build` adds the set
+// The curated package set and how pip is asked for guest wheels, shared by
+// crates/sandpy-guest/build.rs (bundled into the built-in runtime) and src/packages.rs (`sandpy build` adds the set
 // unless told not to). Pure Python, or pure with their optional compiled speedups left
 // out (pyyaml, markupsafe, charset-normalizer).
 /// The curated set, pinned: widely used pure-Python packages useful to agents and evals.

@@ -13,7 +13,7 @@ impl Bench {
         let (rt, args, cores) = (&self.rt, &self.args, self.cores);
         let on_demand = sandpy::Sandbox::new(sandpy::Config {
             pooled_instances: None,
-            ..sandpy::Config::default()
+            ..crate::config()
         })?;
         let configurations = [
             ("pooling allocator", &self.sandbox),
@@ -284,7 +284,7 @@ impl Bench {
         let config = sandpy::Config {
             pooled_instances: None,
             max_concurrent_runs: Some(live),
-            ..sandpy::Config::default()
+            ..crate::config()
         };
         let on_demand = sandpy::Sandbox::new(config)?;
         let before = private_bytes()?;

@@ -87,7 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .with_file_name(format!("sandpy{}", std::env::consts::EXE_SUFFIX)),
     };
     let bench = Bench {
-        sandbox: sandbox_with(sandpy::Config::default())?,
+        sandbox: sandbox_with(config())?,
         rt: tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?,
@@ -141,6 +141,14 @@ struct Bench {
     cores: usize,
     /// The `sandpy` binary, for the parts that run it as a process.
     sandpy_bin: PathBuf,
+}
+
+/// The default settings on the built-in guest: what every part's sandbox starts from.
+fn config() -> sandpy::Config {
+    sandpy::Config {
+        guest: Some(sandpy_guest::GUEST),
+        ..sandpy::Config::default()
+    }
 }
 
 /// A sandbox with these settings that reports its progress (compiling the runtime on a

@@ -31,7 +31,7 @@ impl Bench {
                     fresh_only,
                     ..Default::default()
                 }),
-                ..sandpy::Config::default()
+                ..crate::config()
             })
         };
         let (sandbox, fresh_only) = (tier(false)?, tier(true)?);

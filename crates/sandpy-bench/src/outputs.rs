@@ -32,7 +32,7 @@ impl Bench {
                     preimport: vec!["numpy".into(), "matplotlib.pyplot".into()],
                     ..Default::default()
                 }),
-                ..sandpy::Config::default()
+                ..crate::config()
             })?;
             let native = sandpy::RunOptions {
                 tier: sandpy::Tier::Native,

@@ -15,7 +15,7 @@ pub(crate) fn packages_startup(
     let dir = tempfile::tempdir()?;
     let config = sandpy::Config {
         progress: Some(std::sync::Arc::new(|m: &str| eprintln!("{m}"))),
-        ..sandpy::Config::default()
+        ..crate::config()
     };
     // One tiny unrelated package: a runtime that has none of the curated set.
     let bare_runtime = dir.path().join("bare.wasm");
@@ -28,7 +28,7 @@ pub(crate) fn packages_startup(
     sandpy::packages::install(&curated, &folder, &config)?;
     let bare = crate::sandbox_with(sandpy::Config {
         runtime: Some(bare_runtime.clone()),
-        ..sandpy::Config::default()
+        ..crate::config()
     })?;
     let mounted = sandpy::RunOptions {
         mounts: vec![sandpy::files::Mount {

@@ -9,8 +9,8 @@
 //!   the run on the runtime's workers and hands asyncio a future (pyo3-async-runtimes).
 //! - Errors: the sandbox's own failures raise `SandboxError` (and its subclasses), bad
 //!   arguments `ValueError`/`TypeError`; what the code does is in the `Execution`.
-//! - The runtime component is inside this library (the `sandpy` crate embeds it), so the
-//!   wheel carries it; the first Sandbox compiles it into the same `.cwasm` cache as the
+//! - The runtime component is inside this library (the `sandpy-guest` crate embeds it,
+//!   given to the library in [`library_config`]), so the wheel carries it; the first Sandbox compiles it into the same `.cwasm` cache as the
 //!   CLI (`warmup()` does it ahead of time).
 
 use pyo3::exceptions::PyException;
@@ -223,9 +223,11 @@ pub(crate) fn on_loop<'py>(
     slf.call_method(name, args, Some(&kwargs))
 }
 
-/// The library's settings for this process: progress messages on Python's stderr.
+/// The library's settings for this process: the built-in guest, progress messages on
+/// Python's stderr.
 pub(crate) fn library_config() -> sandpy::Config {
     sandpy::Config {
+        guest: Some(sandpy_guest::GUEST),
         progress: Some(std::sync::Arc::new(|message: &str| {
             Python::attach(|py| {
                 if let Ok(stderr) = py.import("sys").and_then(|sys| sys.getattr("stderr")) {

@@ -17,6 +17,3 @@ pub(crate) use self::sandpy::runtime::types::{
     RichOutput as GuestRichOutput, RichOutputKind as GuestRichOutputKind, RichOutputLimits,
     RunOptions as GuestOptions, Value, Violation as GuestViolation,
 };
-
-// The C stack size the guest component was built with (build.rs writes it).
-include!(concat!(env!("OUT_DIR"), "/c_stack.rs"));

@@ -1,6 +1,6 @@
 //! Process-wide settings of a [`Sandbox`](crate::Sandbox).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Called with a human-readable message before slow steps.
@@ -37,6 +37,41 @@ impl Interruption {
     }
 }
 
+/// A guest component: the WebAssembly component CPython runs in, and what `sandpy build`
+/// ([`crate::packages::build_runtime`]) needs to make others like it. The `sandpy-guest`
+/// crate holds the built-in one (`sandpy_guest::GUEST`); this crate embeds none, so that it
+/// compiles while that one is made. Given in [`Config::guest`].
+#[derive(Clone, Copy)]
+pub struct Guest {
+    /// The component's bytes.
+    pub component: &'static [u8],
+    /// Its SHA-256, in hex: names its compiled form in the cache and in session snapshots.
+    pub sha256: &'static str,
+    /// The C stack it was built with (linear memory CPython recurses in); each run's
+    /// WebAssembly stack is sized from it. Runtimes `sandpy build` makes have it too.
+    pub c_stack_bytes: usize,
+    /// Its sources by path relative to `guest/`, for `sandpy build` to make a component
+    /// with more packages on a machine without sandpy's repository.
+    pub sources: &'static [(&'static str, &'static [u8])],
+    /// Makes a component the way this one was made: the sources written to the first
+    /// folder and the packages in the second, pre-initialised into the file named third.
+    pub componentize: Componentize,
+}
+
+/// [`Guest::componentize`]: `(sources, site, output)`.
+pub type Componentize = fn(&Path, &Path, &Path) -> Result<(), crate::Cause>;
+
+impl std::fmt::Debug for Guest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guest")
+            .field("component_bytes", &self.component.len())
+            .field("sha256", &self.sha256)
+            .field("c_stack_bytes", &self.c_stack_bytes)
+            .field("sources", &self.sources.len())
+            .finish()
+    }
+}
+
 /// How to set up the runtime. Defaults: the compiled-code cache lives in
 /// `$SANDPY_CACHE_DIR`, else the user's cache folder (`~/.cache/sandpy` on Linux); no
 /// progress messages; a pool of 256 reusable instance slots; as many runs at once as the
@@ -58,8 +93,13 @@ pub struct Config {
     /// Where each run's scratch and output folders are made (and removed); `None`
     /// means `$SANDPY_SCRATCH_DIR`, else `sandpy` in the system's temporary folder.
     pub scratch_dir: Option<PathBuf>,
-    /// A runtime component built by `sandpy build` (e.g. with extra packages) to use
-    /// instead of the built-in one; `None` means `$SANDPY_RUNTIME`, else built-in.
+    /// The guest component that WebAssembly runs execute in: where the runtime is chosen.
+    /// Front ends give the built-in one, `sandpy_guest::GUEST`; without one, setting up a
+    /// [`Sandbox`](crate::Sandbox) or building a runtime fails with [`Error::NoGuest`](crate::Error::NoGuest).
+    pub guest: Option<Guest>,
+    /// A runtime component built by `sandpy build` from [`Config::guest`] (e.g. with extra
+    /// packages, and its C stack) to run instead of it; `None` means `$SANDPY_RUNTIME`,
+    /// else the guest itself.
     pub runtime: Option<PathBuf>,
     /// How a run past its time limit is stopped: [`Interruption::Checks`] (the default)
     /// or, for a process that makes one run, by ending the process.
@@ -91,6 +131,7 @@ impl Default for Config {
             max_concurrent_runs: None,
             max_queued_runs: 256,
             scratch_dir: None,
+            guest: None,
             runtime: None,
             interruption: Interruption::Checks,
             native: None,
@@ -109,6 +150,7 @@ impl std::fmt::Debug for Config {
             .field("max_concurrent_runs", &self.max_concurrent_runs)
             .field("max_queued_runs", &self.max_queued_runs)
             .field("scratch_dir", &self.scratch_dir)
+            .field("guest", &self.guest)
             .field("runtime", &self.runtime)
             .field("interruption_checks", &self.interruption.has_checks())
             .field("leave_instances_to_exit", &self.leave_instances_to_exit)
@@ -135,7 +177,12 @@ impl Config {
         }
     }
 
-    /// The runtime component file in use, if not the built-in one.
+    /// [`Config::guest`], or [`Error::NoGuest`](crate::Error::NoGuest).
+    pub(crate) fn required_guest(&self) -> Result<&Guest, crate::Error> {
+        self.guest.as_ref().ok_or(crate::Error::NoGuest)
+    }
+
+    /// The runtime component file in use, if not the guest itself.
     pub fn resolved_runtime(&self) -> Option<PathBuf> {
         self.runtime
             .clone()

@@ -12,6 +12,13 @@ pub enum Error {
     /// The wasmtime engine rejected its configuration.
     #[error("cannot configure the WebAssembly engine")]
     Engine(#[source] Cause),
+    /// No guest component was given ([`Config::guest`](crate::Config::guest)): this crate
+    /// embeds none; the `sandpy-guest` crate has the built-in one.
+    #[error(
+        "no guest component: set `Config::guest` (the built-in one is `sandpy_guest::GUEST`, \
+         from the `sandpy-guest` crate)"
+    )]
+    NoGuest,
     /// The guest component did not compile to native code.
     #[error("cannot compile the Python runtime")]
     Compile(#[source] Cause),

@@ -9,6 +9,9 @@
 //!
 //! The crate root holds the types a run is made of:
 //! - [`Sandbox`]: loads the runtime once per process; `run` executes code in a new instance.
+//! - [`Config`]: the process-wide settings, among them the [`Guest`] component runs execute
+//!   in. This crate embeds none (so that it compiles while the guest is made): the
+//!   `sandpy-guest` crate has the built-in one, `sandpy_guest::GUEST`.
 //! - [`Limits`]: time, memory, output, code size and tool-call caps of one run.
 //! - [`RunOptions`]: a run's tools, files, tier, sinks, approver, cancellation.
 //! - [`Execution`]: what the run printed and returned, and its [`Status`].
@@ -33,7 +36,11 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), sandpy::Error> {
-//! let sandbox = sandpy::Sandbox::new(sandpy::Config::default())?;
+//! let config = sandpy::Config {
+//!     guest: Some(sandpy_guest::GUEST),
+//!     ..sandpy::Config::default()
+//! };
+//! let sandbox = sandpy::Sandbox::new(config)?;
 //! let execution = sandbox.run("print('hi')\n6 * 7", &sandpy::Limits::default()).await;
 //! assert_eq!(execution.status, sandpy::Status::Ok);
 //! assert_eq!(execution.stdout, "hi\n");
@@ -98,7 +105,7 @@ mod verdict;
 mod wasm;
 
 pub use compiled::CompiledModule;
-pub use config::{Config, Interruption, OnOverrun, Progress};
+pub use config::{Componentize, Config, Guest, Interruption, OnOverrun, Progress};
 pub use error::{Cause, Error};
 pub use execution::{ErrorInfo, Execution, Status};
 pub use limits::{LimitError, LimitOverrides, Limits};

@@ -1,7 +1,8 @@
 //! Third-party pure-Python packages: installed from PyPI into a folder (to mount at
 //! `/packages`), or bundled into a new runtime component whose snapshot has them
-//! imported (`sandpy build`). Packages with compiled extensions are refused by name,
-//! except those known to fall back to pure Python without them.
+//! imported (`sandpy build`, made from the sources of the [`Config::guest`] with its
+//! [`Guest::componentize`](crate::Guest::componentize)). Packages with compiled extensions
+//! are refused by name, except those known to fall back to pure Python without them.
 
 use crate::{Config, Error};
 use std::path::{Path, PathBuf};
@@ -66,13 +67,10 @@ fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 const GUEST_PYTHON: &str = "3.14";
 
 include!("../curated.rs");
-include!("../componentize.rs");
 
 /// Distributions whose compiled extensions are optional speedups with a pure-Python
 /// fallback: the extensions are removed instead of refusing the package.
 const PURE_FALLBACK: &[&str] = &["pyyaml", "markupsafe", "charset-normalizer"];
-
-include!(concat!(env!("OUT_DIR"), "/guest_files.rs"));
 
 /// What was installed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,36 +119,41 @@ pub fn install(packages: &[String], target: &Path, config: &Config) -> Result<Pa
     inspect(target)
 }
 
-/// Build a runtime component at `output` with `packages` imported in its snapshot (pass
-/// [`CURATED`] among them to keep the built-in runtime's packages).
+/// Build a runtime component at `output` from the [`Config::guest`] with `packages`
+/// imported in its snapshot (pass [`CURATED`] among them to keep the built-in runtime's
+/// packages).
 pub fn build_runtime(
     packages: &[String],
     output: &Path,
     config: &Config,
 ) -> Result<PackageSet, Error> {
+    let guest = config.required_guest()?;
     let temp = std::env::temp_dir();
     let work = tempfile::tempdir().map_err(file_error(&temp))?;
-    let (guest, site) = (work.path().join("guest"), work.path().join("site"));
+    let (sources, site) = (work.path().join("guest"), work.path().join("site"));
     let set = install(packages, &site, config)?;
-    for (relative, bytes) in GUEST_FILES {
-        let path = guest.join(relative);
+    for (relative, bytes) in guest.sources {
+        let path = sources.join(relative);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(file_error(parent))?;
         }
         std::fs::write(&path, bytes).map_err(file_error(&path))?;
     }
     let listing = format!("PACKAGES = {:?}\n", set.import_names);
-    let listing_file = guest.join("sandpy_packages.py");
+    let listing_file = sources.join("sandpy_packages.py");
     std::fs::write(&listing_file, listing).map_err(file_error(&listing_file))?;
     let output = std::path::absolute(output).map_err(file_error(output))?;
     config.report_progress(
         "sandpy: building the runtime (pre-initialising CPython with the packages, ~1 minute)...",
     );
-    let stack_bytes = u32::try_from(crate::bindings::C_STACK_BYTES).unwrap_or(u32::MAX);
-    componentize_guest(&guest, &site, &output, stack_bytes).map_err(|output| {
+    (guest.componentize)(&sources, &site, &output).map_err(|error| {
+        let first: &dyn std::error::Error = &*error;
+        let chain: Vec<String> = std::iter::successors(Some(first), |e| e.source())
+            .map(|e| e.to_string())
+            .collect();
         PackageError::Failed {
             tool: "componentize-py (a package may fail to import at build time)".into(),
-            output,
+            output: chain.join(": "),
         }
     })?;
     Ok(set)

@@ -58,6 +58,8 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
         wanted.extend(packages::CURATED.iter().map(|p| p.to_string()));
     }
     let config = sandpy::Config {
+        // The runtime is made from the built-in guest's sources, with its componentize-py.
+        guest: Some(sandpy_guest::GUEST),
         progress: Some(std::sync::Arc::new(|m: &str| eprintln!("{m}"))),
         ..sandpy::Config::default()
     };

@@ -9,9 +9,10 @@ pub(crate) fn sandbox() -> anyhow::Result<sandpy::Sandbox> {
     sandbox_with(sandpy::Config::default())
 }
 
-/// [`sandbox`] with these settings.
+/// [`sandbox`] with these settings, on the built-in guest (or the runtime file they name).
 pub(crate) fn sandbox_with(config: sandpy::Config) -> anyhow::Result<sandpy::Sandbox> {
     let config = sandpy::Config {
+        guest: Some(sandpy_guest::GUEST),
         progress: Some(std::sync::Arc::new(|message: &str| eprintln!("{message}"))),
         ..config
     };

@@ -34,6 +34,7 @@ fn sandbox() -> Sandbox {
             ],
             ..Default::default()
         }),
+        guest: Some(sandpy_guest::GUEST),
         ..sandpy::Config::default()
     })
     .expect("sandbox")

@@ -24,6 +24,14 @@ use sandpy_mcp::{ConfigFile, Hub};
 use serde_json::Value;
 use std::sync::OnceLock;
 
+/// The library's defaults on the built-in guest: every test's sandbox starts from them.
+pub(crate) fn sandbox_config() -> sandpy::Config {
+    sandpy::Config {
+        guest: Some(sandpy_guest::GUEST),
+        ..sandpy::Config::default()
+    }
+}
+
 /// The sandbox every test shares (loading the runtime once).
 pub(crate) fn sandbox() -> &'static Sandbox {
     static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
@@ -31,7 +39,7 @@ pub(crate) fn sandbox() -> &'static Sandbox {
     // timing assertion never measures time spent waiting for another test's run.
     let config = sandpy::Config {
         max_concurrent_runs: Some(64),
-        ..sandpy::Config::default()
+        ..sandbox_config()
     };
     SANDBOX.get_or_init(|| Sandbox::new(config).expect("the runtime loads"))
 }

@@ -1,5 +1,6 @@
-//! The process-wide runtime: one wasmtime `Engine`, the compiled guest component (cached
-//! on disk as a `.cwasm`), and the epoch ticker that makes timeouts preemptive.
+//! The process-wide runtime: one wasmtime `Engine`, the compiled guest component (the
+//! [`Config::guest`] or a runtime file, cached on disk as a `.cwasm`), and the epoch
+//! ticker that makes timeouts preemptive.
 
 use super::host::HostState;
 use super::overrun::Watchdog;
@@ -13,9 +14,6 @@ use std::time::{Duration, Instant};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 
-/// The guest component built by `build.rs` from `guest/`.
-static COMPONENT: &[u8] = include_bytes!(env!("SANDPY_COMPONENT_PATH"));
-pub(crate) const COMPONENT_SHA256: &str = env!("SANDPY_COMPONENT_SHA256");
 const WASMTIME_VERSION: &str = "48.0.8";
 
 /// How often the epoch advances: the granularity of timeouts and of yields to tokio.
@@ -35,7 +33,8 @@ pub(crate) struct Runtime {
 /// Largest linear memory a run may be given (the `Limits::memory_bytes` ceiling).
 const MAX_MEMORY_BYTES: usize = (crate::Limits::MAX_MEMORY_MB as usize) << 20;
 
-fn engine_config(config: &Config) -> wasmtime::Config {
+/// The engine for `config`'s runs of a component with a C stack of `c_stack_bytes`.
+fn engine_config(config: &Config, c_stack_bytes: usize) -> wasmtime::Config {
     let mut engine = wasmtime::Config::new();
     engine.wasm_component_model(true);
     engine.epoch_interruption(config.interruption.has_checks());
@@ -48,11 +47,12 @@ fn engine_config(config: &Config) -> wasmtime::Config {
     // (`functools.lru_cache`, `map`, `sorted` keys, ...), with ~2.5 KiB of WebAssembly
     // stack per level (wasmtime's default 512 KiB trapped after 200-500 levels). The
     // WebAssembly stack is sized so that CPython's own check of its C stack (linear
-    // memory, `C_STACK_BYTES`) ends such recursion first, with a `RecursionError` the
+    // memory, `c_stack_bytes`) ends such recursion first, with a `RecursionError` the
     // program can catch, as natively. The fiber a run executes on holds the WebAssembly
     // stack and the host calls made from it.
-    engine.max_wasm_stack(WASM_STACK_BYTES);
-    engine.async_stack_size(WASM_STACK_BYTES + HOST_STACK_BYTES);
+    let wasm_stack = wasm_stack_bytes(c_stack_bytes);
+    engine.max_wasm_stack(wasm_stack);
+    engine.async_stack_size(wasm_stack + HOST_STACK_BYTES);
     if let Some(slots) = config.pooled_instances {
         // Reused slots: no mmap/munmap per run. Up to 8 MiB of the pages a run dirtied
         // are copied back from the image and stay resident (a `print('hello')` dirties
@@ -87,7 +87,9 @@ fn engine_config(config: &Config) -> wasmtime::Config {
 /// a `RecursionError` at 6x already; 8x leaves room for kinds not measured: see
 /// docs/dev/performance.md, "A 4 MiB C stack"). Address space is reserved for it per run
 /// slot; only the pages a run touches are memory.
-const WASM_STACK_BYTES: usize = 8 * crate::bindings::C_STACK_BYTES;
+fn wasm_stack_bytes(c_stack_bytes: usize) -> usize {
+    c_stack_bytes.saturating_mul(8)
+}
 
 /// Room on a run's fiber above the WebAssembly stack for the host functions it calls.
 const HOST_STACK_BYTES: usize = 1 << 20;
@@ -99,11 +101,13 @@ const TABLES_PER_RUN: u32 = 8;
 const TABLE_ELEMENTS: usize = 64 * 1024;
 
 impl Runtime {
-    /// Which component `config` names, without loading it: the built-in one's SHA-256,
-    /// or `file-<hash>` of a runtime file's path, size and modification time.
+    /// Which component `config` names, without loading it: its guest's SHA-256, or
+    /// `file-<hash>` of a runtime file's path, size and modification time. Either needs
+    /// the guest ([`Error::NoGuest`]): a runtime file has its C stack.
     pub(crate) fn id_of(config: &Config) -> Result<String, Error> {
+        let guest = config.required_guest()?;
         match config.resolved_runtime() {
-            None => Ok(COMPONENT_SHA256.to_string()),
+            None => Ok(guest.sha256.to_string()),
             Some(path) => file_identity(&path),
         }
     }
@@ -111,8 +115,9 @@ impl Runtime {
     /// Load the component `config` names, whose identity ([`Runtime::id_of`]) is `id`:
     /// from the on-disk cache, or compiled now and cached.
     pub(crate) fn load(config: &Config, id: &str) -> Result<Runtime, Error> {
-        let engine =
-            Engine::new(&engine_config(config)).map_err(|e| Error::Engine(Error::cause(e)))?;
+        let guest = config.required_guest()?;
+        let engine = Engine::new(&engine_config(config, guest.c_stack_bytes))
+            .map_err(|e| Error::Engine(Error::cause(e)))?;
         let source = config.resolved_runtime();
         let cache_file = cache_file(&engine, &config.resolved_cache_dir(), id);
         let component = load_component(&engine, config, &cache_file, source.as_deref())?;
@@ -261,7 +266,7 @@ fn load_component(
         "sandpy: compiling the Python runtime to native code (first run only, a few seconds)...",
     );
     let bytes = match source {
-        None => std::borrow::Cow::Borrowed(COMPONENT),
+        None => std::borrow::Cow::Borrowed(config.required_guest()?.component),
         Some(file) => {
             std::borrow::Cow::Owned(std::fs::read(file).map_err(|source| Error::Runtime {
                 path: file.to_path_buf(),

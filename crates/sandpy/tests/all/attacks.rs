@@ -266,7 +266,7 @@ fn pooled_sandbox(slots: u32) -> sandpy::Sandbox {
     let config = sandpy::Config {
         pooled_instances: Some(slots),
         max_concurrent_runs: Some(slots as usize),
-        ..sandpy::Config::default()
+        ..crate::config()
     };
     sandpy::Sandbox::new(config).expect("the runtime loads")
 }
@@ -329,7 +329,7 @@ fn memory_and_files_of_earlier_runs_are_not_seen_by_a_run_on_an_instance_made_ah
     let config = sandpy::Config {
         pooled_instances: Some(3),
         max_concurrent_runs: Some(2),
-        ..sandpy::Config::default()
+        ..crate::config()
     };
     let sandbox = sandpy::Sandbox::new(config).expect("the runtime loads");
     for round in 0..15 {

@@ -41,7 +41,7 @@ fn a_corrupt_cache_entry_is_rebuilt_and_old_entries_pruned() {
         progress: Some(std::sync::Arc::new(move |m: &str| {
             seen.lock().expect("lock").push(m.to_string())
         })),
-        ..Config::default()
+        ..crate::config()
     };
     let sandbox = Sandbox::new(config).expect("a corrupt entry is rebuilt, not fatal");
     let e = crate::block_on(sandbox.run("1 + 1", &Limits::default()));

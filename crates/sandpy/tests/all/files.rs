@@ -43,7 +43,7 @@ fn files_instances_left_to_exit_keep_their_folders_until_the_sandbox_goes() {
         scratch_dir: Some(base.path().to_path_buf()),
         pooled_instances: None,
         leave_instances_to_exit: true,
-        ..sandpy::Config::default()
+        ..crate::config()
     };
     let own = sandpy::Sandbox::new(config).expect("sandbox");
     for _ in 0..2 {
@@ -75,7 +75,7 @@ fn scratch_is_the_working_directory_private_to_each_run_and_removed_after() {
     }
     let config = sandpy::Config {
         scratch_dir: Some(base.path().to_path_buf()),
-        ..sandpy::Config::default()
+        ..crate::config()
     };
     let own = sandpy::Sandbox::new(config).expect("sandbox");
     assert!(
@@ -142,7 +142,7 @@ fn a_reused_scratch_folder_shows_nothing_of_the_run_before() {
     let config = sandpy::Config {
         scratch_dir: Some(base.path().to_path_buf()),
         max_concurrent_runs: Some(1),
-        ..sandpy::Config::default()
+        ..crate::config()
     };
     let own = sandpy::Sandbox::new(config).expect("sandbox");
     let run = |code: &str| {

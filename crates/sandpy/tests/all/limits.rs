@@ -171,7 +171,7 @@ fn a_full_queue_answers_busy_at_once() {
     let config = sandpy::Config {
         max_concurrent_runs: Some(1),
         max_queued_runs: 1,
-        ..sandpy::Config::default()
+        ..crate::config()
     };
     let sandbox = sandpy::Sandbox::new(config).expect("sandbox");
     let statuses = block_on(async {

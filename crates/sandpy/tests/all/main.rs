@@ -17,6 +17,8 @@ mod network;
 mod network_attacks;
 mod policy;
 mod results;
+// Config::guest: no guest is a typed error.
+mod runtime_choice;
 mod scratch_attacks;
 mod search;
 mod sessions;
@@ -25,6 +27,14 @@ mod tools;
 use sandpy::{Execution, Limits, RunOptions, Sandbox};
 use std::sync::OnceLock;
 
+/// The library's defaults on the built-in guest: every test's sandbox starts from them.
+pub fn config() -> sandpy::Config {
+    sandpy::Config {
+        guest: Some(sandpy_guest::GUEST),
+        ..sandpy::Config::default()
+    }
+}
+
 /// The process-wide sandbox (compiled once, or loaded from the shared cache).
 pub fn sandbox() -> &'static Sandbox {
     static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
@@ -32,7 +42,7 @@ pub fn sandbox() -> &'static Sandbox {
     // timing assertion never measures time spent waiting for another test's run.
     let config = sandpy::Config {
         max_concurrent_runs: Some(64),
-        ..sandpy::Config::default()
+        ..crate::config()
     };
     SANDBOX.get_or_init(|| Sandbox::new(config).expect("the runtime loads"))
 }
@@ -42,7 +52,7 @@ pub fn sandbox() -> &'static Sandbox {
 pub fn sandbox_with_two_run_slots() -> Sandbox {
     let config = sandpy::Config {
         max_concurrent_runs: Some(2),
-        ..sandpy::Config::default()
+        ..crate::config()
     };
     Sandbox::new(config).expect("the runtime loads")
 }

@@ -39,7 +39,7 @@ fn scratch(path: &Path) -> Config {
     Config {
         scratch_dir: Some(path.to_path_buf()),
         runtime_on_first_use: true,
-        ..Config::default()
+        ..crate::config()
     }
 }
 

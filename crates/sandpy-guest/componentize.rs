@@ -1,6 +1,7 @@
 // Making a guest component with the vendored componentize-py, in this process: shared by
-// build.rs (the built-in runtime) and src/packages.rs (`sandpy build`), so that both give
-// a runtime the same C stack and the same inputs (vendor/README.md).
+// build.rs (the built-in runtime) and src/lib.rs (`sandpy build`, through
+// `sandpy::Guest::componentize`), so that both give a runtime the same C stack and the
+// same inputs (vendor/README.md).
 
 /// Pre-initialise CPython with `<guest>/app.py`, the guest's WIT (`<guest>/wit`, world
 /// `sandbox`) and the packages in `site`, and write the component to `output`, with a C

@@ -4,10 +4,11 @@
 //! deterministic pre-initialisation, see `vendor/README.md`) is a build-dependency, run in
 //! this process: it shares the workspace's wasmtime and Cranelift, built once for both.
 //! It pre-initialises CPython 3.14 with `guest/app.py` and the curated packages (from
-//! PyPI, through a venv under `OUT_DIR`) and writes the component, which the library
-//! embeds. Set `SANDPY_COMPONENT` to a prebuilt `.wasm` to skip the Python build,
-//! `SANDPY_PYTHON` to choose the interpreter for the venv, and `SANDPY_C_STACK_KIB` to size
-//! the guest's C stack (default 4096).
+//! PyPI, through a venv under `OUT_DIR`) and writes the component, which this crate
+//! embeds (the `sandpy` library does not: it compiles while this runs). Set
+//! `SANDPY_COMPONENT` to a prebuilt `.wasm` to skip the Python build, `SANDPY_PYTHON` to
+//! choose the interpreter for the venv, and `SANDPY_C_STACK_KIB` to size the guest's C
+//! stack (default 4096).
 
 use sha2::{Digest, Sha256};
 use std::env;
@@ -17,11 +18,11 @@ use std::process::Command;
 
 /// The guest's C stack, KiB of linear memory: CPython's recursion through C functions
 /// (`functools.lru_cache`, `map`, key functions) goes as deep as it allows (~2,300
-/// levels per MiB). componentize-py's own default is 1 MiB. Keep the WebAssembly stack
-/// (`WASM_STACK_BYTES` in src/wasm/runtime.rs) larger in step.
+/// levels per MiB). componentize-py's own default is 1 MiB. The host sizes each run's
+/// WebAssembly stack from it (`wasm_stack_bytes` in crates/sandpy/src/wasm/runtime.rs).
 const DEFAULT_C_STACK_KIB: u32 = 4096;
 
-include!("curated.rs");
+include!("../sandpy/curated.rs");
 include!("componentize.rs");
 
 fn main() {
@@ -47,7 +48,7 @@ fn run() -> Result<(), String> {
     println!("cargo:rerun-if-env-changed=SANDPY_COMPONENT");
     println!("cargo:rerun-if-env-changed=SANDPY_PYTHON");
     println!("cargo:rerun-if-env-changed=SANDPY_C_STACK_KIB");
-    println!("cargo:rerun-if-changed=curated.rs");
+    println!("cargo:rerun-if-changed=../sandpy/curated.rs");
     println!("cargo:rerun-if-changed=componentize.rs");
 
     // With SANDPY_COMPONENT, the C stack that component was built with.
@@ -66,7 +67,7 @@ fn run() -> Result<(), String> {
         format!(
             "/// The guest's C stack: the linear memory CPython recurses in (`SANDPY_C_STACK_KIB`\n\
              /// when the component was built, see build.rs).\n\
-             pub(crate) const C_STACK_BYTES: usize = {};\n",
+             const C_STACK_BYTES: usize = {};\n",
             c_stack_kib * 1024
         ),
     )
@@ -79,7 +80,6 @@ fn run() -> Result<(), String> {
         }
         None => componentize(&guest, &out, &component, c_stack_kib)?,
     }
-    println!("cargo:rustc-env=SANDPY_COMPONENTIZE_PY=");
     let bytes = fs::read(&component).map_err(|e| format!("{}: {e}", component.display()))?;
     let hash = Sha256::digest(&bytes);
     let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
@@ -104,7 +104,7 @@ fn embed_guest_sources(guest: &Path, out: &Path) -> Result<(), String> {
         found.sort();
         files.extend(found);
     }
-    let mut source = String::from("/// The guest's sources by path relative to `guest/`.\npub(crate) static GUEST_FILES: &[(&str, &[u8])] = &[\n");
+    let mut source = String::from("/// The guest's sources by path relative to `guest/`.\nstatic GUEST_FILES: &[(&str, &[u8])] = &[\n");
     for file in &files {
         let relative = file.strip_prefix(guest).map_err(|e| e.to_string())?;
         source.push_str(&format!(
