@@ -19,7 +19,7 @@ ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
 
 FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS builder
-# crates/sandpy/build.rs makes the guest component: it creates a venv under target/,
+# crates/sandpy-guest/build.rs makes the guest component: it creates a venv under target/,
 # `pip install`s the curated pure-Python packages from PyPI (network access needed while
 # building), and runs the vendored componentize-py (vendor/componentize-py, a
 # build-dependency) in process. No Node.js: that
