@@ -56,6 +56,8 @@ fn found(rt: &tokio::runtime::Runtime, sandbox: &Sandbox, code: &str, disk: u64)
     let code = format!("found = {{}}\n{code}\nfound");
     let execution = rt.block_on(sandbox.run_with(&code, &options(disk)));
     assert_eq!(execution.status, Status::Ok, "{execution:?}");
+    // Nothing printed: not even by the warm-up of a process made ahead.
+    assert_eq!(execution.stdout, "", "{execution:?}");
     execution.return_value.expect("a value")
 }
 
@@ -153,7 +155,9 @@ fn a_process_made_ahead_holds_nothing_of_the_last_run() {
         found['global'] = 'left_global' in globals()\n\
         found['threads'] = [t.name for t in threading.enumerate()]\n\
         found['cwd'] = os.getcwd()\n\
-        found['random'] = random.random()\n";
+        found['random'] = random.random()\n\
+        import linecache\n\
+        found['warm_up'] = [k for k in linecache.cache if 'warm-up' in k] + [k for k in ('words',) if k in globals()]\n";
     let seen = found(&rt, &sandbox, &format!("{looking}{AGE}"), disk);
     // The run took a process made ahead (made while the last one ran), not a fresh one.
     assert!(age(&seen) > 0.4, "not made ahead: {seen}");
@@ -168,6 +172,8 @@ fn a_process_made_ahead_holds_nothing_of_the_last_run() {
     }
     assert_eq!(seen["threads"], serde_json::json!(["MainThread"]), "{seen}");
     assert_eq!(seen["cwd"], "/tmp", "{seen}");
+    // Nor of the warm-up it ran while it waited (`_warm_up`).
+    assert_eq!(seen["warm_up"], serde_json::json!([]), "{seen}");
     assert_ne!(
         seen["random"], left["random"],
         "the last run's random state"
@@ -194,6 +200,7 @@ fn a_process_made_ahead_holds_nothing_of_the_last_run() {
         assert_eq!(seen[leak], false, "{leak}: {seen}");
     }
     assert_eq!(seen["threads"], serde_json::json!(["MainThread"]), "{seen}");
+    assert_eq!(seen["warm_up"], serde_json::json!([]), "{seen}");
     // The first session still has its own state.
     let kept = cell("first", "found['kept'] = kept");
     assert_eq!(kept["kept"], 1, "{kept}");

@@ -30,10 +30,12 @@ pub(crate) fn run(zygote: &Zygote, request: &RunRequest, fds: ChildFds) -> ! {
         unsafe { libc::_exit(CONFINEMENT_FAILED) }
     }
     zygote.api.after_fork_child();
-    let ran = zygote.api.run(if request.session {
-        "import sandpy_native\nsandpy_native.serve()\n"
-    } else {
-        "import sandpy_native\nsandpy_native.run()\n"
+    // A process made ahead warms up while it waits for its task (`_warm_up`).
+    let ran = zygote.api.run(match (request.session, request.ahead) {
+        (true, true) => "import sandpy_native\nsandpy_native.serve(ahead=True)\n",
+        (true, false) => "import sandpy_native\nsandpy_native.serve()\n",
+        (false, true) => "import sandpy_native\nsandpy_native.run(ahead=True)\n",
+        (false, false) => "import sandpy_native\nsandpy_native.run()\n",
     });
     // SAFETY: leaves without Python's finalisation (the outcome is sent and flushed).
     unsafe { libc::_exit(if ran { 0 } else { 1 }) }

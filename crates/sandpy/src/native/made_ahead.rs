@@ -4,8 +4,12 @@
 //! paying the clone, the namespaces, the root's mounts, Landlock and seccomp after its
 //! code arrived (as `wasm/made_ahead.rs` does for WebAssembly instances).
 //!
-//! A process made ahead never ran anything: it is a fork of the zygote, not of a run, so
-//! it holds nothing of the last run. Its shape is its whole [`RunRequest`] (the limits
+//! While it waits, a process made ahead runs a fixed warm-up program of its own
+//! (`_warm_up` in `guest/sandpy_native.py`), so that the zygote's pages every run writes
+//! are copied before its task comes.
+//!
+//! A process made ahead never ran a run's code: it is a fork of the zygote, not of a
+//! run, so it holds nothing of the last run. Its shape is its whole [`RunRequest`] (the limits
 //! set as it was confined, the sizes of its `/tmp` and `/output`, its mounts, the layers,
 //! one-shot or session): a run whose request differs in anything makes a fresh process,
 //! so that every process runs under its own run's limits and sees its own run's mounts.
