@@ -161,7 +161,13 @@ impl Bench {
             );
         }
         if let (Ok(served), Ok(ceiling)) = (&rust, &rust_ceiling) {
-            cpu_lines(in_process_cpu, served, ceiling);
+            cpu_line(
+                "CPU",
+                CLIENTS,
+                served.cpu_ms,
+                in_process_cpu,
+                ceiling.cpu_ms,
+            );
         }
         println!(
             "    runs on an instance made ahead: {ahead} of {}",
@@ -216,15 +222,16 @@ impl Served {
     }
 }
 
-/// Where a served call's CPU time goes, with [`CLIENTS`] clients on this process's cores:
-/// the run's (in process), the client's and transport's (the no-op tool), and the rest.
-fn cpu_lines(in_process: Option<f64>, served: &Figures, no_op: &Figures) {
-    let (Some(run), Some(call), Some(ceiling)) = (in_process, served.cpu_ms, no_op.cpu_ms) else {
+/// Where a served call's CPU time (`whose`, with `clients` clients at once) goes: the
+/// run's (in process), the client's and transport's (the no-op tool), and the rest; no
+/// line where a figure is missing.
+fn cpu_line(whose: &str, clients: usize, call: Option<f64>, run: Option<f64>, no_op: Option<f64>) {
+    let (Some(call), Some(run), Some(no_op)) = (call, run, no_op) else {
         return;
     };
     println!(
-        "    CPU per call with {CLIENTS}: {call:.3} ms = the run in process {run:.3} + the no-op call {ceiling:.3} + {:.3} ms besides",
-        call - run - ceiling
+        "    {whose} per call with {clients}: {call:.3} ms = the run in process {run:.3} + the no-op call {no_op:.3} + {:.3} ms besides",
+        call - run - no_op
     );
 }
 

@@ -38,15 +38,14 @@ impl SdkFigures {
         in_process: Option<f64>,
     ) {
         line("official Python SDK (httpx):", &self.served);
-        let server = self.served.cpu_ms.zip(in_process);
         let no_op = self.no_op.as_ref().ok().and_then(|f| f.cpu_ms);
-        if let (Some((call, run)), Some(no_op)) = (server, no_op) {
-            println!(
-                "    the server's CPU per call with {}: {call:.3} ms = the run in process {run:.3} + the no-op call {no_op:.3} + {:.3} ms besides",
-                SHAPE.1,
-                call - run - no_op
-            );
-        }
+        super::cpu_line(
+            "the server's CPU",
+            SHAPE.1,
+            self.served.cpu_ms,
+            in_process,
+            no_op,
+        );
         let ceilings = [
             ("its ceiling, a no-op tool:", "the no-op tool", &self.no_op),
             (
