@@ -1,6 +1,7 @@
 //! Processes made ahead of their runs (`crates/sandpy/src/native/made_ahead.rs`): a run
 //! that takes one sees nothing of the last run, a run of another shape does not take
-//! one, one that died is replaced by a fresh process, and none outlives its sandbox.
+//! one, one that died is replaced by a fresh process, a burst of runs leaves none but
+//! those made ahead, and none outlives its sandbox.
 //! These drive the library itself (its zygote is the `sandpy` binary), so that the test
 //! can wait between runs and see the zygote's processes.
 
@@ -158,26 +159,33 @@ fn a_process_made_ahead_holds_nothing_of_the_last_run() {
         found['random'] = random.random()\n\
         import linecache\n\
         found['warm_up'] = [k for k in linecache.cache if 'warm-up' in k] + [k for k in ('words',) if k in globals()]\n";
-    let seen = found(&rt, &sandbox, &format!("{looking}{AGE}"), disk);
-    // The run took a process made ahead (made while the last one ran), not a fresh one.
-    assert!(age(&seen) > 0.4, "not made ahead: {seen}");
-    assert!(
-        !seen["tmp"].to_string().contains("left"),
-        "the last run's scratch files: {seen}"
-    );
-    assert_eq!(seen["output"], serde_json::json!([]), "{seen}");
-    assert_eq!(seen["env"], Value::Null, "{seen}");
-    for leak in ["builtin", "module", "global"] {
-        assert_eq!(seen[leak], false, "{leak}: {seen}");
+    // Two processes wait ready (one made as the last run started, one once it answered):
+    // runs back to back take both, and neither holds anything of the last run, nor of
+    // the run just before it.
+    let mut randoms = vec![left["random"].clone()];
+    for _ in 0..2 {
+        let seen = found(&rt, &sandbox, &format!("{looking}{AGE}"), disk);
+        // The run took a process made ahead, not a fresh one.
+        assert!(age(&seen) > 0.4, "not made ahead: {seen}");
+        assert!(
+            !seen["tmp"].to_string().contains("left"),
+            "the last run's scratch files: {seen}"
+        );
+        assert_eq!(seen["output"], serde_json::json!([]), "{seen}");
+        assert_eq!(seen["env"], Value::Null, "{seen}");
+        for leak in ["builtin", "module", "global"] {
+            assert_eq!(seen[leak], false, "{leak}: {seen}");
+        }
+        assert_eq!(seen["threads"], serde_json::json!(["MainThread"]), "{seen}");
+        assert_eq!(seen["cwd"], "/tmp", "{seen}");
+        // Nor of the warm-up it ran while it waited (`_warm_up`).
+        assert_eq!(seen["warm_up"], serde_json::json!([]), "{seen}");
+        assert!(
+            !randoms.contains(&seen["random"]),
+            "another run's random state: {seen}"
+        );
+        randoms.push(seen["random"].clone());
     }
-    assert_eq!(seen["threads"], serde_json::json!(["MainThread"]), "{seen}");
-    assert_eq!(seen["cwd"], "/tmp", "{seen}");
-    // Nor of the warm-up it ran while it waited (`_warm_up`).
-    assert_eq!(seen["warm_up"], serde_json::json!([]), "{seen}");
-    assert_ne!(
-        seen["random"], left["random"],
-        "the last run's random state"
-    );
 
     // The same for a session's first cell, after another session's cells.
     let sessions =
@@ -222,11 +230,15 @@ fn a_run_of_another_shape_does_not_take_a_process_made_ahead() {
     let same = found(&rt, &sandbox, AGE, large);
     assert!(age(&same) > 0.4, "not made ahead: {same}");
     assert_eq!(same["tmp_bytes"], large, "{same}");
-    // One process waits per shape, and at most two in all.
+    // Two processes wait per shape, and at most four in all: a third shape pushes out
+    // the oldest.
     found(&rt, &sandbox, AGE, 4 << 20);
     let zygote = zygote();
-    let waiting = zygote_children(zygote, 2);
-    assert_eq!(waiting.len(), 2, "made ahead: {waiting:?}");
+    let waiting = zygote_children(zygote, 4);
+    assert_eq!(waiting.len(), 4, "made ahead: {waiting:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    let waiting = children(zygote);
+    assert_eq!(waiting.len(), 4, "made ahead: {waiting:?}");
 }
 
 #[test]
@@ -270,14 +282,16 @@ fn a_process_made_ahead_that_died_is_replaced_by_a_fresh_one() {
         found(&rt, &sandbox, AGE, disk);
         std::thread::sleep(WAIT);
         let zygote = zygote();
-        let waiting = zygote_children(zygote, 1);
-        assert_eq!(waiting.len(), 1, "made ahead: {waiting:?}");
-        // SAFETY: SIGKILL to the process the zygote made ahead.
-        assert_eq!(unsafe { libc::kill(waiting[0] as i32, libc::SIGKILL) }, 0);
+        let waiting = zygote_children(zygote, 2);
+        assert_eq!(waiting.len(), 2, "made ahead: {waiting:?}");
+        for pid in &waiting {
+            // SAFETY: SIGKILL to a process the zygote made ahead.
+            assert_eq!(unsafe { libc::kill(*pid as i32, libc::SIGKILL) }, 0);
+        }
         // Either the zygote has reported its end already, or it does as the run asks
         // to start it.
         std::thread::sleep(settle);
-        eprintln!("killed {}, then {settle:?} before the next run", waiting[0]);
+        eprintln!("killed {waiting:?}, then {settle:?} before the next run");
         let next = found(&rt, &sandbox, AGE, disk);
         assert!(age(&next) < 0.3, "took the dead process: {next}");
     }
@@ -290,8 +304,8 @@ fn processes_made_ahead_end_with_their_sandbox() {
     found(&rt, &sandbox, AGE, 8 << 20);
     found(&rt, &sandbox, AGE, 16 << 20);
     let zygote = zygote();
-    let mut left = zygote_children(zygote, 2);
-    assert_eq!(left.len(), 2, "made ahead: {left:?}");
+    let mut left = zygote_children(zygote, 4);
+    assert_eq!(left.len(), 4, "made ahead: {left:?}");
     left.push(zygote);
     drop(sandbox);
     let until = Instant::now() + Duration::from_secs(10);
@@ -305,4 +319,61 @@ fn processes_made_ahead_end_with_their_sandbox() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(alive(), Vec::<u32>::new(), "processes left behind");
+}
+
+/// Every child of process `of`, zombies (ended, not reaped) included.
+fn children_and_zombies(of: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{name}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, after)| after.split_whitespace().nth(1))
+            .and_then(|ppid| ppid.parse::<u32>().ok());
+        if ppid == Some(of) {
+            found.extend(name.parse::<u32>().ok());
+        }
+    }
+    found
+}
+
+#[test]
+fn a_burst_of_runs_leaves_no_process_behind() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (rt, sandbox) = (runtime(), sandbox());
+    let disk = Limits::default().disk_bytes;
+    found(&rt, &sandbox, AGE, disk);
+    let zygote = zygote();
+    // Four at once, some taking processes made ahead, some cloned for them, some made
+    // ahead as they started and taken by the next before they were ready.
+    rt.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..4 {
+            let sandbox = sandbox.clone();
+            tasks.spawn(async move {
+                for _ in 0..6 {
+                    let execution = sandbox.run_with("print('x')", &options(disk)).await;
+                    assert_eq!(execution.status, Status::Ok, "{execution:?}");
+                }
+            });
+        }
+        while let Some(joined) = tasks.join_next().await {
+            joined.expect("a run task");
+        }
+    });
+    // Then only the processes made ahead for the next runs are left: each run's process
+    // was ended and reaped (no zombie either).
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut left = children_and_zombies(zygote);
+    while left.len() != 2 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+        left = children_and_zombies(zygote);
+    }
+    assert_eq!(left.len(), 2, "the zygote's children: {left:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    let left = children_and_zombies(zygote);
+    assert_eq!(left.len(), 2, "the zygote's children: {left:?}");
 }

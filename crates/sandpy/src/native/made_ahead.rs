@@ -16,8 +16,15 @@
 //! What else a run is given (its code, input files, environment, stdin, the tools and
 //! network the host serves it) comes with its task. A run with mounts always gets a fresh
 //! process: its folders are bound as they are when it is made. At most [`MAX_MADE_AHEAD`] wait at
-//! once, one per shape; each is ended (the zygote kills it at the hang-up of its report
-//! socket) when it is pushed out, when the tier is dropped, and with the zygote.
+//! once, [`PER_SHAPE`] per shape; each is ended (the zygote kills it at the hang-up of its
+//! report socket) when it is pushed out, when the tier is dropped, and with the zygote.
+//!
+//! When the next process is asked for: the zygote serves one thing at a time, and its
+//! clone of a process (~3 ms of page-table copy) held up the start and the collect of
+//! the run beside it, and took a core from it. So while another of its shape waits, a run
+//! that took a process has the next one made once it answered ([`MadeAhead::top_up`]):
+//! runs that come apart never share the machine with a clone. Only a run that leaves
+//! none of its shape waiting (runs back to back) has the next one asked for as it starts.
 
 use super::protocol::{cell_limit, RunRequest, CELL_STARTED};
 use super::serve::{Launched, Streams};
@@ -26,9 +33,12 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// How many processes wait made ahead at most (each is one shape: the newest shapes
-/// used stay).
-pub(super) const MAX_MADE_AHEAD: usize = 2;
+/// How many processes wait made ahead at most (the newest shapes used stay).
+pub(super) const MAX_MADE_AHEAD: usize = 4;
+
+/// How many processes of one shape wait made ahead at most: two, so that a run takes
+/// one while the other stays ready, and its replacement is made after the run answered.
+pub(super) const PER_SHAPE: usize = 2;
 
 /// How long the zygote may take to start a process with its time limit (a run made
 /// ahead, or a session's cell).
@@ -48,16 +58,38 @@ pub(super) struct MadeAhead {
 }
 
 impl MadeAhead {
-    /// The process made ahead for `shape`, if one waits and has not ended (a process
-    /// that crashed or was killed while waiting is dropped).
+    /// The process made ahead for `shape`, if one waits and has not ended: the oldest
+    /// (the likeliest to be warm); one that crashed or was killed while it waited is
+    /// dropped and the next looked at.
     fn take(&self, shape: &RunRequest) -> Option<Launched> {
         let mut waiting = self.waiting.lock().ok()?;
-        let at = waiting.iter().position(|process| process.shape == *shape)?;
-        let process = waiting.remove(at);
-        drop(waiting);
-        (!ended(&process.launched)).then_some(process.launched)
+        loop {
+            let at = waiting.iter().position(|process| process.shape == *shape)?;
+            let process = waiting.remove(at);
+            if !ended(&process.launched) {
+                return Some(process.launched);
+            }
+        }
+    }
+
+    /// How many processes of `shape` wait (those that ended are dropped).
+    fn count(&self, shape: &RunRequest) -> usize {
+        self.waiting.lock().map_or(0, |mut waiting| {
+            waiting.retain(|process| !ended(&process.launched));
+            waiting
+                .iter()
+                .filter(|process| process.shape == *shape)
+                .count()
+        })
     }
 }
+
+/// The shape whose processes made ahead are made up to [`PER_SHAPE`] once its run
+/// answered ([`MadeAhead::top_up`]); none for a run with mounts, or a tier that makes a
+/// fresh process per run.
+#[derive(Debug, Default)]
+#[must_use = "the processes made ahead are topped up once the run answered"]
+pub(super) struct TopUp(Option<RunRequest>);
 
 /// Whether the zygote reported the process's end (a report, or the socket closed): a
 /// process waiting for its task has nothing else to say.
@@ -115,19 +147,21 @@ pub(super) async fn start(report: &mut tokio::net::UnixStream, ms: u64) -> Resul
 
 impl MadeAhead {
     /// A confined process for `request`, running under its time limit: the one made
-    /// ahead for its shape when one waits and starts, else a fresh one from `launch`;
-    /// then the next one of that shape is made ahead (after this one started: the zygote
-    /// serves one thing at a time, and this run comes first). Returns the streams and the
-    /// stdin.
+    /// ahead for its shape when one waits and starts, else a fresh one from `launch`.
+    /// When none of its shape is left waiting, the next one is asked for now (after this
+    /// one started: the zygote serves one thing at a time, and this run comes first);
+    /// the rest once the run answered, with the [`TopUp`] returned. Returns the streams
+    /// and the stdin.
     pub(super) async fn process_for(
         &self,
         request: RunRequest,
         launch: impl Fn(&RunRequest) -> Result<Launched, String>,
-    ) -> Result<(Streams, tokio::net::unix::pipe::Sender), String> {
+    ) -> Result<(Streams, tokio::net::unix::pipe::Sender, TopUp), String> {
         // A run with mounts binds its folders as they are when its process is made: one
         // made ahead would show a folder replaced since (deleted and made again) as it was.
         if !request.mounts.is_empty() {
-            return launch(&request).and_then(Streams::open);
+            let (streams, stdin) = launch(&request).and_then(Streams::open)?;
+            return Ok((streams, stdin, TopUp::default()));
         }
         let shape = RunRequest {
             ahead: true,
@@ -142,33 +176,68 @@ impl MadeAhead {
             }
             // Otherwise it ended while it waited (dropped here: the zygote reaps it).
         }
-        let process = match taken {
+        let (streams, stdin) = match taken {
             Some(process) => process,
             None => launch(&request).and_then(Streams::open)?,
         };
-        self.make_ahead(shape, launch);
-        Ok(process)
+        if self.count(&shape) == 0 {
+            // Back to back: the next run may come before this one answers.
+            self.make_ahead(&shape, &launch);
+        }
+        Ok((streams, stdin, TopUp(Some(shape))))
     }
 
-    /// Have the zygote make a process of `shape` ahead, unless one waits already; the
-    /// oldest is ended when more than [`MAX_MADE_AHEAD`] would wait.
-    fn make_ahead(
+    /// Once a run answered (its process stopped and read): have the zygote make its
+    /// shape's processes up to [`PER_SHAPE`], off the run's path.
+    pub(super) fn top_up(
         &self,
-        shape: RunRequest,
+        top_up: TopUp,
         launch: impl Fn(&RunRequest) -> Result<Launched, String>,
     ) {
-        let Ok(mut waiting) = self.waiting.lock() else {
+        let Some(shape) = top_up.0 else {
             return;
         };
-        if waiting.iter().any(|process| process.shape == shape) {
-            return;
+        for _ in self.count(&shape)..PER_SHAPE {
+            if !self.make_ahead(&shape, &launch) {
+                return;
+            }
         }
-        match launch(&shape) {
-            Ok(launched) => waiting.push(Waiting { shape, launched }),
-            Err(why) => tracing::debug!("no native process made ahead: {why}"),
+    }
+
+    /// Have the zygote make a process of `shape` ahead, unless [`PER_SHAPE`] wait
+    /// already; the oldest is ended when more than [`MAX_MADE_AHEAD`] would wait. False
+    /// when none was made.
+    fn make_ahead(
+        &self,
+        shape: &RunRequest,
+        launch: impl Fn(&RunRequest) -> Result<Launched, String>,
+    ) -> bool {
+        let Ok(mut waiting) = self.waiting.lock() else {
+            return false;
+        };
+        let of_shape = waiting
+            .iter()
+            .filter(|process| process.shape == *shape)
+            .count();
+        if of_shape >= PER_SHAPE {
+            return false;
         }
+        let made = match launch(shape) {
+            Ok(launched) => {
+                waiting.push(Waiting {
+                    shape: shape.clone(),
+                    launched,
+                });
+                true
+            }
+            Err(why) => {
+                tracing::debug!("no native process made ahead: {why}");
+                false
+            }
+        };
         while waiting.len() > MAX_MADE_AHEAD {
             waiting.remove(0);
         }
+        made
     }
 }

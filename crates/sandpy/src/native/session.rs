@@ -4,6 +4,7 @@
 //! host tells the zygote when the next cell starts (with its time limit), and the zygote
 //! lets it go on.
 
+use super::made_ahead::TopUp;
 use super::serve::{Inputs, Run, RunEnd, Streams};
 use super::tier::NativeTier;
 use crate::access::Access;
@@ -59,6 +60,7 @@ impl NativeTier {
             ..plan.limits.clone()
         };
         let mut run = Run::new(access, limits, &inputs);
+        let mut top_up = TopUp::default();
         let session = match kept.take() {
             Some(mut session) => session.start_cell(limits).await.map(|()| session),
             None => self
@@ -66,10 +68,13 @@ impl NativeTier {
                 .await
                 .map_err(NativeEnd::Internal)
                 // A session's stdin is empty.
-                .map(|(streams, _stdin)| NativeSession {
-                    _tier: self.clone(),
-                    streams,
-                    memory_peak: 0,
+                .map(|(streams, _stdin, first)| {
+                    top_up = first;
+                    NativeSession {
+                        _tier: self.clone(),
+                        streams,
+                        memory_peak: 0,
+                    }
                 }),
         };
         let (ended, session) = match session {
@@ -84,6 +89,7 @@ impl NativeTier {
                         plan.deadline,
                     )
                     .await;
+                self.made_ahead.top_up(top_up, |r| self.launch(r));
                 (ended, Some(session))
             }
             Err(end) => (RunEnd::without(end), None),

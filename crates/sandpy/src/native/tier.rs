@@ -3,6 +3,7 @@
 //! execution. A session's process is `session.rs`.
 
 use super::confine;
+use super::made_ahead::TopUp;
 use super::protocol::{RunFds, RunRequest, ZygoteSetup, ZygoteStatus};
 use super::python::PythonInstall;
 use super::serve::{Inputs, Launched, Run, RunEnd, Streams};
@@ -224,11 +225,14 @@ impl NativeTier {
         let ended = match launched {
             // The streams go when the run is served: the zygote then ends what is left
             // of the process.
-            Ok((mut streams, stdin)) => {
+            Ok((mut streams, stdin, top_up)) => {
                 let stdin = Some((stdin, inputs.stdin.clone()));
                 let (task, guest) = (plan.task, &plan.guest);
-                run.serve(&mut streams, stdin, task, guest, &inputs, plan.deadline)
-                    .await
+                let ended = run
+                    .serve(&mut streams, stdin, task, guest, &inputs, plan.deadline)
+                    .await;
+                self.made_ahead.top_up(top_up, |r| self.launch(r));
+                ended
             }
             Err(end) => RunEnd::without(end),
         };
@@ -255,13 +259,15 @@ impl NativeTier {
     }
 
     /// A confined process for `request`, running under its time limit: made ahead when
-    /// one of its shape waits (`made_ahead.rs`), unless the tier makes a fresh one per run.
+    /// one of its shape waits (`made_ahead.rs`), unless the tier makes a fresh one per run;
+    /// and what to make ahead once the run answered (`made_ahead.top_up`).
     pub(super) async fn process_for(
         &self,
         request: RunRequest,
-    ) -> Result<(Streams, tokio::net::unix::pipe::Sender), String> {
+    ) -> Result<(Streams, tokio::net::unix::pipe::Sender, TopUp), String> {
         if self.fresh_only {
-            return self.launch(&request).and_then(Streams::open);
+            let (streams, stdin) = self.launch(&request).and_then(Streams::open)?;
+            return Ok((streams, stdin, TopUp::default()));
         }
         let launch = |request: &RunRequest| self.launch(request);
         self.made_ahead.process_for(request, launch).await
