@@ -36,7 +36,6 @@ use {
         CloneMaps, FunctionKind, Package, PackageId, PackageName, Resolve, Stability, TypeDefKind,
         World, WorldId, WorldItem, WorldKey,
     },
-    zstd::Decoder,
 };
 
 pub mod command;
@@ -45,6 +44,7 @@ mod prelink;
 mod stubwasi;
 mod summary;
 mod util;
+mod zstd;
 
 const DEBUG_PYTHON_BINDINGS: bool = false;
 
@@ -252,7 +252,7 @@ impl BindingsGenerator<'_> {
             true,
         )?;
 
-        Archive::new(Decoder::new(Cursor::new(include_bytes!(concat!(
+        Archive::new(zstd::decoder(Cursor::new(include_bytes!(concat!(
             env!("OUT_DIR"),
             "/bundled.tar.zst"
         ))))?)

@@ -2,7 +2,7 @@ use std::io::Cursor;
 
 use anyhow::Result;
 
-use crate::Library;
+use crate::{Library, zstd};
 
 /// `stack_size`: bytes of linear memory for the C stack (wit-component's default, 1 MiB,
 /// when `None`).

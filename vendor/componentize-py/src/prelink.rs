@@ -12,9 +12,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use indexmap::IndexMap;
 use tar::Archive;
 use tempfile::TempDir;
-use zstd::Decoder;
 
-use crate::{ComponentizePyConfig, ConfigContext, Library, RawComponentizePyConfig};
+use crate::{ComponentizePyConfig, ConfigContext, Library, RawComponentizePyConfig, zstd};
 
 static NATIVE_EXTENSION_SUFFIXES: &[&str] = &[".cpython-314-wasm32-wasi.so", ".abi3.so"];
 
@@ -33,7 +32,7 @@ pub fn embedded_python_standard_library() -> Result<TempDir> {
     // directory
     let stdlib = tempfile::tempdir()?;
 
-    Archive::new(Decoder::new(Cursor::new(include_bytes!(concat!(
+    Archive::new(zstd::decoder(Cursor::new(include_bytes!(concat!(
         env!("OUT_DIR"),
         "/python-lib.tar.zst"
     ))))?)
@@ -47,7 +46,7 @@ pub fn embedded_helper_utils() -> Result<TempDir> {
     // Untar the embedded copy of helper utilities into a temporary directory
     let bundled = tempfile::tempdir()?;
 
-    Archive::new(Decoder::new(Cursor::new(include_bytes!(concat!(
+    Archive::new(zstd::decoder(Cursor::new(include_bytes!(concat!(
         env!("OUT_DIR"),
         "/bundled.tar.zst"
     ))))?)
