@@ -78,11 +78,18 @@ impl Sandbox {
     }
 
     /// How many runs (fresh runs, and sessions' first runs) took an instance made ahead of
-    /// them (made after a run of their kind that was alone answered; see
-    /// docs/dev/performance.md, "Instances made ahead"): for
-    /// benchmarks and tests, as no run can tell.
+    /// them (made after runs of their kind answered; see docs/dev/performance.md,
+    /// "Instances made ahead"): for benchmarks and tests, as no run can tell.
     pub fn runs_on_instances_made_ahead(&self) -> u64 {
         self.runner.instances_made_ahead_taken()
+    }
+
+    /// How many instances made ahead wait for runs now (fresh runs' and sessions'): each
+    /// holds memory and a run folder, so that count is bounded (at most one per run that
+    /// may execute at once, and four, for fresh runs; one for sessions). For benchmarks
+    /// and tests.
+    pub fn instances_made_ahead_waiting(&self) -> usize {
+        self.runner.instances_made_ahead_waiting()
     }
 
     /// The compiled runtime's cache file (to copy into images, or to check it exists),

@@ -43,8 +43,9 @@ pub(crate) struct Runner {
     /// Where fresh runs' instances are dropped after they answered, when no other run is
     /// going; `None` with one run at a time (one core: nothing to hand the work to).
     disposal: Option<Disposal>,
-    /// The next fresh run's instance, made after a run that was alone answered; `None`
-    /// with one run at a time, or when the pool has no slot beyond the runs'.
+    /// The next fresh runs' instances, made after runs answered (see [`ahead_depth`] for
+    /// how many); `None` with one run at a time, or when the pool has no slot beyond the
+    /// runs'.
     made_ahead: Option<MadeAhead>,
     /// The next session's instance, made after a session's first run that was alone
     /// answered; `None` with one run at a time.
@@ -83,15 +84,13 @@ impl Runner {
             let _ = runtime.set(Ok(Arc::new(Runtime::load(&config, &runtime_id)?)));
         }
         let folders = Arc::new(RunFolders::new(config.resolved_scratch_dir(), concurrency));
-        // An instance made ahead needs a pool slot that no run may need; not for one-shot processes.
-        let slot_to_spare = config
-            .pooled_instances
-            .is_none_or(|slots| slots as usize > concurrency);
+        // Each instance made ahead needs a pool slot that no run may need; not for one-shot processes.
+        let depth = ahead_depth(concurrency, config.pooled_instances);
         let ahead = concurrency > 1 && !config.leave_instances_to_exit;
         let made_ahead =
-            (ahead && slot_to_spare).then(|| MadeAhead::new("sandpy-ahead", folders.clone()));
+            (ahead && depth > 0).then(|| MadeAhead::new("sandpy-ahead", folders.clone(), depth));
         let session_made_ahead =
-            ahead.then(|| MadeAhead::new("sandpy-session-ahead", folders.clone()));
+            ahead.then(|| MadeAhead::new("sandpy-session-ahead", folders.clone(), 1));
         Ok(Runner {
             runtime,
             runtime_id,
@@ -204,12 +203,18 @@ impl Runner {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(guest);
-        } else if let Some(disposal) = self.disposal.as_ref().filter(|_| self.admission.alone()) {
-            // Its reset is left to the disposal thread while the caller has the answer;
-            // with other runs going, the cores have work and the hand-over would cost.
-            // So is making the next run's instance: a run that executes alone does not
-            // share the machine with either.
-            disposal.dispose(guest, run.slot);
+        } else {
+            if let Some(disposal) = self.disposal.as_ref().filter(|_| self.admission.alone()) {
+                // Its reset is left to the disposal thread while the caller has the answer;
+                // with other runs going, the cores have work and the hand-over would cost.
+                disposal.dispose(guest, run.slot);
+            } else {
+                // Reset here, so that the slot is back in the pool for the instances
+                // made ahead.
+                drop(guest);
+            }
+            // The next runs' instances, made on their thread after this run: with other
+            // runs going, the pool of them is refilled as they are taken.
             if let Some((made_ahead, shape)) = ahead {
                 made_ahead.request(runtime, shape);
             }
@@ -251,6 +256,15 @@ impl Runner {
             .sum()
     }
 
+    /// How many instances made ahead (fresh runs' and sessions') wait now.
+    pub(crate) fn instances_made_ahead_waiting(&self) -> usize {
+        [&self.made_ahead, &self.session_made_ahead]
+            .into_iter()
+            .flatten()
+            .map(MadeAhead::waiting)
+            .sum()
+    }
+
     /// The identity of what `tier`'s runs get, as a session's snapshot names it (the
     /// native tier's is known once it started: it is started now if need be).
     pub(crate) async fn runtime_id_of(&self, tier: crate::Tier) -> Result<String, String> {
@@ -270,6 +284,16 @@ impl Runner {
     pub(crate) fn remove_own_folders(&self) {
         crate::wasm::remove_own_folders(&self.config.resolved_scratch_dir());
     }
+}
+
+/// How many instances are made ahead for fresh runs: one per run that may execute at once,
+/// at most [`MAX_DEPTH`](crate::wasm::MAX_DEPTH), and no more than the pool has slots
+/// beyond the runs' (none without a slot to spare).
+fn ahead_depth(concurrency: usize, pooled_instances: Option<u32>) -> usize {
+    let spare = pooled_instances.map_or(usize::MAX, |slots| {
+        (slots as usize).saturating_sub(concurrency)
+    });
+    concurrency.min(crate::wasm::MAX_DEPTH).min(spare)
 }
 
 /// The span of one run (its admission, instantiation, execution and tool calls are its

@@ -1,24 +1,24 @@
-//! An instance made ahead for the next fresh run or new session, off the run's path.
+//! Instances made ahead for the next fresh runs or new sessions, off the runs' path.
 //!
 //! Instantiating the guest (its ten linked core modules, their imports and the ~5,700
 //! functions they put in the shared table) was a third or more of a lone fresh
-//! `print('hello')` in the pool (docs/dev/performance.md, "Instances made ahead"). After
-//! a run that was alone answered (no other executes or waits: a core is free, the same
-//! condition under which its instance goes to [`Disposal`](super::Disposal)), this
-//! thread makes the next run's instance, and the next run of the same [`InstanceShape`] takes it
-//! instead of instantiating. Made after the answer, not during the run: a run never
-//! shares the machine with it. Sessions have their own, on their engine without the
-//! pool: made after a session's first run (the one that made its instance), taken by
-//! the next session's first run.
+//! `print('hello')` in the pool (docs/dev/performance.md, "Instances made ahead"). After a
+//! run answered, this thread makes instances until `depth` wait (fresh runs: one per run
+//! that may execute at once, at most [`MAX_DEPTH`]; sessions: one), and the next runs of
+//! the same [`InstanceShape`] take them instead of instantiating. Made after an answer,
+//! one at a time, never inside a run's time. Sessions have their own, on their engine
+//! without the pool: made after a session's first run (the one that made its instance),
+//! taken by the next sessions' first runs.
 //!
-//! An instance made ahead is a fresh instance like any other: made from the snapshot (in a pool slot
-//! that was reset when its last instance was dropped, or in memory of its own), with
-//! folders handed out only once checked empty. It holds no run's settings: the taking
+//! An instance made ahead is a fresh instance like any other: made from the snapshot (in a
+//! pool slot that was reset when its last instance was dropped, or in memory of its own),
+//! with folders handed out only once checked empty. It holds no run's settings: the taking
 //! run puts its own tools, output cap and time into its store before the guest is first
 //! called, and what is fixed when an instance is made (memory cap, disk quotas, stdin,
-//! mounts) is its [`InstanceShape`], which must match. The one made ahead for fresh runs holds one pool slot
-//! beyond the runs' (made only when the pool has one more slot than runs may execute at
-//! once); each holds one run folder.
+//! mounts) is its [`InstanceShape`], which must match. Each one waiting holds one pool
+//! slot beyond the runs' (fresh runs' are made only when the pool has `depth` more slots
+//! than runs may execute at once) and one run folder; what that costs is in
+//! docs/dev/performance.md, "Instances made ahead".
 
 use super::guest::{Guest, InstanceFor};
 use super::helper_thread::HelperThread;
@@ -29,6 +29,10 @@ use crate::plan::Deadline;
 use crate::{Limits, RunOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+/// The most instances made ahead that wait for fresh runs, whatever the runs at once:
+/// each holds a pool slot and its pages (see the module's doc).
+pub(crate) const MAX_DEPTH: usize = 4;
 
 /// What an instance is made with that a run cannot change afterwards: its memory cap
 /// and disk quotas. Runs with stdin or mounts have none (their instance is their own).
@@ -66,48 +70,107 @@ impl InstanceShape {
     }
 }
 
-/// The instance made ahead (at most one) and the thread that makes it, started by the
-/// first request. One per engine: fresh runs' (pooled) and sessions' (not pooled).
+/// Instances made ahead (at most `depth`, all of one shape) and the thread that makes
+/// them, started by the first request. One per engine: fresh runs' (pooled) and
+/// sessions' (not pooled).
 pub(crate) struct MadeAhead {
     /// The thread's name.
     name: &'static str,
     folders: Arc<RunFolders>,
-    ready: Arc<Mutex<Option<(InstanceShape, Guest)>>>,
+    ready: Arc<Ready>,
     thread: OnceLock<Option<HelperThread<Request>>>,
     taken: AtomicU64,
 }
 
-/// What the thread needs to make an instance ahead: the runtime and the shape.
+/// The instances made ahead and waiting for a run: at most `depth`, all of one shape.
+struct Ready {
+    depth: usize,
+    waiting: Mutex<Vec<(InstanceShape, Guest)>>,
+}
+
+impl Ready {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(InstanceShape, Guest)>> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many of `shape` wait.
+    fn count(&self, shape: InstanceShape) -> usize {
+        let waiting = self.lock();
+        match waiting.first() {
+            Some((made_for, _)) if *made_for == shape => waiting.len(),
+            _ => 0,
+        }
+    }
+
+    /// Keep `guest` of `shape`, unless `depth` wait already. Those of another shape are
+    /// dropped (their runs' settings changed), after the lock is released, as is one
+    /// not kept.
+    fn keep(&self, shape: InstanceShape, guest: Guest) {
+        let mut dropped = Vec::new();
+        {
+            let mut waiting = self.lock();
+            if waiting
+                .first()
+                .is_some_and(|(made_for, _)| *made_for != shape)
+            {
+                dropped = std::mem::take(&mut *waiting);
+            }
+            if waiting.len() < self.depth {
+                waiting.push((shape, guest));
+            } else {
+                dropped.push((shape, guest));
+            }
+        }
+        drop(dropped);
+    }
+}
+
+/// What the thread needs to make instances ahead: the runtime and the shape.
 struct Request {
     runtime: Arc<Runtime>,
     shape: InstanceShape,
 }
 
 impl MadeAhead {
-    /// None made yet; made_ahead take their folders from `folders`, on a thread called `name`.
-    pub(crate) fn new(name: &'static str, folders: Arc<RunFolders>) -> MadeAhead {
+    /// None made yet; up to `depth` are made (at least one), taking their folders from
+    /// `folders`, on a thread called `name`.
+    pub(crate) fn new(name: &'static str, folders: Arc<RunFolders>, depth: usize) -> MadeAhead {
         MadeAhead {
             name,
             folders,
-            ready: Arc::new(Mutex::new(None)),
+            ready: Arc::new(Ready {
+                depth: depth.max(1),
+                waiting: Mutex::new(Vec::new()),
+            }),
             thread: OnceLock::new(),
             taken: AtomicU64::new(0),
         }
     }
 
-    /// The instance made ahead, when it has `shape`. One of another shape is dropped here (a run's
-    /// settings changed: its slot goes back to the pool before the run makes its own).
+    /// An instance made ahead, when they have `shape`. Those of another shape are dropped
+    /// here (a run's settings changed: their slots go back to the pool before the run
+    /// makes its own).
     pub(crate) fn take(&self, shape: InstanceShape) -> Option<Guest> {
-        let (made_for, guest) = self.lock().take()?;
-        if made_for != shape {
-            drop(guest);
-            return None;
+        let mut waiting = self.ready.lock();
+        match waiting.last() {
+            Some((made_for, _)) if *made_for == shape => {
+                let (_, guest) = waiting.pop()?;
+                drop(waiting);
+                self.taken.fetch_add(1, Ordering::Relaxed);
+                Some(guest)
+            }
+            Some(_) => {
+                let other = std::mem::take(&mut *waiting);
+                drop(waiting);
+                drop(other);
+                None
+            }
+            None => None,
         }
-        self.taken.fetch_add(1, Ordering::Relaxed);
-        Some(guest)
     }
 
-    /// Have an instance of `shape` made on the thread (next, when it is making one).
+    /// Have instances of `shape` made on the thread until `depth` wait (next, when it is
+    /// making some).
     pub(crate) fn request(&self, runtime: &Arc<Runtime>, shape: InstanceShape) {
         let Some(thread) = self
             .thread
@@ -128,16 +191,17 @@ impl MadeAhead {
         self.taken.load(Ordering::Relaxed)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(InstanceShape, Guest)>> {
-        self.ready.lock().unwrap_or_else(PoisonError::into_inner)
+    /// How many instances made ahead wait now (never more than the depth it was made with).
+    pub(crate) fn waiting(&self) -> usize {
+        self.ready.lock().len()
     }
 }
 
-/// The thread `name` that makes made_ahead into `ready`, with folders from `folders`.
+/// The thread `name` that makes instances into `ready`, with folders from `folders`.
 fn start(
     name: &'static str,
     folders: Arc<RunFolders>,
-    ready: Arc<Mutex<Option<(InstanceShape, Guest)>>>,
+    ready: Arc<Ready>,
 ) -> Option<HelperThread<Request>> {
     // Room for one request: the first is sent before the thread waits for it, and one made
     // while the thread is busy is the next to serve, not lost.
@@ -155,8 +219,14 @@ fn start(
                 return;
             }
         };
-        for request in receiver {
-            make(&executor, &folders, &ready, request);
+        for Request { runtime, shape } in receiver {
+            // One at a time, counted again after each: runs take them meanwhile.
+            while ready.count(shape) < ready.depth {
+                match make(&executor, &folders, &runtime, shape) {
+                    Some(guest) => ready.keep(shape, guest),
+                    None => break,
+                }
+            }
         }
     })
     .inspect_err(|e| {
@@ -167,20 +237,14 @@ fn start(
     .ok()
 }
 
-/// Make an instance of the request's shape and keep it, unless one of that shape is ready.
+/// An instance of `shape`, instantiated; `None` when it cannot be made now (the pool may
+/// be out of slots: the next run makes its own).
 fn make(
     executor: &tokio::runtime::Runtime,
     folders: &Arc<RunFolders>,
-    ready: &Mutex<Option<(InstanceShape, Guest)>>,
-    Request { runtime, shape }: Request,
-) {
-    let lock = || ready.lock().unwrap_or_else(PoisonError::into_inner);
-    if lock()
-        .as_ref()
-        .is_some_and(|(made_for, _)| *made_for == shape)
-    {
-        return;
-    }
+    runtime: &Runtime,
+    shape: InstanceShape,
+) -> Option<Guest> {
     let limits = shape.limits();
     // Tool access that grants nothing: the taking run puts in its own.
     let deadline = Deadline::starting_now(limits.timeout);
@@ -188,12 +252,12 @@ fn make(
         Ok(no_tools) => no_tools,
         Err(refused) => {
             tracing::debug!("no spare instance: {}", refused.message());
-            return;
+            return None;
         }
     };
     let options = RunOptions::default();
     let made = Guest::new(
-        &runtime,
+        runtime,
         folders,
         &limits,
         &options,
@@ -204,23 +268,21 @@ fn make(
         Ok(guest) => guest,
         Err(refused) => {
             tracing::debug!("no spare instance: {}", refused.message());
-            return;
+            return None;
         }
     };
-    if let Err(e) = executor.block_on(guest.instantiate(&runtime)) {
-        // The pool may be out of slots while every run executes: the next run makes its own.
+    if let Err(e) = executor.block_on(guest.instantiate(runtime)) {
         tracing::debug!("no spare instance: {e:#}");
-        return;
+        return None;
     }
-    let replaced = lock().replace((shape, guest));
-    drop(replaced);
+    Some(guest)
 }
 
 impl Drop for MadeAhead {
-    /// Stop the thread, then drop the spare: its folder goes back before the sandbox's
+    /// Stop the thread, then drop the spares: their folders go back before the sandbox's
     /// folders are removed.
     fn drop(&mut self) {
         drop(self.thread.take());
-        drop(self.lock().take());
+        drop(std::mem::take(&mut *self.ready.lock()));
     }
 }

@@ -10,7 +10,7 @@
 //!   functions shadowed to charge them.
 //! - `overrun`: the watchdog that ends a process whose code has no interruption checks.
 //! - `disposal`: finished instances dropped (their memory reset) off the run's thread.
-//! - `made_ahead`: the next run's instance made ahead, off the run's thread.
+//! - `made_ahead`: the next runs' instances made ahead, off the runs' threads.
 //! - `helper_thread`: the named, channel-fed thread each of those two runs on.
 
 mod disk;
@@ -26,6 +26,6 @@ mod workspace;
 
 pub(crate) use disposal::Disposal;
 pub(crate) use guest::{Guest, InstanceFor, SessionInstance};
-pub(crate) use made_ahead::{InstanceShape, MadeAhead};
+pub(crate) use made_ahead::{InstanceShape, MadeAhead, MAX_DEPTH};
 pub(crate) use runtime::Runtime;
 pub(crate) use workspace::{remove_own_folders, sweep_stale, RunFolders};

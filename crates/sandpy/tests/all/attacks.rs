@@ -301,10 +301,10 @@ fn memory_and_files_of_a_run_in_disposal_are_not_seen_by_the_next() {
 
 /// Marks every module, fills 2 MiB of heap and leaves files in `/tmp` and the working
 /// folder.
-const LEAVE_EVERYTHING: &str = "import sys\nfor m in list(sys.modules.values()):\n    try:\n        m.__sandpy_leak__ = 1\n    except Exception:\n        pass\nheap = bytearray(b'L' * (2 << 20))\nopen('/tmp/left-behind', 'w').write('x')\nopen('left-here', 'w').write('x')\n1";
+pub(crate) const LEAVE_EVERYTHING: &str = "import sys\nfor m in list(sys.modules.values()):\n    try:\n        m.__sandpy_leak__ = 1\n    except Exception:\n        pass\nheap = bytearray(b'L' * (2 << 20))\nopen('/tmp/left-behind', 'w').write('x')\nopen('left-here', 'w').write('x')\n1";
 
 /// The marked modules and the files in `/tmp` and the working folder.
-const LOOK_FOR_LEFTOVERS: &str = "import os, sys\n([n for n, m in list(sys.modules.items()) if hasattr(m, '__sandpy_leak__')], sorted(os.listdir('/tmp')), sorted(os.listdir('.')))";
+pub(crate) const LOOK_FOR_LEFTOVERS: &str = "import os, sys\n([n for n, m in list(sys.modules.items()) if hasattr(m, '__sandpy_leak__')], sorted(os.listdir('/tmp')), sorted(os.listdir('.')))";
 
 /// A run that leaves everything, then (after `pause`) one that must find none of it.
 fn dirty_then_look(sandbox: &sandpy::Sandbox, round: usize, pause: Duration) {

@@ -12,6 +12,8 @@ mod http_libraries;
 mod language;
 mod limits;
 mod live;
+// Several instances made ahead under concurrent runs: what they hold, how many wait.
+mod made_ahead;
 mod network;
 // The allowlist, secrets and the audit record attacked from outside (issue 40).
 mod network_attacks;
