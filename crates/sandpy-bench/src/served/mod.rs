@@ -61,6 +61,9 @@ pub(crate) struct Figures {
     /// This process's CPU time per call (ms) with [`CLIENTS`]: the clients', the
     /// server's and the runs' together (none for clients in another process).
     pub(crate) cpu_ms: Option<f64>,
+    /// Runs that took an instance made ahead, of the one client's and of [`CLIENTS`]'
+    /// (when the sandbox serving them was given).
+    pub(crate) made_ahead: Option<(u64, u64)>,
 }
 
 /// This process's CPU time (user and system) so far, in seconds, from `/proc/self/stat`
@@ -101,6 +104,22 @@ impl Bench {
             )?);
         }
         in_process.sort_by(f64::total_cmp);
+        // The same runs as tokio tasks on the runtime's workers, as served runs are (the
+        // runs above execute on this thread, which does nothing else).
+        let mut on_worker = Vec::new();
+        for _ in 0..LATENCY_CALLS {
+            let sandbox = self.sandbox.clone();
+            let t = Instant::now();
+            let e = rt.block_on(async move {
+                tokio::spawn(async move { sandbox.run(CODE, &sandpy::Limits::default()).await })
+                    .await
+            })?;
+            on_worker.push(t.elapsed().as_secs_f64() * 1e3);
+            if e.status != sandpy::Status::Ok {
+                bail!("{CODE:?} failed on a worker: {e:?}");
+            }
+        }
+        on_worker.sort_by(f64::total_cmp);
         let cpu_before = cpu_seconds();
         let started = Instant::now();
         rt.block_on(async {
@@ -122,6 +141,10 @@ impl Bench {
         println!(
             "  in process, fresh instance:  p50 {base:.3} ms;  {in_process_per_s:.0} runs/s with {CLIENTS} at once"
         );
+        println!(
+            "    the same on a tokio worker: p50 {:.3} ms",
+            percentile(&on_worker, 0.5)
+        );
         let line = |client: &str, figures: &Figures| {
             let p50 = figures.p50();
             println!(
@@ -141,11 +164,10 @@ impl Bench {
         let server = rt.block_on(Served::start(&self.sandbox))?;
         let no_op = rt.block_on(sandpy_mcp::test_server::TestServer::start(None, None))?;
         let no_op_url = format!("http://{}/mcp", no_op.addr());
-        let ahead_before = self.sandbox.runs_on_instances_made_ahead();
-        let rust = rt.block_on(rmcp_figures(&server.url, RUN, Http::Pooled));
-        let ahead = self.sandbox.runs_on_instances_made_ahead() - ahead_before;
-        let rust_ceiling = rt.block_on(rmcp_figures(&no_op_url, NO_OP, Http::Pooled));
-        let rust_default = rt.block_on(rmcp_figures(&server.url, RUN, Http::RmcpDefault));
+        let sandbox = Some(&self.sandbox);
+        let rust = rt.block_on(rmcp_figures(&server.url, RUN, Http::Pooled, sandbox));
+        let rust_ceiling = rt.block_on(rmcp_figures(&no_op_url, NO_OP, Http::Pooled, None));
+        let rust_default = rt.block_on(rmcp_figures(&server.url, RUN, Http::RmcpDefault, None));
         match &rust {
             Ok(figures) => line("rmcp (Rust, reqwest):", figures),
             Err(e) => println!("  rmcp (Rust, reqwest): failed: {e:#}"),
@@ -169,10 +191,11 @@ impl Bench {
                 ceiling.cpu_ms,
             );
         }
-        println!(
-            "    runs on an instance made ahead: {ahead} of {}",
-            LATENCY_CALLS + THROUGHPUT_CALLS
-        );
+        if let Some((one, many)) = rust.as_ref().ok().and_then(|f| f.made_ahead) {
+            println!(
+                "    runs on an instance made ahead: {one} of {LATENCY_CALLS} with one client, {many} of {THROUGHPUT_CALLS} with {CLIENTS}"
+            );
+        }
         match &rust_default {
             Ok(figures) => line("rmcp, its default client:", figures),
             Err(e) => println!("  rmcp, its default client: failed: {e:#}"),
@@ -187,9 +210,52 @@ impl Bench {
         }
         rt.block_on(no_op.stop());
         rt.block_on(server.stop());
+        match self.made_ahead_memory() {
+            Ok((waiting, per_instance)) => println!(
+                "  instances made ahead with {AHEAD_RUNS} run slots: {waiting} wait, {:.2} MiB private each",
+                per_instance / f64::from(1 << 20)
+            ),
+            Err(e) => println!("  instances made ahead: memory not measured: {e:#}"),
+        }
         Ok(())
     }
+
+    /// How many instances made ahead wait in a sandbox with [`AHEAD_RUNS`] run slots, and
+    /// the private memory each holds: the sandbox with pool slots to spare against one
+    /// with none (so none made ahead), each after runs and a pause.
+    fn made_ahead_memory(&self) -> anyhow::Result<(usize, f64)> {
+        let held = |slots: u32| -> anyhow::Result<(u64, usize)> {
+            let config = sandpy::Config {
+                pooled_instances: Some(slots),
+                max_concurrent_runs: Some(AHEAD_RUNS),
+                ..crate::config()
+            };
+            let before = crate::measure::private_bytes()?;
+            let sandbox = sandpy::Sandbox::new(config)?;
+            self.rt.block_on(async {
+                let mut runs = tokio::task::JoinSet::new();
+                for _ in 0..4 * AHEAD_RUNS {
+                    let sandbox = sandbox.clone();
+                    runs.spawn(async move { sandbox.run(CODE, &sandpy::Limits::default()).await });
+                }
+                while runs.join_next().await.is_some() {}
+            });
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let held = crate::measure::private_bytes()?.saturating_sub(before);
+            Ok((held, sandbox.instances_made_ahead_waiting()))
+        };
+        let slots = u32::try_from(AHEAD_RUNS)?;
+        let (without, _) = held(slots)?;
+        let (with, waiting) = held(2 * slots)?;
+        if waiting == 0 {
+            bail!("none was made ahead");
+        }
+        Ok((waiting, (with as f64 - without as f64) / waiting as f64))
+    }
 }
+
+/// The run slots of the sandboxes whose instances made ahead are weighed.
+const AHEAD_RUNS: usize = 4;
 
 /// `sandpy serve --http`'s listener over a sandbox, on a loopback port, in this process.
 struct Served {
@@ -236,10 +302,19 @@ fn cpu_line(whose: &str, clients: usize, call: Option<f64>, run: Option<f64>, no
 }
 
 /// rmcp's client over `http` calling `call` at `url`: one client's latencies, then
-/// [`CLIENTS`] at once.
-async fn rmcp_figures(url: &str, call: Call, http: Http) -> anyhow::Result<Figures> {
+/// [`CLIENTS`] at once; with `sandbox` (the one serving `url`), how many runs of each
+/// took an instance made ahead.
+async fn rmcp_figures(
+    url: &str,
+    call: Call,
+    http: Http,
+    sandbox: Option<&sandpy::Sandbox>,
+) -> anyhow::Result<Figures> {
+    let taken = || sandbox.map(sandpy::Sandbox::runs_on_instances_made_ahead);
+    let before = taken();
     let mut one = calls(url, call, LATENCY_CALLS, http).await?;
     one.sort_by(f64::total_cmp);
+    let after_one = taken();
     let cpu_before = cpu_seconds();
     let started = Instant::now();
     let mut clients = tokio::task::JoinSet::new();
@@ -252,7 +327,16 @@ async fn rmcp_figures(url: &str, call: Call, http: Http) -> anyhow::Result<Figur
     }
     let per_s = THROUGHPUT_CALLS as f64 / started.elapsed().as_secs_f64();
     let cpu_ms = cpu_ms_per_call(cpu_before, THROUGHPUT_CALLS);
-    Ok(Figures { one, per_s, cpu_ms })
+    let made_ahead = before
+        .zip(after_one)
+        .zip(taken())
+        .map(|((before, one), all)| (one - before, all - one));
+    Ok(Figures {
+        one,
+        per_s,
+        cpu_ms,
+        made_ahead,
+    })
 }
 
 /// One rmcp client over `http`: `n` calls of `call`, each one's milliseconds.

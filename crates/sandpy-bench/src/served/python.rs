@@ -124,7 +124,12 @@ fn figures(python: &str, url: &str, call: Call, served_here: bool) -> anyhow::Re
     let cpu_before = super::cpu_seconds().filter(|_| served_here);
     let (_, per_s) = run(clients, calls_per_client)?;
     let cpu_ms = super::cpu_ms_per_call(cpu_before, clients * calls_per_client);
-    Ok(Figures { one, per_s, cpu_ms })
+    Ok(Figures {
+        one,
+        per_s,
+        cpu_ms,
+        made_ahead: None,
+    })
 }
 
 /// The SDK's client against the SDK's own server, whose `run_python` runs nothing (the
