@@ -43,8 +43,8 @@ pub(crate) struct Runner {
     /// Where fresh runs' instances are dropped after they answered, when no other run is
     /// going; `None` with one run at a time (one core: nothing to hand the work to).
     disposal: Option<Disposal>,
-    /// The next fresh runs' instances, made after runs answered (see [`ahead_depth`] for
-    /// how many); `None` with one run at a time, or when the pool has no slot beyond the
+    /// The next fresh runs' instances, made after a run that was alone answered (see
+    /// [`ahead_depth`] for how many); `None` with one run at a time, or when the pool has no slot beyond the
     /// runs'.
     made_ahead: Option<MadeAhead>,
     /// The next session's instance, made after a session's first run that was alone
@@ -203,18 +203,14 @@ impl Runner {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(guest);
-        } else {
-            if let Some(disposal) = self.disposal.as_ref().filter(|_| self.admission.alone()) {
-                // Its reset is left to the disposal thread while the caller has the answer;
-                // with other runs going, the cores have work and the hand-over would cost.
-                disposal.dispose(guest, run.slot);
-            } else {
-                // Reset here, so that the slot is back in the pool for the instances
-                // made ahead.
-                drop(guest);
-            }
-            // The next runs' instances, made on their thread after this run: with other
-            // runs going, the pool of them is refilled as they are taken.
+        } else if let Some(disposal) = self.disposal.as_ref().filter(|_| self.admission.alone()) {
+            // Its reset is left to the disposal thread while the caller has the answer;
+            // with other runs going, the cores have work and the hand-over would cost.
+            // So is refilling the instances made ahead: a run that executes alone does
+            // not share the machine with either. Refilled after every run instead, 16
+            // runs at once in process made 0.65-0.70x the runs/s (docs/dev/performance.md,
+            // "Instances made ahead").
+            disposal.dispose(guest, run.slot);
             if let Some((made_ahead, shape)) = ahead {
                 made_ahead.request(runtime, shape);
             }

@@ -30,6 +30,19 @@ fn wait_for_waiting(sandbox: &Sandbox, wanted: usize) -> usize {
     }
 }
 
+/// Lone runs (each made after one that was alone refills the instances made ahead) until
+/// `wanted` wait; the count last seen.
+fn refilled(sandbox: &Sandbox, wanted: usize) -> usize {
+    for _ in 0..10 {
+        let e = crate::block_on(sandbox.run("0", &Limits::default()));
+        assert_eq!(e.status, Status::Ok, "{e:#?}");
+        if wait_for_waiting(sandbox, wanted) >= wanted {
+            break;
+        }
+    }
+    sandbox.instances_made_ahead_waiting()
+}
+
 /// `n` runs of `code` at once on `sandbox`, their executions in order.
 fn at_once(sandbox: &Sandbox, codes: &[&str]) -> Vec<sandpy::Execution> {
     crate::block_on(async {
@@ -53,7 +66,7 @@ fn memory_and_files_of_earlier_and_concurrent_runs_are_not_seen_by_runs_on_sever
     // wait, so every slot is reused by runs and by instances made ahead in turn. Each
     // round, two runs at once dirty memory, module state and files (or one dirties while
     // the other looks), then two at once look for what any earlier or concurrent run
-    // left. Between rounds, both instances made ahead are ready again.
+    // left. Between rounds, lone runs have both instances made ahead ready again.
     let sandbox = sandbox(2, 4);
     for round in 0..12 {
         let dirtying = if round % 2 == 0 {
@@ -71,11 +84,7 @@ fn memory_and_files_of_earlier_and_concurrent_runs_are_not_seen_by_runs_on_sever
                 );
             }
         }
-        assert_eq!(
-            wait_for_waiting(&sandbox, 2),
-            2,
-            "round {round}: two made ahead"
-        );
+        assert_eq!(refilled(&sandbox, 2), 2, "round {round}: two made ahead");
         for e in at_once(&sandbox, &[LOOK_FOR_LEFTOVERS, LOOK_FOR_LEFTOVERS]) {
             assert_eq!(
                 e.return_value,
@@ -83,11 +92,7 @@ fn memory_and_files_of_earlier_and_concurrent_runs_are_not_seen_by_runs_on_sever
                 "round {round}: an earlier run's state leaked: {e:#?}"
             );
         }
-        assert_eq!(
-            wait_for_waiting(&sandbox, 2),
-            2,
-            "round {round}: two made ahead"
-        );
+        assert_eq!(refilled(&sandbox, 2), 2, "round {round}: two made ahead");
     }
     let taken = sandbox.runs_on_instances_made_ahead();
     assert!(
@@ -106,7 +111,7 @@ fn memory_held_by_instances_made_ahead_is_capped_at_four_whatever_the_runs_at_on
     for e in at_once(&sandbox, &many) {
         assert_eq!(e.status, Status::Ok, "{e:#?}");
     }
-    assert_eq!(wait_for_waiting(&sandbox, 4), 4, "four made ahead");
+    assert_eq!(refilled(&sandbox, 4), 4, "four made ahead");
     let other_cap = Limits {
         memory_bytes: 64 << 20,
         ..Limits::default()
@@ -114,6 +119,8 @@ fn memory_held_by_instances_made_ahead_is_capped_at_four_whatever_the_runs_at_on
     let e = crate::block_on(sandbox.run("1", &other_cap));
     assert_eq!(e.status, Status::Ok, "{e:#?}");
     assert_eq!(wait_for_waiting(&sandbox, 4), 4, "four of the new shape");
+    let e = crate::block_on(sandbox.run("1", &Limits::default()));
+    assert_eq!(e.status, Status::Ok, "{e:#?}");
     for e in at_once(&sandbox, &many) {
         assert_eq!(e.status, Status::Ok, "{e:#?}");
     }
