@@ -210,52 +210,9 @@ impl Bench {
         }
         rt.block_on(no_op.stop());
         rt.block_on(server.stop());
-        match self.made_ahead_memory() {
-            Ok((waiting, per_instance)) => println!(
-                "  instances made ahead with {AHEAD_RUNS} run slots: {waiting} wait, {:.2} MiB private each",
-                per_instance / f64::from(1 << 20)
-            ),
-            Err(e) => println!("  instances made ahead: memory not measured: {e:#}"),
-        }
         Ok(())
     }
-
-    /// How many instances made ahead wait in a sandbox with [`AHEAD_RUNS`] run slots, and
-    /// the private memory each holds: the sandbox with pool slots to spare against one
-    /// with none (so none made ahead), each after runs and a pause.
-    fn made_ahead_memory(&self) -> anyhow::Result<(usize, f64)> {
-        let held = |slots: u32| -> anyhow::Result<(u64, usize)> {
-            let config = sandpy::Config {
-                pooled_instances: Some(slots),
-                max_concurrent_runs: Some(AHEAD_RUNS),
-                ..crate::config()
-            };
-            let before = crate::measure::private_bytes()?;
-            let sandbox = sandpy::Sandbox::new(config)?;
-            self.rt.block_on(async {
-                let mut runs = tokio::task::JoinSet::new();
-                for _ in 0..4 * AHEAD_RUNS {
-                    let sandbox = sandbox.clone();
-                    runs.spawn(async move { sandbox.run(CODE, &sandpy::Limits::default()).await });
-                }
-                while runs.join_next().await.is_some() {}
-            });
-            std::thread::sleep(std::time::Duration::from_millis(500));
-            let held = crate::measure::private_bytes()?.saturating_sub(before);
-            Ok((held, sandbox.instances_made_ahead_waiting()))
-        };
-        let slots = u32::try_from(AHEAD_RUNS)?;
-        let (without, _) = held(slots)?;
-        let (with, waiting) = held(2 * slots)?;
-        if waiting == 0 {
-            bail!("none was made ahead");
-        }
-        Ok((waiting, (with as f64 - without as f64) / waiting as f64))
-    }
 }
-
-/// The run slots of the sandboxes whose instances made ahead are weighed.
-const AHEAD_RUNS: usize = 4;
 
 /// `sandpy serve --http`'s listener over a sandbox, on a loopback port, in this process.
 struct Served {
