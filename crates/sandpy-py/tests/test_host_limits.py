@@ -143,7 +143,9 @@ def test_abandoned_async_calls_are_cancelled_when_a_sync_run_ends(sb):
     assert len(cancelled) == 300 and finished == []
     # One loop for every call: no thread or descriptor per call, none left behind.
     assert threading.active_count() <= threads + 1
-    assert fds() <= descriptors + 4
+    # A few each for the instances made ahead for the next runs (up to four wait, each with
+    # its run folder), far below one per call.
+    assert fds() <= descriptors + 16
     # A run with files and an async tool still works.
     r = sb.run("open('/tmp/a.txt').read()", files={"a.txt": "x"}, timeout_ms=20000)
     assert r.ok and r.return_value == "x", r.error
