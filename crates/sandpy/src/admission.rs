@@ -32,9 +32,10 @@ impl Admission {
         }
     }
 
-    /// Whether the run holding a slot is the only one: no other executes or waits.
-    pub(crate) fn alone(&self) -> bool {
-        self.running.available_permits() + 1 == self.max_running
+    /// Whether the run holding a slot is the only one: no other executes or waits. The
+    /// `set_aside` slots are held by no run (an instance being reset holds its run's).
+    pub(crate) fn alone(&self, set_aside: usize) -> bool {
+        self.running.available_permits() + 1 + set_aside == self.max_running
             && self.waiting.load(Ordering::SeqCst) == 0
     }
 

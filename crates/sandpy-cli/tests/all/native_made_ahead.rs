@@ -125,6 +125,24 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// What a run that took a process made ahead found (the `looking` program of
+/// [`a_process_made_ahead_holds_nothing_of_the_last_run`]): the process was made ahead,
+/// and holds nothing the last run left, nor anything of its own warm-up (`_warm_up`).
+fn assert_holds_nothing(seen: &Value) {
+    assert!(age(seen) > 0.4, "not made ahead: {seen}");
+    assert!(
+        !seen["tmp"].to_string().contains("left"),
+        "the last run's scratch files: {seen}"
+    );
+    assert_eq!(seen["output"], serde_json::json!([]), "{seen}");
+    assert_eq!(seen["env"], Value::Null, "{seen}");
+    for leak in ["builtin", "module", "global"] {
+        assert_eq!(seen[leak], false, "{leak}: {seen}");
+    }
+    assert_eq!(seen["threads"], serde_json::json!(["MainThread"]), "{seen}");
+    assert_eq!(seen["warm_up"], serde_json::json!([]), "{seen}");
+}
+
 #[test]
 fn a_process_made_ahead_holds_nothing_of_the_last_run() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -165,21 +183,8 @@ fn a_process_made_ahead_holds_nothing_of_the_last_run() {
     let mut randoms = vec![left["random"].clone()];
     for _ in 0..2 {
         let seen = found(&rt, &sandbox, &format!("{looking}{AGE}"), disk);
-        // The run took a process made ahead, not a fresh one.
-        assert!(age(&seen) > 0.4, "not made ahead: {seen}");
-        assert!(
-            !seen["tmp"].to_string().contains("left"),
-            "the last run's scratch files: {seen}"
-        );
-        assert_eq!(seen["output"], serde_json::json!([]), "{seen}");
-        assert_eq!(seen["env"], Value::Null, "{seen}");
-        for leak in ["builtin", "module", "global"] {
-            assert_eq!(seen[leak], false, "{leak}: {seen}");
-        }
-        assert_eq!(seen["threads"], serde_json::json!(["MainThread"]), "{seen}");
+        assert_holds_nothing(&seen);
         assert_eq!(seen["cwd"], "/tmp", "{seen}");
-        // Nor of the warm-up it ran while it waited (`_warm_up`).
-        assert_eq!(seen["warm_up"], serde_json::json!([]), "{seen}");
         assert!(
             !randoms.contains(&seen["random"]),
             "another run's random state: {seen}"
@@ -200,15 +205,7 @@ fn a_process_made_ahead_holds_nothing_of_the_last_run() {
     cell("first", "kept = 1");
     std::thread::sleep(WAIT);
     let seen = cell("second", &format!("{looking}{AGE}"));
-    assert!(age(&seen) > 0.4, "not made ahead: {seen}");
-    assert!(!seen["tmp"].to_string().contains("left"), "{seen}");
-    assert_eq!(seen["output"], serde_json::json!([]), "{seen}");
-    assert_eq!(seen["env"], Value::Null, "{seen}");
-    for leak in ["builtin", "module", "global"] {
-        assert_eq!(seen[leak], false, "{leak}: {seen}");
-    }
-    assert_eq!(seen["threads"], serde_json::json!(["MainThread"]), "{seen}");
-    assert_eq!(seen["warm_up"], serde_json::json!([]), "{seen}");
+    assert_holds_nothing(&seen);
     // The first session still has its own state.
     let kept = cell("first", "found['kept'] = kept");
     assert_eq!(kept["kept"], 1, "{kept}");

@@ -203,7 +203,7 @@ impl Runner {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(guest);
-        } else if let Some(disposal) = self.disposal.as_ref().filter(|_| self.admission.alone()) {
+        } else if let Some(disposal) = self.disposal.as_ref().filter(|_| self.alone()) {
             // Its reset is left to the disposal thread while the caller has the answer;
             // with other runs going, the cores have work and the hand-over would cost.
             // So is refilling the instances made ahead: a run that executes alone does
@@ -243,22 +243,29 @@ impl Runner {
         )
     }
 
-    /// How many runs (fresh, or a session's first) took an instance made ahead.
-    pub(crate) fn instances_made_ahead_taken(&self) -> u64 {
+    /// Whether the run calling is the only one executing or waiting (an instance still
+    /// being reset after its run is not a run): the cores are free for work off the
+    /// runs' path.
+    fn alone(&self) -> bool {
+        self.admission
+            .alone(self.disposal.as_ref().map_or(0, Disposal::holding))
+    }
+
+    /// The instances made ahead: fresh runs' and sessions'.
+    fn made_ahead_pools(&self) -> impl Iterator<Item = &MadeAhead> {
         [&self.made_ahead, &self.session_made_ahead]
             .into_iter()
             .flatten()
-            .map(MadeAhead::taken)
-            .sum()
+    }
+
+    /// How many runs (fresh, or a session's first) took an instance made ahead.
+    pub(crate) fn instances_made_ahead_taken(&self) -> u64 {
+        self.made_ahead_pools().map(MadeAhead::taken).sum()
     }
 
     /// How many instances made ahead (fresh runs' and sessions') wait now.
     pub(crate) fn instances_made_ahead_waiting(&self) -> usize {
-        [&self.made_ahead, &self.session_made_ahead]
-            .into_iter()
-            .flatten()
-            .map(MadeAhead::waiting)
-            .sum()
+        self.made_ahead_pools().map(MadeAhead::waiting).sum()
     }
 
     /// The identity of what `tier`'s runs get, as a session's snapshot names it (the

@@ -14,8 +14,9 @@
 
 use super::helper_thread::HelperThread;
 use super::Guest;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::TrySendError;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use tokio::sync::OwnedSemaphorePermit;
 
 /// A thread that drops finished instances, started by the first one handed to it (`None`
@@ -23,6 +24,9 @@ use tokio::sync::OwnedSemaphorePermit;
 /// instance in disposal: its folder is removed before the sandbox's.
 pub(crate) struct Disposal {
     thread: OnceLock<Option<HelperThread<Finished>>>,
+    /// Admission slots held by the thread (0 or 1): runs that are alone but for an
+    /// instance in disposal count as alone ([`Disposal::holding`]).
+    holding: Arc<AtomicUsize>,
 }
 
 /// An instance and the admission slot its run held.
@@ -33,29 +37,42 @@ impl Disposal {
     pub(crate) fn new() -> Disposal {
         Disposal {
             thread: OnceLock::new(),
+            holding: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// How many admission slots the thread holds now (0 or 1): a slot it holds is not
+    /// another run's, which would share the cores.
+    pub(crate) fn holding(&self) -> usize {
+        self.holding.load(Ordering::SeqCst)
     }
 
     /// Drop `guest`, then release its run's admission `slot`: on the disposal thread if it
     /// is idle, else here.
     pub(crate) fn dispose(&self, guest: Guest, slot: OwnedSemaphorePermit) {
         let finished = (guest, slot);
-        let Some(thread) = self.thread.get_or_init(start) else {
+        let Some(thread) = self.thread.get_or_init(|| start(self.holding.clone())) else {
             return release(finished);
         };
+        // Counted before the send: the thread may release it before `try_send` returns.
+        self.holding.fetch_add(1, Ordering::SeqCst);
         match thread.try_send(finished) {
             Ok(()) => {}
             Err(TrySendError::Full(finished) | TrySendError::Disconnected(finished)) => {
+                self.holding.fetch_sub(1, Ordering::SeqCst);
                 release(finished)
             }
         }
     }
 }
 
-fn start() -> Option<HelperThread<Finished>> {
+fn start(holding: Arc<AtomicUsize>) -> Option<HelperThread<Finished>> {
     // Capacity 0: a send succeeds only while the thread waits for one.
-    HelperThread::start("sandpy-disposal", 0, |receiver| {
-        receiver.into_iter().for_each(release)
+    HelperThread::start("sandpy-disposal", 0, move |receiver| {
+        for finished in receiver {
+            release(finished);
+            holding.fetch_sub(1, Ordering::SeqCst);
+        }
     })
     .inspect_err(|e| {
         tracing::warn!("cannot start the instance disposal thread; runs drop their own: {e}")
