@@ -22,7 +22,7 @@ use {
     tar::Archive,
     wasm_encoder::{CustomSection, Section as _},
     wasmtime::{
-        Config, Engine, Store,
+        Config, Engine, OptLevel, Store,
         component::{Component, Instance, Linker, ResourceTable, ResourceType},
     },
     wasmtime_wasi::{
@@ -828,6 +828,9 @@ impl ComponentGenerator<'_> {
 
         let mut config = Config::new();
         config.wasm_component_model(true);
+        // sandpy: this engine runs the guest's start-up once, to snapshot its memory; the
+        // snapshot does not depend on the machine code, so it is compiled unoptimised.
+        config.cranelift_opt_level(OptLevel::None);
 
         let engine = Engine::new(&config)?;
 
