@@ -796,6 +796,26 @@ fn time_limit_a_busy_line_of_a_batch_ends_only_its_worker() {
     assert_eq!(answers[0], answers[1], "workers and threads answer alike");
 }
 
+/// Threads keep as many lines waiting for a slot as run: when each line takes its whole
+/// time limit, a waiting line waits as long as a run takes, and more; it is still answered
+/// `timeout` for its own run, never `busy` for the wait.
+#[test]
+fn time_limit_lines_waiting_behind_lines_that_take_their_whole_time_are_not_busy() {
+    let batch = Batch::new(
+        "def score(n):\n    while True:\n        pass\n",
+        &numbered_lines(5),
+    );
+    let (code, stdout, stderr) =
+        run(&batch.call(&["--in-process", "--jobs", "1", "--timeout-ms", "400"]));
+    assert_eq!(code, 1, "{stderr}");
+    let results = json_lines(&stdout);
+    assert_eq!(results.len(), 5, "{stdout} {stderr}");
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r["line"], i + 1, "in input order: {r}");
+        assert_eq!(r["status"], "timeout", "{r}");
+    }
+}
+
 /// A worker process killed in the middle of a line (here by the test, as the OOM killer
 /// or an operator might): that line is answered `internal_error` naming the signal, the
 /// other lines are answered by the remaining and new workers, in order.
