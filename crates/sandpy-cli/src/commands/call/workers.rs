@@ -142,7 +142,7 @@ pub(super) fn batch(
     let mut in_order = InOrder::new();
     // Lines sent to a worker that ended before it started them, to send again first.
     let mut unstarted: VecDeque<Sent> = VecDeque::new();
-    let (mut total, mut outstanding, mut input_done) = (0, 0, false);
+    let (mut total, mut input_done) = (0, false);
     loop {
         while !(input_done && unstarted.is_empty()) {
             // The worker with the fewest lines (one not started yet counts none).
@@ -188,10 +188,7 @@ pub(super) fn batch(
                 .as_mut()
                 .context("a worker was just started")?;
             match writeln!(worker.stdin, "{}", next.request).and_then(|()| worker.stdin.flush()) {
-                Ok(()) => {
-                    worker.sent.push_back(next);
-                    outstanding += 1;
-                }
+                Ok(()) => worker.sent.push_back(next),
                 Err(e) => {
                     // It ended already: its end is reported by its reader, then replaced.
                     worker.ending = true;
@@ -200,6 +197,8 @@ pub(super) fn batch(
                 }
             }
         }
+        // Lines sent and not answered yet.
+        let outstanding: usize = workers.iter().flatten().map(|w| w.sent.len()).sum();
         if input_done && unstarted.is_empty() && outstanding == 0 {
             break;
         }
@@ -210,7 +209,6 @@ pub(super) fn batch(
         match report {
             Some(text) => {
                 if let Some(Sent { line, .. }) = worker.sent.pop_front() {
-                    outstanding -= 1;
                     let mut value = serde_json::from_str::<Value>(&text)
                         .unwrap_or_else(|e| lost(line, &format!("its worker answered: {e}")));
                     if let Some(answer) = value.as_object_mut() {
@@ -219,7 +217,6 @@ pub(super) fn batch(
                     in_order.add(line, value)?;
                     if worker.ending {
                         // It ends after this answer: the lines sent after it go to others.
-                        outstanding -= worker.sent.len();
                         unstarted.extend(worker.sent.drain(..));
                     }
                 }
@@ -228,7 +225,6 @@ pub(super) fn batch(
                 let mut ended = workers[slot].take().context("the worker is there")?;
                 let status = ended.child.wait();
                 if let Some(Sent { line, .. }) = ended.sent.pop_front() {
-                    outstanding -= 1;
                     let how = match status {
                         Ok(status) => status.to_string(),
                         Err(e) => e.to_string(),
@@ -242,7 +238,6 @@ pub(super) fn batch(
                     )?;
                 }
                 // Those after the one it worked on were never started.
-                outstanding -= ended.sent.len();
                 unstarted.extend(ended.sent.drain(..));
             }
         }
