@@ -79,8 +79,28 @@ const PARTS: [(&str, Part); 15] = [
     ("native", Bench::native),
 ];
 
+/// The interpreter `python` starts, by its own `sys.executable`; `python` itself when it
+/// cannot say. A launcher such as pyenv's `python3` shim is a script that finds the
+/// interpreter through its environment: under `-I -S` (the start-up baseline) it fails, and
+/// elsewhere its own start-up would be timed as the native interpreter's.
+fn real_interpreter(python: &str) -> String {
+    let asked = std::process::Command::new(python)
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output();
+    let Ok(out) = asked else {
+        return python.to_string();
+    };
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if out.status.success() && std::path::Path::new(&path).is_file() {
+        path
+    } else {
+        python.to_string()
+    }
+}
+
 /// Measure what `args` asks for and print the figures on stdout.
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(mut args: Args) -> anyhow::Result<()> {
+    args.python = real_interpreter(&args.python);
     let sandpy_bin = match &args.sandpy {
         Some(path) => path.clone(),
         None => std::env::current_exe()?
@@ -159,4 +179,26 @@ fn sandbox_with(config: sandpy::Config) -> anyhow::Result<sandpy::Sandbox> {
         ..config
     };
     Ok(sandpy::Sandbox::new(config)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::real_interpreter;
+
+    #[test]
+    fn the_native_baseline_is_the_interpreter_itself_and_runs_isolated() {
+        let python = real_interpreter("python3");
+        assert!(std::path::Path::new(&python).is_absolute(), "{python}");
+        // What the start-up baseline runs: a launcher script (pyenv's shim) fails here.
+        let out = std::process::Command::new(&python)
+            .args(["-I", "-S", "-c", "print('hello')"])
+            .output()
+            .expect("the interpreter starts");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n", "{python}");
+        // A name that starts nothing is kept, for the part to report.
+        assert_eq!(
+            real_interpreter("/nonexistent/python"),
+            "/nonexistent/python"
+        );
+    }
 }
