@@ -22,6 +22,13 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
+/// How many lines each job holds at once: the one it runs and the next, ready, so that a
+/// job never waits for this process between lines. A worker process is sent its next line
+/// while it runs one (it waits in its stdin); threads keep as many lines waiting in the
+/// sandbox's queue as run (a batch in ~0.9x the time of one line per job at a time in both
+/// modes: docs/dev/performance.md, "Eval batches against fresh runs").
+const LINES_AHEAD: usize = 2;
+
 #[derive(clap::Args)]
 pub(super) struct Args {
     /// Python file that defines the function.
@@ -182,12 +189,12 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
             Outcome::Run(Status::Error)
         });
     }
-    // `jobs` runs execute at once, whatever the config's `max_concurrent_runs`, and as
-    // many more may wait for a slot (`batch` keeps them ready).
+    // `jobs` runs execute at once, whatever the config's `max_concurrent_runs`, and the
+    // lines `batch` keeps ready beside them may wait for a slot.
     let config = resolved.sandbox_config(sandpy::Config::default());
     let config = sandpy::Config {
         max_concurrent_runs: Some(jobs),
-        max_queued_runs: config.max_queued_runs.max(jobs),
+        max_queued_runs: config.max_queued_runs.max(jobs * (LINES_AHEAD - 1)),
         ..config
     };
     let batch = batch(
@@ -208,10 +215,9 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
 }
 
 /// Run every line in this process, `jobs` at a time (each a task on the runtime's
-/// threads), printing results in input order as they come. `jobs` more lines wait in the
-/// sandbox's queue, so that a slot is taken again as soon as a run leaves it (a batch in
-/// 0.92x the time of one with `jobs` in flight: docs/dev/performance.md, "Eval batches
-/// against fresh runs"). The program is checked and
+/// threads), printing results in input order as they come. Lines beside them wait in the
+/// sandbox's queue ([`LINES_AHEAD`] per job in all), so that a slot is taken again as soon
+/// as a run leaves it. The program is checked and
 /// compiled once for all lines ([`sandpy::Sandbox::compile_module`]) unless not
 /// `compile_once`; one that cannot run is every line's result.
 async fn batch(
@@ -228,7 +234,7 @@ async fn batch(
         Ok(code) => Ok(sandpy::CompiledModule::uncompiled(code)),
         Err(refused) => Err(refused.clone()),
     });
-    let slots = Arc::new(tokio::sync::Semaphore::new(jobs * 2));
+    let slots = Arc::new(tokio::sync::Semaphore::new(jobs * LINES_AHEAD));
     let (sender, mut results) = tokio::sync::mpsc::unbounded_channel::<(usize, Value)>();
     let mut in_order = InOrder::new();
     let mut total = 0;

@@ -13,6 +13,7 @@
 //! line is sent to it any more.
 
 use super::lines::{line_error, line_result, next_line, parse_line, InOrder};
+use super::LINES_AHEAD;
 use crate::common;
 use anyhow::Context;
 use sandpy::Status;
@@ -97,12 +98,6 @@ pub(super) fn overrun_answer(current: Arc<AtomicUsize>) -> sandpy::OnOverrun {
         std::process::exit(i32::from(crate::exit::status_code(execution.status)));
     })
 }
-
-/// How many lines a worker is sent ahead of its answers: the next waits in its stdin while
-/// it runs one, so that it never waits for this process between lines (a batch in ~0.9x
-/// the time of one line at a time: docs/dev/performance.md, "Eval batches against fresh
-/// runs").
-const LINES_AHEAD: usize = 2;
 
 /// A running worker: its stdin, the lines sent to it and not answered yet (the first is
 /// the one it works on; it reads the next only when that is answered), whether it said it
