@@ -17,7 +17,9 @@ use crate::error::error_chain;
 use crate::execution::{Execution, Status};
 use crate::plan::{Deadline, Plan};
 use crate::verdict::Refusal;
-use crate::wasm::{Disposal, Guest, InstanceFor, InstanceShape, MadeAhead, RunFolders, Runtime};
+use crate::wasm::{
+    Disposal, Guest, InstanceFor, InstanceShape, MadeAhead, RunFolders, Runtime, SpareCore,
+};
 use crate::{Config, Error, Limits, Policy, RunOptions};
 use std::sync::{Arc, OnceLock};
 use tracing::Instrument;
@@ -50,6 +52,8 @@ pub(crate) struct Runner {
     /// The next session's instance, made after a session's first run that was alone
     /// answered; `None` with one run at a time.
     session_made_ahead: Option<MadeAhead>,
+    /// Whether the process left a core spare for the disposal and made-ahead threads.
+    spare_core: SpareCore,
 }
 
 /// A run that passed its checks and holds a run slot.
@@ -103,6 +107,7 @@ impl Runner {
             disposal: (concurrency > 1).then(Disposal::new),
             made_ahead,
             session_made_ahead,
+            spare_core: SpareCore::new(),
         })
     }
 
@@ -203,13 +208,12 @@ impl Runner {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(guest);
-        } else if let Some(disposal) = self.disposal.as_ref().filter(|_| self.alone()) {
+        } else if let Some(disposal) = self.disposal.as_ref().filter(|_| self.hand_over()) {
             // Its reset is left to the disposal thread while the caller has the answer;
-            // with other runs going, the cores have work and the hand-over would cost.
-            // So is refilling the instances made ahead: a run that executes alone does
-            // not share the machine with either. Refilled after every run instead, 16
-            // runs at once in process made 0.65-0.70x the runs/s (docs/dev/performance.md,
-            // "Instances made ahead").
+            // with other runs going, or the cores busy with other work, the hand-over
+            // would cost. So is refilling the instances made ahead. Refilled after every
+            // run instead, 16 runs at once in process made 0.65-0.70x the runs/s
+            // (docs/dev/performance.md, "Instances made ahead").
             disposal.dispose(guest, run.slot);
             if let Some((made_ahead, shape)) = ahead {
                 made_ahead.request(runtime, shape);
@@ -243,12 +247,14 @@ impl Runner {
         )
     }
 
-    /// Whether the run calling is the only one executing or waiting (an instance still
-    /// being reset after its run is not a run): the cores are free for work off the
-    /// runs' path.
-    fn alone(&self) -> bool {
+    /// Whether work off the runs' path (a reset, instances made ahead) goes to the helper
+    /// threads now: the run calling is the only one executing or waiting (an instance
+    /// still being reset after its run is not a run), and the process left a core spare
+    /// lately (see [`SpareCore`]).
+    fn hand_over(&self) -> bool {
         self.admission
             .alone(self.disposal.as_ref().map_or(0, Disposal::holding))
+            && self.spare_core.now()
     }
 
     /// The instances made ahead: fresh runs' and sessions'.

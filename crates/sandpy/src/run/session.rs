@@ -151,7 +151,7 @@ impl Runner {
             deadline: run.deadline,
         };
         let executed = guest.execute(runtime, &plan).await;
-        if let Some((made_ahead, shape)) = first.filter(|_| self.alone()) {
+        if let Some((made_ahead, shape)) = first.filter(|_| self.hand_over()) {
             made_ahead.request(runtime, shape);
         }
         let (execution, fit) = match executed {

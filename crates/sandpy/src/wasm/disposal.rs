@@ -70,7 +70,7 @@ fn start(holding: Arc<AtomicUsize>) -> Option<HelperThread<Finished>> {
     // Capacity 0: a send succeeds only while the thread waits for one.
     HelperThread::start("sandpy-disposal", 0, move |receiver| {
         for finished in receiver {
-            release(finished);
+            super::spare_core::helper_work(|| release(finished));
             holding.fetch_sub(1, Ordering::SeqCst);
         }
     })

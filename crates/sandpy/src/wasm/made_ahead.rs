@@ -223,7 +223,8 @@ fn start(
         for Request { runtime, shape } in receiver {
             // One at a time, counted again after each: runs take them meanwhile.
             while ready.count(shape) < ready.depth {
-                match make(&executor, &folders, &runtime, shape) {
+                match super::spare_core::helper_work(|| make(&executor, &folders, &runtime, shape))
+                {
                     Some(guest) => ready.keep(shape, guest),
                     None => break,
                 }

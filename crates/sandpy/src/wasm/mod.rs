@@ -12,6 +12,7 @@
 //! - `disposal`: finished instances dropped (their memory reset) off the run's thread.
 //! - `made_ahead`: the next runs' instances made ahead, off the runs' threads.
 //! - `helper_thread`: the named, channel-fed thread each of those two runs on.
+//! - `spare_core`: whether a core is spare for those two threads' work.
 
 mod disk;
 mod disposal;
@@ -22,10 +23,12 @@ mod made_ahead;
 mod overrun;
 mod quota;
 mod runtime;
+mod spare_core;
 mod workspace;
 
 pub(crate) use disposal::Disposal;
 pub(crate) use guest::{Guest, InstanceFor, SessionInstance};
 pub(crate) use made_ahead::{InstanceShape, MadeAhead, MAX_DEPTH};
 pub(crate) use runtime::Runtime;
+pub(crate) use spare_core::SpareCore;
 pub(crate) use workspace::{remove_own_folders, sweep_stale, RunFolders};
