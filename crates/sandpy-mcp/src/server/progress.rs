@@ -5,7 +5,10 @@
 //! tool is called. A buffer that is full leaves the rest out of the stream and says how
 //! much in the next message (the result still carries the output, cut as always), so a
 //! client that reads slowly costs the server at most [`MAX_BUFFERED`] bytes and
-//! [`MAX_CALLS`] call notices per run.
+//! [`MAX_CALLS`] call notices per run. A run that ends before anything was sent sends no
+//! output at all: its result carries it, and a result with nothing before it goes out as
+//! one JSON body (`http/whole_answers.rs`), which clients read whole and keep their
+//! connection for.
 
 use crate::metrics::Metrics;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
@@ -112,6 +115,9 @@ async fn send(
         };
         let messages = {
             let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+            if last && sent == 0 && p.calls.is_empty() && p.calls_left_out == 0 {
+                return; // all of it is in the result, which follows at once
+            }
             take_messages(&mut p, last)
         };
         for text in messages {

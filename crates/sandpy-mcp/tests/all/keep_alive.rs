@@ -108,9 +108,10 @@ fn requests_on_one_kept_alive_connection_do_not_wait_for_the_clients_delayed_ack
 }
 
 /// A quick answer comes whole, as one JSON body (MCP clients read that to its end and keep
-/// the connection; they stop reading a stream at its answer and drop it); an answer that
-/// takes longer than the server holds a stream for it, or that has output streamed before
-/// it, comes as the SSE stream, its priming event first.
+/// the connection; they stop reading a stream at its answer and drop it), with the output
+/// of a run that ended before any was streamed; an answer that takes longer than the
+/// server holds a stream for it, or that has output streamed before it, comes as the SSE
+/// stream, its priming event first.
 #[test]
 fn a_quick_answer_comes_whole_and_a_slow_or_streaming_one_as_sse() {
     block_on(async {
@@ -124,7 +125,8 @@ fn a_quick_answer_comes_whole_and_a_slow_or_streaming_one_as_sse() {
                            "_meta": {"progressToken": "p"}}});
             post(address, &call.to_string(), Some(&session))
         };
-        let (head, body) = exchange(&mut stream, &call(2, "6 * 7")).await;
+        let (head, body) =
+            exchange(&mut stream, &call(2, "print('quick', flush=True)\n6 * 7")).await;
         assert_eq!(
             header(&head, "content-type"),
             Some("application/json"),
@@ -137,9 +139,17 @@ fn a_quick_answer_comes_whole_and_a_slow_or_streaming_one_as_sse() {
             answer["result"]["structuredContent"]["return_value"], 42,
             "{answer}"
         );
+        assert_eq!(
+            answer["result"]["structuredContent"]["stdout"], "quick\n",
+            "{answer}"
+        );
         for (id, code) in [
             (3, "import time\ntime.sleep(0.5)\n42"),
-            (4, "print('first', flush=True)\n42"),
+            // Past the size that is streamed at once, then well within the hold.
+            (
+                4,
+                "print('x' * 5000, flush=True)\nimport time\ntime.sleep(0.05)\n42",
+            ),
         ] {
             let (head, body) = exchange(&mut stream, &call(id, code)).await;
             assert_eq!(

@@ -243,9 +243,10 @@ fn an_event_id_of_another_session_brings_nothing_of_it() {
             Session::open(address, "a").await,
             Session::open(address, "b").await,
         );
-        // Output first, so that the answer comes as a stream (with ids), not whole.
+        // Output streamed first (past the size sent at once), so that the answer comes as
+        // a stream (with ids), not whole.
         let mut events = theirs
-            .run("print('soon', flush=True)\n'their secret'")
+            .run("print('x' * 5000, flush=True)\nimport time\ntime.sleep(0.05)\n'their secret'")
             .await;
         let priming = events.next().await.expect("a priming event");
         let last = priming.id.expect("an id");
