@@ -4,8 +4,9 @@
 //! slot's page tables for the pages the run dirtied (the `PAGEMAP_SCAN` ioctl) and copies
 //! the snapshot back over them, and the run's folders are checked before they are kept.
 //! None of it decides the run's result, so a run that is alone (no other executes or
-//! waits: a core is free) leaves it to this thread and answers at once. The slot and the
-//! folders go back to the pool only once reset, so no run sees another's memory or files.
+//! waits) while a core is spare (`spare_core`) leaves it to this thread and answers at
+//! once. The slot and the folders go back to the pool only once reset, so no run sees
+//! another's memory or files.
 //!
 //! An instance is handed over with its run's admission slot, released once it is reset:
 //! runs and instances in disposal together never hold more pool slots than runs may

@@ -3,8 +3,8 @@
 //! Instantiating the guest (its ten linked core modules, their imports and the ~5,700
 //! functions they put in the shared table) was a third or more of a lone fresh
 //! `print('hello')` in the pool (docs/dev/performance.md, "Instances made ahead"). After a
-//! run that was alone answered (no other executes or waits: a core is free), this thread
-//! makes instances until `depth` wait (fresh runs: one per run
+//! run that was alone answered (no other executes or waits) while a core was spare
+//! (`spare_core`), this thread makes instances until `depth` wait (fresh runs: one per run
 //! that may execute at once, at most [`MAX_DEPTH`]; sessions: one), and the next runs of
 //! the same [`InstanceShape`] take them instead of instantiating. Made after an answer,
 //! one at a time, never inside a run's time. Sessions have their own, on their engine
