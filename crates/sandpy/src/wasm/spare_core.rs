@@ -162,55 +162,49 @@ mod tests {
         }
     }
 
+    /// `spare_core`'s verdict while every core is busy (for 200 ms, in jobs of a
+    /// millisecond, as the helpers' are: a job is counted when it ends), done `as_helpers`
+    /// or not; asked every 50 ms (under [`STALE`]), as lone runs under load ask.
+    fn verdict_while_busy(spare_core: &SpareCore, as_helpers: bool) -> bool {
+        let spinners: Vec<_> = (0..spare_core.cores as usize)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    for _ in 0..200 {
+                        let job = || spin(Duration::from_millis(1));
+                        if as_helpers {
+                            helper_work(job)
+                        } else {
+                            job()
+                        }
+                    }
+                })
+            })
+            .collect();
+        let every = Duration::from_millis(50);
+        std::thread::sleep(every);
+        spare_core.now();
+        std::thread::sleep(every);
+        let during = spare_core.now();
+        spinners
+            .into_iter()
+            .for_each(|s| s.join().expect("the spinner"));
+        during
+    }
+
     #[test]
     fn a_process_that_keeps_every_core_busy_has_none_spare() {
         let _alone = one_at_a_time();
         let spare_core = SpareCore::new();
         assert!(spare_core.now(), "the first asker gets a spare core");
-        let cores = spare_core.cores as usize;
-        let busy = |as_helpers: bool| {
-            (0..cores)
-                .map(|_| {
-                    std::thread::spawn(move || {
-                        // In jobs of a millisecond, as the helpers' are: a job is counted
-                        // when it ends.
-                        for _ in 0..200 {
-                            let job = || spin(Duration::from_millis(1));
-                            if as_helpers {
-                                helper_work(job)
-                            } else {
-                                job()
-                            }
-                        }
-                    })
-                })
-                .collect::<Vec<_>>()
-        };
-        // Asked every 50 ms (under `STALE`), as lone runs under load ask.
-        let every = Duration::from_millis(50);
-        let spinners = busy(false);
-        std::thread::sleep(every);
-        spare_core.now();
-        std::thread::sleep(every);
-        let during = spare_core.now();
-        spinners
-            .into_iter()
-            .for_each(|s| s.join().expect("the spinner"));
         assert!(
-            !during,
-            "all {cores} cores were busy, yet one counted as spare"
+            !verdict_while_busy(&spare_core, false),
+            "all cores were busy, yet one counted as spare"
         );
-        // The same work as the helpers': it does not count against a spare core.
         spare_core.now();
-        let spinners = busy(true);
-        std::thread::sleep(every);
-        spare_core.now();
-        std::thread::sleep(every);
-        let during = spare_core.now();
-        spinners
-            .into_iter()
-            .for_each(|s| s.join().expect("the spinner"));
-        assert!(during, "the helpers' own work left no core spare");
+        assert!(
+            verdict_while_busy(&spare_core, true),
+            "the helpers' own work left no core spare"
+        );
     }
 
     #[test]
