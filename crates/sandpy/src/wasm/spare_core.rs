@@ -78,15 +78,21 @@ impl SpareCore {
     /// process's CPU time cannot be read, a core counts as spare, as it did before this
     /// check.
     pub(crate) fn now(&self) -> bool {
+        self.verdict(Instant::now(), || {
+            Some((cpu_time(ClockId::CLOCK_PROCESS_CPUTIME_ID)?, helpers_cpu()))
+        })
+    }
+
+    /// [`SpareCore::now`] at `at`, with `read` giving the process's and the helpers' CPU
+    /// time then (asked only when a new sample is taken).
+    fn verdict(&self, at: Instant, read: impl FnOnce() -> Option<(Duration, Duration)>) -> bool {
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
-        let at = Instant::now();
         if let Some(sample) = last.as_ref().filter(|s| at - s.at < WINDOW) {
             return sample.spare;
         }
-        let Some(process) = cpu_time(ClockId::CLOCK_PROCESS_CPUTIME_ID) else {
+        let Some((process, helpers)) = read() else {
             return true;
         };
-        let helpers = helpers_cpu();
         let fresh = last.as_ref().filter(|s| at - s.at < STALE);
         let spare = fresh.is_none_or(|before| {
             let others = process
@@ -124,14 +130,6 @@ fn cpu_time(clock: ClockId) -> Option<Duration> {
 mod tests {
     use super::*;
 
-    /// Held by each test that works as the helpers do or measures: the helpers' tally is
-    /// the process's, so another test's helper work would count in its windows.
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-    fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-        ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     #[test]
     fn half_a_core_left_unused_is_spare_and_less_is_not() {
         let second = Duration::from_secs(1);
@@ -146,7 +144,7 @@ mod tests {
 
     #[test]
     fn a_helpers_work_is_counted() {
-        let _alone = one_at_a_time();
+        // Other tests' helper work may be added meanwhile: a lower bound holds.
         let before = helpers_cpu();
         helper_work(|| spin(Duration::from_millis(30)));
         let counted = helpers_cpu() - before;
@@ -162,67 +160,79 @@ mod tests {
         }
     }
 
-    /// `spare_core`'s verdict while every core is busy (for 200 ms, in jobs of a
-    /// millisecond, as the helpers' are: a job is counted when it ends), done `as_helpers`
-    /// or not; asked every 50 ms (under [`STALE`]), as lone runs under load ask.
-    fn verdict_while_busy(spare_core: &SpareCore, as_helpers: bool) -> bool {
-        let spinners: Vec<_> = (0..spare_core.cores as usize)
-            .map(|_| {
-                std::thread::spawn(move || {
-                    for _ in 0..200 {
-                        let job = || spin(Duration::from_millis(1));
-                        if as_helpers {
-                            helper_work(job)
-                        } else {
-                            job()
-                        }
-                    }
-                })
-            })
-            .collect();
-        let every = Duration::from_millis(50);
-        std::thread::sleep(every);
-        spare_core.now();
-        std::thread::sleep(every);
-        let during = spare_core.now();
-        spinners
-            .into_iter()
-            .for_each(|s| s.join().expect("the spinner"));
-        during
-    }
-
     #[test]
-    fn a_process_that_keeps_every_core_busy_has_none_spare() {
-        let _alone = one_at_a_time();
-        let spare_core = SpareCore::new();
-        assert!(spare_core.now(), "the first asker gets a spare core");
+    fn the_process_clock_counts_every_threads_work() {
+        let before = cpu_time(ClockId::CLOCK_PROCESS_CPUTIME_ID).expect("the process's CPU time");
+        std::thread::spawn(|| spin(Duration::from_millis(30)))
+            .join()
+            .expect("the spinner");
+        let after = cpu_time(ClockId::CLOCK_PROCESS_CPUTIME_ID).expect("again");
         assert!(
-            !verdict_while_busy(&spare_core, false),
-            "all cores were busy, yet one counted as spare"
-        );
-        spare_core.now();
-        assert!(
-            verdict_while_busy(&spare_core, true),
-            "the helpers' own work left no core spare"
+            after - before >= Duration::from_millis(30),
+            "{:?}",
+            after - before
         );
     }
 
+    /// A verdict at `ms` after `start`, the process and the helpers having used
+    /// `process_ms` and `helpers_ms` of CPU time by then.
+    fn at(
+        spare_core: &SpareCore,
+        start: Instant,
+        ms: u64,
+        process_ms: u64,
+        helpers_ms: u64,
+    ) -> bool {
+        let read = (
+            Duration::from_millis(process_ms),
+            Duration::from_millis(helpers_ms),
+        );
+        spare_core.verdict(start + Duration::from_millis(ms), || Some(read))
+    }
+
     #[test]
-    fn after_a_stale_sample_a_core_is_spare_until_a_window_says_otherwise() {
-        let _alone = one_at_a_time();
-        let spare_core = SpareCore::new();
-        spare_core.now();
-        let spinners: Vec<_> = (0..spare_core.cores as usize)
-            .map(|_| std::thread::spawn(|| spin(STALE * 3)))
-            .collect();
-        std::thread::sleep(STALE + WINDOW);
-        let stale = spare_core.now();
-        std::thread::sleep(WINDOW * 3);
-        let fresh = spare_core.now();
-        spinners
-            .into_iter()
-            .for_each(|s| s.join().expect("the spinner"));
-        assert!(stale, "a verdict from a stale sample");
-        assert!(!fresh, "every core was busy over the last window");
+    fn every_core_busy_leaves_none_spare_and_the_helpers_work_does_not_count() {
+        let spare_core = SpareCore {
+            cores: 2.0,
+            last: Mutex::new(None),
+        };
+        let start = Instant::now();
+        assert!(
+            at(&spare_core, start, 0, 0, 0),
+            "the first asker gets a spare core"
+        );
+        // 20 ms of two cores' work in 20 ms.
+        assert!(!at(&spare_core, start, 20, 40, 0));
+        // Within a window of that sample: its verdict, no new reading.
+        assert!(!spare_core.verdict(start + Duration::from_millis(25), || unreachable!()));
+        // The same work again, 18 ms of it the helpers': 0.9 of a core left.
+        assert!(at(&spare_core, start, 40, 80, 18));
+        // One core's work: one left.
+        assert!(at(&spare_core, start, 60, 100, 18));
+        // 1.6 cores' work: 0.4 left, less than half a core.
+        assert!(!at(&spare_core, start, 80, 132, 18));
+    }
+
+    #[test]
+    fn a_stale_sample_leaves_a_core_spare_until_a_window_says_otherwise() {
+        let spare_core = SpareCore {
+            cores: 2.0,
+            last: Mutex::new(None),
+        };
+        let start = Instant::now();
+        at(&spare_core, start, 0, 0, 0);
+        // Every core busy for the 200 ms since: too long ago to say how busy they are now.
+        assert!(at(&spare_core, start, 200, 400, 0));
+        // The next window says it.
+        assert!(!at(&spare_core, start, 220, 440, 0));
+    }
+
+    #[test]
+    fn a_process_clock_that_cannot_be_read_leaves_a_core_spare() {
+        let spare_core = SpareCore {
+            cores: 2.0,
+            last: Mutex::new(None),
+        };
+        assert!(spare_core.verdict(Instant::now(), || None));
     }
 }
