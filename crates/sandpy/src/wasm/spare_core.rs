@@ -174,6 +174,14 @@ mod tests {
         );
     }
 
+    /// A sandbox's measure on a machine of two cores, nothing sampled yet.
+    fn two_cores() -> SpareCore {
+        SpareCore {
+            cores: 2.0,
+            last: Mutex::new(None),
+        }
+    }
+
     /// A verdict at `ms` after `start`, the process and the helpers having used
     /// `process_ms` and `helpers_ms` of CPU time by then.
     fn at(
@@ -192,10 +200,7 @@ mod tests {
 
     #[test]
     fn every_core_busy_leaves_none_spare_and_the_helpers_work_does_not_count() {
-        let spare_core = SpareCore {
-            cores: 2.0,
-            last: Mutex::new(None),
-        };
+        let spare_core = two_cores();
         let start = Instant::now();
         assert!(
             at(&spare_core, start, 0, 0, 0),
@@ -215,10 +220,7 @@ mod tests {
 
     #[test]
     fn a_stale_sample_leaves_a_core_spare_until_a_window_says_otherwise() {
-        let spare_core = SpareCore {
-            cores: 2.0,
-            last: Mutex::new(None),
-        };
+        let spare_core = two_cores();
         let start = Instant::now();
         at(&spare_core, start, 0, 0, 0);
         // Every core busy for the 200 ms since: too long ago to say how busy they are now.
@@ -229,10 +231,7 @@ mod tests {
 
     #[test]
     fn a_process_clock_that_cannot_be_read_leaves_a_core_spare() {
-        let spare_core = SpareCore {
-            cores: 2.0,
-            last: Mutex::new(None),
-        };
+        let spare_core = two_cores();
         assert!(spare_core.verdict(Instant::now(), || None));
     }
 }
