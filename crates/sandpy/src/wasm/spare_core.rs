@@ -13,7 +13,7 @@
 
 use nix::time::{clock_gettime, ClockId};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How long a verdict stands before the process's CPU time is read again (a read is one
@@ -30,8 +30,10 @@ const SPARE_SHARE: f64 = 0.5;
 
 /// The process's use of the cores, sampled at most once a [`WINDOW`].
 pub(crate) struct SpareCore {
-    /// The cores this process may use (its cgroup's quota, if it has one).
-    cores: f64,
+    /// The cores this process may use (its cgroup's quota, if it has one), read when the
+    /// first sample is judged: a process that never hands work over (a one-shot `sandpy
+    /// run`) reads nothing at start.
+    cores: OnceLock<f64>,
     last: Mutex<Option<Sample>>,
 }
 
@@ -66,11 +68,17 @@ fn helpers_cpu() -> Duration {
 impl SpareCore {
     /// Nothing sampled yet: the first asker gets a spare core.
     pub(crate) fn new() -> SpareCore {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         SpareCore {
-            cores: cores as f64,
+            cores: OnceLock::new(),
             last: Mutex::new(None),
         }
+    }
+
+    /// The cores this process may use.
+    fn cores(&self) -> f64 {
+        *self
+            .cores
+            .get_or_init(|| std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64))
     }
 
     /// Whether the process left at least half a core unused since the last sample (the
@@ -98,7 +106,7 @@ impl SpareCore {
             let others = process
                 .saturating_sub(before.process)
                 .saturating_sub(helpers.saturating_sub(before.helpers));
-            spare(self.cores, others, at - before.at)
+            spare(self.cores(), others, at - before.at)
         });
         *last = Some(Sample {
             at,
@@ -177,7 +185,7 @@ mod tests {
     /// A sandbox's measure on a machine of two cores, nothing sampled yet.
     fn two_cores() -> SpareCore {
         SpareCore {
-            cores: 2.0,
+            cores: OnceLock::from(2.0),
             last: Mutex::new(None),
         }
     }
