@@ -11,6 +11,13 @@ mod warm;
 use clap::Parser;
 use std::process::ExitCode;
 
+/// jemalloc instead of glibc's malloc: tokio's tasks and channels are 128-byte-aligned
+/// blocks, which glibc serves on its slow path; served calls spawn several each
+/// (docs/dev/performance.md, "jemalloc for the binaries").
+#[cfg(unix)]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     // A native-tier zygote is this binary started with a marker argument.
     sandpy::native::main_if_requested();
