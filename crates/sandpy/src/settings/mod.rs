@@ -16,12 +16,13 @@
 //!     "approve": ["mcp__everything__write_*"],
 //!     "audit_log": "sandpy-audit.jsonl",
 //!     "drain_grace_ms": 30000, "metrics_require_token": false, "ready_requires": ["everything"],
-//!     "allowed_origins": ["https://agent.example.com"],
+//!     "allowed_origins": ["https://agent.example.com"], "allowed_hosts": ["mcp.example.com"],
+//!     "metrics_tenant_names": false, "max_tenant_runs": 4, "max_tenant_queued_runs": 128,
 //!     "audit_arguments": false,
 //!     "sessions": { "max_sessions": 64, "memory_mb": 256, "idle_ttl_ms": 600000,
 //!                   "total_memory_mb": 8192, "tenant_max_sessions": 8, "tenant_memory_mb": 2048,
 //!                   "save_dir": "saved-sessions" },
-//!     "resources": { "session_mb": 64, "session_files": 1000, "total_mb": 256,
+//!     "resources": { "session_mb": 64, "session_files": 1000, "total_mb": 256, "tenant_mb": 128,
 //!                    "ttl_ms": 3600000, "inline_kb": 1024 },
 //!     "tenants": { "agent-a": { "token_env": "AGENT_A_TOKEN", "max_sessions": 16 } }
 //!   }
@@ -53,6 +54,16 @@ pub enum ConfigError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// Another user could write or swap the file (its servers' commands would run as this
+    /// user), so it is not read.
+    #[error("config `{path}` is not read")]
+    Untrusted {
+        /// The file.
+        path: PathBuf,
+        /// Whose it is, or who else can change it.
+        #[source]
+        source: crate::files::FolderError,
     },
     /// The file is not valid JSON, or a key has the wrong type or value.
     #[error("config `{path}`: at `{key}`: {message}")]
@@ -114,6 +125,12 @@ pub struct Settings {
     pub max_concurrent_runs: Option<usize>,
     /// Runs waiting for a slot before new ones are answered `busy` (default 256).
     pub max_queued_runs: Option<usize>,
+    /// Runs of one tenant of `sandpy serve --http` executing at once (default: half the
+    /// run slots, rounded up), so that one tenant cannot take every slot.
+    pub max_tenant_runs: Option<usize>,
+    /// Runs of one tenant waiting for its share before its new ones are answered `busy`
+    /// (default: half of `max_queued_runs`), so that one tenant cannot fill the queue.
+    pub max_tenant_queued_runs: Option<usize>,
     /// Host folders every run may read, at their guest paths.
     pub mounts: Vec<Mount>,
     /// How long runs in flight may go on after `sandpy serve --http` is told to stop
@@ -122,6 +139,13 @@ pub struct Settings {
     /// Whether `GET /metrics` needs the bearer token (it is open like the probes by
     /// default).
     pub metrics_require_token: bool,
+    /// Whether `GET /metrics` labels sessions by the tenants' names (`tenant="oauth:…"`);
+    /// otherwise by a keyed hash of each name. Only with `metrics_require_token`.
+    pub metrics_tenant_names: bool,
+    /// `Host` values (`host[:port]`) every route of `sandpy serve --http` answers, beside
+    /// the loopback names on a loopback server; any other `Host` gets 403 (DNS
+    /// rebinding). Empty beyond loopback: any `Host` (the token guards `/mcp`).
+    pub allowed_hosts: Vec<String>,
     /// Browser origins (`scheme://host[:port]`) whose requests `sandpy serve --http`
     /// takes; a request with any other `Origin` is refused with 403 (the MCP transport's
     /// rule against DNS rebinding and cross-site requests). Loopback origins are allowed
@@ -159,6 +183,9 @@ pub struct ResourceLimits {
     /// Bytes all sessions' kept files may hold together; a run whose files would go past
     /// it has none kept (the result says so).
     pub total_bytes: u64,
+    /// Bytes one tenant's kept files may hold together, over all its MCP sessions; its
+    /// oldest runs' files go to make room, so that one tenant cannot fill `total_bytes`.
+    pub tenant_bytes: u64,
     /// How long a run's files are kept, at most (they go sooner when the MCP session ends).
     pub ttl: Duration,
     /// Files (and images of rich outputs) up to this size are sent inline in the result
@@ -172,6 +199,7 @@ impl Default for ResourceLimits {
             session_bytes: 64 << 20,
             session_files: 1000,
             total_bytes: 256 << 20,
+            tenant_bytes: 128 << 20,
             ttl: Duration::from_secs(3600),
             inline_bytes: 1 << 20,
         }
@@ -357,6 +385,7 @@ mod tests {
             session_bytes: 2 << 20,
             session_files: 5,
             total_bytes: 3 << 20,
+            tenant_bytes: 2 << 20,
             ttl: Duration::from_millis(1500),
             inline_bytes: 0,
         };

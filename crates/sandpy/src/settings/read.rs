@@ -44,11 +44,17 @@ struct RawSandpy {
     tenants: BTreeMap<String, RawTenant>,
     max_concurrent_runs: Option<usize>,
     max_queued_runs: Option<usize>,
+    max_tenant_runs: Option<usize>,
+    max_tenant_queued_runs: Option<usize>,
     drain_grace_ms: Option<u64>,
     #[serde(default)]
     metrics_require_token: bool,
     #[serde(default)]
+    metrics_tenant_names: bool,
+    #[serde(default)]
     allowed_origins: Vec<String>,
+    #[serde(default)]
+    allowed_hosts: Vec<String>,
     #[serde(default)]
     ready_requires: Vec<String>,
     /// Guest path -> host folder (relative to the config file), read-only.
@@ -84,6 +90,7 @@ struct RawResources {
     session_mb: Option<u64>,
     session_files: Option<usize>,
     total_mb: Option<u64>,
+    tenant_mb: Option<u64>,
     ttl_ms: Option<u64>,
     inline_kb: Option<u64>,
 }
@@ -120,7 +127,25 @@ impl ConfigFile {
     }
 
     /// Read and check one config file.
+    ///
+    /// Its servers' commands run as this user, so the file must be one that no other user
+    /// can write or swap ([`crate::files::trusted_file`]).
     pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+        match crate::host_paths::trusted_file(path) {
+            Ok(_) => {}
+            Err(crate::host_paths::FolderError::Io { source, .. }) => {
+                return Err(ConfigError::Read {
+                    path: path.into(),
+                    source,
+                })
+            }
+            Err(source) => {
+                return Err(ConfigError::Untrusted {
+                    path: path.into(),
+                    source,
+                })
+            }
+        }
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.into(),
             source,
@@ -196,6 +221,16 @@ fn settings(
         })
         .collect();
     Mount::validate(&mounts).map_err(|e| invalid("sandpy.mounts", e.to_string()))?;
+    if raw.metrics_tenant_names && !raw.metrics_require_token {
+        let message = "names tenants in an open /metrics: set sandpy.metrics_require_token too";
+        return Err(invalid("sandpy.metrics_tenant_names", message.into()));
+    }
+    if raw.max_tenant_runs == Some(0) {
+        return Err(invalid(
+            "sandpy.max_tenant_runs",
+            "must be at least 1".into(),
+        ));
+    }
     let network = match raw.network {
         Some(network) => Some(network.read(base).map_err(|(key, e)| invalid(&key, e))?),
         None => None,
@@ -215,10 +250,14 @@ fn settings(
         tenants,
         max_concurrent_runs: raw.max_concurrent_runs,
         max_queued_runs: raw.max_queued_runs,
+        max_tenant_runs: raw.max_tenant_runs,
+        max_tenant_queued_runs: raw.max_tenant_queued_runs,
         mounts,
         drain_grace: raw.drain_grace_ms.map(Duration::from_millis),
         metrics_require_token: raw.metrics_require_token,
+        metrics_tenant_names: raw.metrics_tenant_names,
         allowed_origins: raw.allowed_origins,
+        allowed_hosts: raw.allowed_hosts,
         ready_requires: raw.ready_requires,
         runtime: raw.runtime.map(|p| base.join(p)),
         packages: raw.packages,
@@ -304,6 +343,19 @@ fn resource_limits(
             limits.session_bytes >> 20
         );
         return Err(invalid("sandpy.resources.total_mb", message));
+    }
+    // A tenant's share: half the server's by default, never less than one session's.
+    limits.tenant_bytes = match raw.tenant_mb {
+        Some(mb) => mib(mb),
+        None => (limits.total_bytes / 2).max(limits.session_bytes),
+    };
+    if limits.tenant_bytes < limits.session_bytes || limits.tenant_bytes > limits.total_bytes {
+        let message = format!(
+            "must be between sandpy.resources.session_mb ({}) and total_mb ({})",
+            limits.session_bytes >> 20,
+            limits.total_bytes >> 20
+        );
+        return Err(invalid("sandpy.resources.tenant_mb", message));
     }
     Ok(limits)
 }
