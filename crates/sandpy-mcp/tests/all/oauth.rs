@@ -589,6 +589,34 @@ fn forged_misdirected_and_stale_tokens_are_refused_with_their_reason() {
     });
 }
 
+/// RFC 7515 allows `crit` only as a list of extensions; `"crit": null` is no list, and a
+/// header that has `crit` at all is refused, whatever its value (it was taken as none).
+#[test]
+fn a_crit_header_of_null_or_any_value_is_refused() {
+    block_on(async {
+        let keys = Keys::new();
+        let issuer = Issuer::start(&keys, None).await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let address = serve(&issuer, json!({}), dir.path()).await;
+        let good = issuer.claims("mallory");
+        for crit in [json!(null), json!([]), json!("exp"), json!({})] {
+            let header = json!({"alg": "RS256", "kid": "rsa-1", "crit": crit});
+            let token = keys.sign(&header, &good);
+            let (status, challenge, session) = post(address, Some(&token), None, INITIALIZE).await;
+            assert_eq!(status, 401, "crit {crit}: {challenge}");
+            assert!(session.is_none(), "crit {crit}: no session made");
+            assert_eq!(
+                refused_because(&challenge),
+                "tokens signed with 'RS256 with `crit`' are not taken",
+                "crit {crit}"
+            );
+        }
+        let rs = json!({"alg": "RS256", "kid": "rsa-1"});
+        let (status, _, _) = post(address, Some(&keys.sign(&rs, &good)), None, INITIALIZE).await;
+        assert_eq!(status, 200, "the server still takes a good token");
+    });
+}
+
 #[test]
 fn unknown_key_ids_refetch_the_keys_at_most_once_per_interval() {
     block_on(async {

@@ -99,7 +99,15 @@ impl Refusal {
 struct RawHeader {
     alg: String,
     kid: Option<String>,
-    crit: Option<serde_json::Value>,
+    /// Whether the header has `crit` at all: any value, `null` too, is refused (RFC 7515
+    /// allows only a non-empty list, of extensions this server does not know).
+    #[serde(default, deserialize_with = "present")]
+    crit: bool,
+}
+
+/// `true` for a field that is there, whatever its value (`null` too).
+fn present<'de, D: serde::Deserializer<'de>>(field: D) -> Result<bool, D::Error> {
+    serde::de::IgnoredAny::deserialize(field).map(|_| true)
 }
 
 /// The claims a token must have, typed: a wrong type is a refusal, not a skipped check.
@@ -184,7 +192,7 @@ impl Verifier {
             .ok()
             .filter(|alg| ALLOWED.contains(alg))
             .ok_or_else(|| Refusal::Algorithm(quotable(&header.alg)))?;
-        if header.crit.is_some() {
+        if header.crit {
             return Err(Refusal::Algorithm(format!("{alg:?} with `crit`")));
         }
         let key = self.keys.find(header.kid.as_deref(), alg).await?;
