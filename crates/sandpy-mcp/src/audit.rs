@@ -37,11 +37,15 @@ fn code_hash(code: &str) -> String {
 }
 
 impl AuditLog {
-    /// Open (creating) the log for appending.
+    /// Open (creating) the log for appending, in a folder (made if missing) that no other
+    /// user controls: in one they could write in, a link put where the log goes would have
+    /// this user append to a file of their choosing.
     pub fn open(path: &Path, record_arguments: bool) -> std::io::Result<AuditLog> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        sandpy::files::output_folder(dir).map_err(std::io::Error::other)?;
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         Ok(AuditLog {
             file: Arc::new(Mutex::new(file)),

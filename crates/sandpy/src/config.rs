@@ -196,7 +196,7 @@ impl Config {
         }
         match std::env::var_os("SANDPY_SCRATCH_DIR") {
             Some(dir) => PathBuf::from(dir),
-            None => crate::private_folder::default_scratch_base(),
+            None => crate::host_paths::default_scratch_base(),
         }
     }
 

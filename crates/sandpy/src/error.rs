@@ -46,7 +46,7 @@ pub enum Error {
     /// A folder sandpy keeps for itself (the scratch base, the cache) is not this user's
     /// alone: another user could change what runs see or what the host loads.
     #[error(transparent)]
-    Folder(#[from] crate::private_folder::FolderError),
+    Folder(#[from] crate::host_paths::FolderError),
     /// Installing packages or building a runtime with them failed.
     #[error(transparent)]
     Packages(#[from] crate::packages::PackageError),

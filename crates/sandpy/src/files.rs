@@ -10,13 +10,36 @@
 use serde::{Deserialize, Serialize};
 use std::path::{Component, Path, PathBuf};
 
-pub use crate::private_folder::FolderError;
+pub use crate::host_paths::FolderError;
 
 /// Make `path` a folder of this user's alone (mode 0700), or refuse it if another user
-/// owns it, can write in it, or put a link in its place: for folders a front end keeps
-/// beside sandpy's own (saved sessions), which are reopened by path.
+/// owns it, can write in it, or put a link in its place, or controls a folder or link on
+/// the way to it: for folders a front end keeps beside sandpy's own (saved sessions, the
+/// warm runner's sockets), which are reopened by path.
 pub fn private_folder(path: &Path) -> Result<(), FolderError> {
-    crate::private_folder::ensure(path, crate::private_folder::Use::Private)
+    crate::host_paths::ensure(path, crate::host_paths::Use::Private)
+}
+
+/// Make `path` (and the folders above it) if missing, and check that it is a real folder
+/// of this user's (or root's) that no other user can write in, reached through folders and
+/// links no other user controls: for folders a front end writes a run's files into.
+pub fn output_folder(path: &Path) -> Result<(), FolderError> {
+    crate::host_paths::ensure(path, crate::host_paths::Use::Trusted)
+}
+
+/// Check a file whose content the host acts on (a config file, a CA file): a regular file
+/// of this user's or root's that no other user can write, reached through folders and
+/// links no other user controls.
+pub fn trusted_file(path: &Path) -> Result<(), FolderError> {
+    crate::host_paths::trusted_file(path).map(drop)
+}
+
+/// Check a path a user names for a run (a program or input file, a mount, the output
+/// folder) and return it with its links resolved: no other user controls a folder or a
+/// link on the way, so what is used later is what was named. The item itself may be
+/// anyone's.
+pub fn user_path(path: &Path) -> Result<PathBuf, FolderError> {
+    crate::host_paths::input(path)
 }
 
 /// Where the scratch folder appears in the guest (also the working directory).
@@ -207,7 +230,9 @@ pub(crate) fn check_mounts(mounts: &[Mount]) -> Result<CheckedMounts, MountError
     let mut checked: Vec<(PathBuf, String)> = Vec::with_capacity(mounts.len());
     for mount in mounts {
         let guest = normal_guest_path(&mount.guest)?;
-        let host = std::fs::canonicalize(&mount.host).map_err(|e| MountError::HostUnreadable {
+        // Resolved through the one check of host paths: no other user controls a folder or
+        // a link on the way, so the folder opened for each run is the one checked here.
+        let host = crate::host_paths::input(&mount.host).map_err(|e| MountError::HostUnreadable {
             host: mount.host.clone(),
             reason: e.to_string(),
         })?;

@@ -167,19 +167,38 @@ const TOOLCHAIN: &str = "pip";
 /// that need it at once take turns (a file lock): one makes it, the others then find it
 /// made.
 fn toolchain(config: &Config) -> Result<PathBuf, Error> {
+    use crate::host_paths::{ensure, trusted_file, trusted_tree, Use};
     let cache = config.resolved_cache_dir();
+    // What runs from here runs as this user: the cache, the venv and everything in it must
+    // be this user's (or root's), never trusted by the marker's name alone.
+    ensure(&cache, Use::Trusted)?;
     let venv = cache.join("toolchain");
     let marker = venv.join(".sandpy-toolchain");
-    let ready = || std::fs::read_to_string(&marker).ok().as_deref() == Some(TOOLCHAIN);
+    let ready = || {
+        trusted_tree(&venv).is_ok()
+            && [marker.clone(), venv.join("bin/python"), venv.join("bin/pip")]
+                .iter()
+                .all(|file| trusted_file(file).is_ok())
+            && std::fs::read_to_string(&marker).ok().as_deref() == Some(TOOLCHAIN)
+    };
     if ready() {
         return Ok(venv);
     }
-    std::fs::create_dir_all(&cache).map_err(file_error(&cache))?;
     let lock_path = cache.join("toolchain.lock");
     let lock = std::fs::File::create(&lock_path).map_err(file_error(&lock_path))?;
     lock.lock().map_err(file_error(&lock_path))?; // released when `lock` is dropped
     if ready() {
         return Ok(venv);
+    }
+    // Whatever is under the name (half made, or not this user's) is put aside, not reused.
+    if std::fs::symlink_metadata(&venv).is_ok() {
+        let aside = tempfile::Builder::new()
+            .prefix(".toolchain-stale-")
+            .tempdir_in(&cache)
+            .map_err(file_error(&cache))?
+            .keep();
+        std::fs::rename(&venv, aside.join("toolchain")).map_err(file_error(&venv))?;
+        let _ = std::fs::remove_dir_all(&aside);
     }
     config.report_progress(&format!(
         "sandpy: setting up pip in {} (once)...",
@@ -200,8 +219,20 @@ fn toolchain(config: &Config) -> Result<PathBuf, Error> {
         }
         .into())
     };
+    let mut make_venv = Command::new(&python);
+    make_venv.args(["-m", "venv"]).arg(&venv);
+    // Made writable by no one else whatever this process's umask, or it would never pass
+    // the check above and be made again at every build.
+    // SAFETY: `umask` is async-signal-safe and touches no memory; it runs in the child
+    // between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut make_venv, || {
+            libc::umask(0o022);
+            Ok(())
+        });
+    }
     step(
-        Command::new(&python).args(["-m", "venv"]).arg(&venv),
+        &mut make_venv,
         &format!("`{python} -m venv` (needs Python 3 with venv; or set SANDPY_PYTHON)"),
     )?;
     std::fs::write(&marker, TOOLCHAIN).map_err(file_error(&marker))?;

@@ -35,7 +35,9 @@ impl Program {
                 .context("cannot read the program from stdin")?;
             bytes
         } else {
-            std::fs::read(file).with_context(|| format!("cannot read `{}`", file.display()))?
+            let real = sandpy::files::user_path(file)
+                .with_context(|| format!("cannot read `{}`", file.display()))?;
+            std::fs::read(real).with_context(|| format!("cannot read `{}`", file.display()))?
         };
         let name = if from_stdin {
             "<stdin>".to_string()

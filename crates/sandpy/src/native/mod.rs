@@ -23,7 +23,7 @@ mod confine;
 mod guest_files;
 mod left_output;
 mod made_ahead;
-mod protocol;
+pub(crate) mod protocol;
 mod python;
 mod seccomp;
 mod serve;
@@ -163,6 +163,14 @@ pub enum NativeError {
         #[source]
         source: std::io::Error,
     },
+    /// The cache folder that holds the guest code is not one only this user (or root)
+    /// controls.
+    #[error("the native tier's guest code cannot be kept in the cache")]
+    GuestFolder(#[source] crate::host_paths::FolderError),
+    /// A folder of the Python installation or its packages is not one only this user
+    /// (or root) controls.
+    #[error("the native tier does not load this Python's code")]
+    InstallFolder(#[source] crate::host_paths::FolderError),
     /// A folder the runs must read (the Python, the venv, the guest code) cannot be
     /// shown to them at its own path.
     #[error("the native tier cannot show `{}` to its runs: {reason}", .path.display())]

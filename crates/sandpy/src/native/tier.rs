@@ -61,6 +61,30 @@ impl std::fmt::Debug for NativeTier {
     }
 }
 
+/// The zygote imports the installation's code as the user sandpy runs as (root, often),
+/// before any confinement: each of its folders must be one that no other user controls
+/// ([`crate::host_paths`]), and the packages' folders so at every depth (a package folder
+/// another user could write in would run their code in the zygote).
+fn check_install(install: &PythonInstall) -> Result<(), NativeError> {
+    use crate::host_paths::{existing_folder, trusted_tree, FolderError, Use};
+    let missing = |e: &FolderError| {
+        matches!(e, FolderError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    };
+    for folder in install.folders() {
+        match existing_folder(&folder, Use::Trusted) {
+            Err(e) if !missing(&e) => return Err(NativeError::InstallFolder(e)),
+            _ => {}
+        }
+    }
+    for folder in &install.site_dirs {
+        match trusted_tree(folder) {
+            Err(e) if !missing(&e) => return Err(NativeError::InstallFolder(e)),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 impl NativeTier {
     /// Check the kernel, find the Python, start the zygote and wait until its packages
     /// are imported. Blocking (seconds with large packages).
@@ -69,6 +93,7 @@ impl NativeTier {
         let python = config.python_executable();
         let install = PythonInstall::probe(&python)?;
         let guest_dir = guest_files::write(cache_dir)?;
+        check_install(&install)?;
         let mut readable: Vec<PathBuf> = SYSTEM_PATHS.iter().map(PathBuf::from).collect();
         readable.extend(confine::DEVICES.iter().map(PathBuf::from));
         for folder in install.folders().into_iter().chain([guest_dir.clone()]) {

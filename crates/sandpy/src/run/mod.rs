@@ -74,8 +74,8 @@ impl Runner {
         // Another user's folder (or a link) is refused here; one that cannot be made yet
         // (a read-only file system) fails each run instead, as `internal_error`, so that a
         // server still starts and says why in every answer.
-        match crate::private_folder::ensure(&scratch, crate::private_folder::Use::Private) {
-            Err(crate::private_folder::FolderError::Io { path, source }) => {
+        match crate::host_paths::ensure(&scratch, crate::host_paths::Use::Private) {
+            Err(crate::host_paths::FolderError::Io { path, source }) => {
                 tracing::warn!("the scratch folder `{}`: {source}", path.display());
             }
             checked => checked?,

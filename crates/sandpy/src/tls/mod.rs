@@ -53,6 +53,15 @@ pub enum CaFileError {
         /// Why.
         error: std::io::Error,
     },
+    /// Another user could write or swap the file, and so choose whom sandpy trusts.
+    #[error("`{}` is not used as trust anchors", path.display())]
+    Untrusted {
+        /// The file.
+        path: PathBuf,
+        /// Whose it is, or who else can change it.
+        #[source]
+        source: crate::files::FolderError,
+    },
     /// The file is not PEM (a section that does not decode).
     #[error("`{}` is not a PEM file: {reason}", path.display())]
     NotPem {
@@ -84,6 +93,17 @@ impl CaFile {
     /// certificate, or holds one that cannot serve as a trust anchor.
     pub fn read(path: &Path) -> Result<CaFile, CaFileError> {
         let path = path.to_path_buf();
+        // Trust anchors: a file another user could write would let them stand in for any host.
+        match crate::host_paths::trusted_file(&path) {
+            Ok(_) => {}
+            Err(crate::host_paths::FolderError::Io { source, .. }) => {
+                return Err(CaFileError::Read {
+                    path,
+                    error: source,
+                })
+            }
+            Err(source) => return Err(CaFileError::Untrusted { path, source }),
+        }
         let bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
             Err(error) => return Err(CaFileError::Read { path, error }),

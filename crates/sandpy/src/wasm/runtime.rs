@@ -223,7 +223,8 @@ fn file_identity(path: &Path) -> Result<String, Error> {
         path: path.to_path_buf(),
         source,
     };
-    let canonical = std::fs::canonicalize(path).map_err(runtime_error)?;
+    // Its guest code runs with the run's tools and secrets: no other user may swap it.
+    let canonical = crate::host_paths::input(path)?;
     let meta = std::fs::metadata(&canonical).map_err(runtime_error)?;
     if !meta.is_file() {
         let not_a_file = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file");
@@ -249,8 +250,16 @@ fn load_component(
 ) -> Result<Component, Error> {
     let dir = path.parent().unwrap_or(Path::new("."));
     // What is in the cache is loaded as native code: only from a folder no one else writes.
-    crate::private_folder::ensure(dir, crate::private_folder::Use::Trusted)?;
-    if path.exists() {
+    crate::host_paths::ensure(dir, crate::host_paths::Use::Trusted)?;
+    // The file too: a regular file of ours or root's that no one else can write (a link
+    // or an open file in its place is written again, not loaded).
+    let trusted = crate::host_paths::trusted_file(path);
+    if let Err(e) = &trusted {
+        if path.exists() {
+            tracing::warn!("cached runtime not loaded: {e}; rebuilding it");
+        }
+    }
+    if trusted.is_ok() {
         // SAFETY: the file was written by `precompile_component` of an engine whose
         // compatibility hash is in its name; wasmtime also checks its header and refuses
         // files from another version or configuration.

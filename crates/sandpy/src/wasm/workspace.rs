@@ -90,7 +90,7 @@ impl RunFolders {
     fn new_folder(&self, kind: &str) -> Result<tempfile::TempDir, String> {
         let base = &self.base;
         // Checked at each new folder: made again if something removed it (a cleaner of /tmp).
-        crate::private_folder::ensure(base, crate::private_folder::Use::Private)
+        crate::host_paths::ensure(base, crate::host_paths::Use::Private)
             .map_err(|e| e.to_string())?;
         tempfile::Builder::new()
             .prefix(&format!("run-{}-{kind}", std::process::id()))

@@ -54,10 +54,11 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
         Program::read(args.file.as_ref(), args.code.as_ref())?
     };
     let stdin = match &args.input {
-        Some(path) => Some(
-            std::fs::read(path)
-                .with_context(|| format!("cannot read input `{}`", path.display()))?,
-        ),
+        Some(path) => {
+            let context = || format!("cannot read input `{}`", path.display());
+            let real = sandpy::files::user_path(path).with_context(context)?;
+            Some(std::fs::read(real).with_context(context)?)
+        }
         None => None,
     };
     let (config, resolved) = args.settings.resolve_with_servers()?;
