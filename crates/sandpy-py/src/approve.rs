@@ -7,20 +7,20 @@
 //! or an exception refuses the call (the code gets a `ToolError` naming the exception); a
 //! `KeyboardInterrupt` or `SystemExit` stops the run and is the host program's.
 
-use crate::convert::{json_to_py, type_name};
-use crate::tools::{Answer, Completion, HostCall, HostSettings, RunStop};
+use crate::convert::type_name;
+use crate::invocation::Arguments;
+use crate::tools::{Answer, Completion, HostCall, RunStop};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
 use sandpy::tools::{ApprovalFuture, ApprovalRequest, Approver, Decision};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 
-/// The approver for `approve` (None when it is None): run as `host` runs host tools, on
+/// The approver for `approve` (None when it is None): run as the run's host tools run
+/// (through `stop`'s calls), on
 /// `caller_loop` (`run_async`) for a coroutine function; an interrupt stops `stop`'s run.
 fn approver(
     approve: Option<&Bound<'_, PyAny>>,
-    host: &HostSettings,
     caller_loop: Option<Py<PyAny>>,
     stop: &Arc<RunStop>,
 ) -> PyResult<Option<Arc<dyn Approver>>> {
@@ -39,7 +39,7 @@ fn approver(
         .call_method1("iscoroutinefunction", (function,))?
         .is_truthy()?;
     let function = Arc::new(function.clone().unbind());
-    let calls = host.calls.clone();
+    let calls = stop.calls.clone();
     let caller_loop = caller_loop.map(Arc::new);
     let stop = stop.clone();
     Ok(Some(Arc::new(
@@ -47,13 +47,12 @@ fn approver(
             let tool = request.tool.clone();
             let (sender, receiver) = tokio::sync::oneshot::channel();
             let pending = Python::attach(|py| {
-                let args = arguments(py, &request).map_err(|e| {
-                    sandpy::tools::ToolError::from(format!("the arguments: {}", e.value(py)))
-                })?;
+                let tool = Value::String(request.tool.clone());
+                let arguments = Arguments::positional(&[&tool, &request.arguments]);
                 let call = HostCall {
                     calls: &calls,
                     caller_loop: caller_loop.as_deref(),
-                    function: function.bind(py),
+                    function: function.clone(),
                     is_async,
                     completion: Completion {
                         sender: Mutex::new(Some(sender)),
@@ -64,7 +63,7 @@ fn approver(
                         answer: Answer::Truthy,
                     },
                 };
-                call.start(args, None)
+                call.start(py, arguments)
             });
             Box::pin(async move {
                 let answer = match pending {
@@ -92,26 +91,13 @@ fn approver(
     )))
 }
 
-/// `(tool, arguments)` as the function gets them.
-fn arguments<'py>(py: Python<'py>, request: &ApprovalRequest) -> PyResult<Bound<'py, PyTuple>> {
-    let arguments = json_to_py(py, &request.arguments)?;
-    PyTuple::new(
-        py,
-        [
-            request.tool.clone().into_pyobject(py)?.into_any(),
-            arguments,
-        ],
-    )
-}
-
 /// Give `options` the approver `approve` and add the patterns of `require_approval` (each
-/// checked). `host` and `stop` are the Sandbox's and the run's (see [`approver`]); `py` is
+/// checked). `stop` is the run's (see [`approver`]); `py` is
 /// given for a run awaited on the caller's event loop (`run_async`).
 pub(crate) fn apply(
     options: &mut sandpy::RunOptions,
     approve: Option<&Bound<'_, PyAny>>,
     require_approval: Option<Vec<String>>,
-    host: &HostSettings,
     stop: &Arc<RunStop>,
     on_loop: Option<Python<'_>>,
 ) -> PyResult<()> {
@@ -131,6 +117,6 @@ pub(crate) fn apply(
         ),
         _ => None,
     };
-    options.approver = approver(approve, host, caller_loop, stop)?;
+    options.approver = approver(approve, caller_loop, stop)?;
     Ok(())
 }

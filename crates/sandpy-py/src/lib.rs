@@ -21,6 +21,7 @@ use std::sync::OnceLock;
 mod approve;
 mod convert;
 mod execution;
+mod invocation;
 mod sandbox;
 mod session;
 mod shared;
@@ -157,6 +158,30 @@ where
         })
     })?;
     stop.outcome(waited?)
+}
+
+/// `future` to its end on sandpy's runtime with the GIL released (see [`without_gil`]),
+/// checking for signals every 50 ms: a Ctrl-C drops the future (it stops waiting: for a
+/// lock, say, which nothing then holds) and raises. For waits that start no run; a run's
+/// is [`wait_run`].
+pub(crate) fn wait<F>(py: Python<'_>, future: F) -> PyResult<F::Output>
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
+    let rt = runtime()?;
+    without_gil(py, move || {
+        rt.block_on(async move {
+            tokio::pin!(future);
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
+            loop {
+                tokio::select! {
+                    out = &mut future => return Ok(out),
+                    _ = tick.tick() => Python::attach(|py| py.check_signals())?,
+                }
+            }
+        })
+    })?
 }
 
 /// A run's `future` as a coroutine on the running asyncio loop (a coroutine, so that

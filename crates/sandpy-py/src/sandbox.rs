@@ -39,7 +39,7 @@ fn native_launcher(py: Python<'_>, python: &std::path::Path) -> PyResult<Vec<std
 #[pymethods]
 impl PySandbox {
     #[new]
-    #[pyo3(signature = (config=None, policy=None, mounts=None, tier=None, allow_hosts=None, *, tool_threads=16, tool_error_messages=false))]
+    #[pyo3(signature = (config=None, policy=None, mounts=None, tier=None, allow_hosts=None, *, tool_threads=16, tool_queue=1024, tool_error_messages=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -49,12 +49,17 @@ impl PySandbox {
         tier: Option<&str>,
         allow_hosts: Option<Vec<String>>,
         tool_threads: usize,
+        tool_queue: usize,
         tool_error_messages: bool,
     ) -> PyResult<PySandbox> {
         if tool_threads == 0 {
             return Err(PyValueError::new_err("tool_threads must be at least 1"));
         }
-        let host = crate::tools::HostSettings::new(py, tool_threads, tool_error_messages)?;
+        if tool_queue == 0 {
+            return Err(PyValueError::new_err("tool_queue must be at least 1"));
+        }
+        let host =
+            crate::tools::HostSettings::new(py, tool_threads, tool_queue, tool_error_messages)?;
         let file = match &config {
             Some(path) => sandpy_mcp::ConfigFile::load(path).map_err(config_error)?,
             None => sandpy_mcp::ConfigFile::default(),

@@ -4,7 +4,7 @@
 use crate::convert::RunArgs;
 use crate::execution::PyExecution;
 use crate::shared::{PySandbox, Shared};
-use crate::{answer, block_on, on_loop, SessionError};
+use crate::{answer, on_loop, wait, wait_run, SessionError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
@@ -106,7 +106,7 @@ impl PySession {
     /// `SessionError` when the journal passed its cap.
     fn save<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let session = self.open()?;
-        let snapshot = block_on(py, async move { session.snapshot().await })?
+        let snapshot = wait(py, async move { session.snapshot().await })?
             .map_err(|e| SessionError::new_err(e.to_string()))?;
         let bytes = serde_json::to_vec(&snapshot)
             .map_err(|e| SessionError::new_err(format!("cannot serialise the session: {e}")))?;
@@ -118,7 +118,9 @@ impl PySession {
     /// when the replay fails (another runtime, or a run that ends differently).
     ///
     /// Give the `tools` the saved runs used: their calls are answered from the journal,
-    /// not made again, but the code must find the same tools.
+    /// not made again, but the code must find the same tools. Each run is replayed under
+    /// the limits it was given (its `timeout_ms`). Ctrl-C stops the replay and raises
+    /// `KeyboardInterrupt`.
     #[staticmethod]
     #[pyo3(signature = (sandbox, data, *, tools=None))]
     fn restore(
@@ -130,23 +132,25 @@ impl PySession {
         let snapshot: sandpy::sessions::SessionSnapshot = serde_json::from_slice(data)
             .map_err(|e| PyValueError::new_err(format!("not a saved sandpy session: {e}")))?;
         let shared = sandbox.shared.clone();
-        let (options, _) = shared.options(py, RunArgs::default(), tools, None)?;
+        let (options, stop) = shared.options(py, RunArgs::default(), tools, None)?;
         let limits = shared.resolved.settings.sessions.clone();
         let sandbox = shared.sandbox.clone();
-        let session = block_on(py, async move {
+        let replay = async move {
             sandpy::sessions::Session::restore(&sandbox, &snapshot, &limits, &options).await
-        })?
-        .map_err(|e| SessionError::new_err(e.to_string()))?;
+        };
+        let session =
+            wait_run(py, replay, &stop)?.map_err(|e| SessionError::new_err(e.to_string()))?;
         Ok(PySession::new(shared, session))
     }
 
-    /// A second, independent session with this one's state (its runs are replayed: give
-    /// the `tools` they used, as for `restore`).
+    /// A second, independent session with this one's state (its runs are replayed, each
+    /// under its own limits: give the `tools` they used, as for `restore`). Ctrl-C stops
+    /// the replay and raises `KeyboardInterrupt`.
     #[pyo3(signature = (*, tools=None))]
     fn fork(&self, py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<PySession> {
         let session = self.open()?;
-        let (options, _) = self.shared.options(py, RunArgs::default(), tools, None)?;
-        let forked = block_on(py, async move { session.fork(&options).await })?
+        let (options, stop) = self.shared.options(py, RunArgs::default(), tools, None)?;
+        let forked = wait_run(py, async move { session.fork(&options).await }, &stop)?
             .map_err(|e| SessionError::new_err(e.to_string()))?;
         Ok(PySession::new(self.shared.clone(), forked))
     }
@@ -154,7 +158,7 @@ impl PySession {
     /// Forget all state: the next run starts from a fresh interpreter.
     fn reset(&self, py: Python<'_>) -> PyResult<()> {
         let session = self.open()?;
-        block_on(py, async move { session.reset().await })
+        wait(py, async move { session.reset().await })
     }
 
     /// Free the session's instance; later calls raise `ValueError`. Closing twice is fine.

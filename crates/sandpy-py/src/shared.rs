@@ -69,14 +69,7 @@ impl Shared {
         let (mut options, stop) = self.call_options(py, args, tools, on_loop)?;
         options.on_output = crate::convert::output_sink(on_output)?;
         let on_loop = on_loop.then_some(py);
-        crate::approve::apply(
-            &mut options,
-            approve,
-            require_approval,
-            &self.host,
-            &stop,
-            on_loop,
-        )?;
+        crate::approve::apply(&mut options, approve, require_approval, &stop, on_loop)?;
         Ok((options, stop))
     }
 
@@ -136,7 +129,7 @@ impl Shared {
         if args.policy.is_some() {
             options.policy = args.policy;
         }
-        let stop = Arc::new(RunStop::default());
+        let stop = Arc::new(self.host.run_stop(py)?);
         options.cancel = Some(stop.token.clone());
         let upstream = self.hub.as_ref().map(|hub| {
             let n = self.runs.fetch_add(1, Ordering::Relaxed);

@@ -11,8 +11,15 @@
 //! runs on the caller's event loop for `run_async`, else on the Sandbox's own loop (one
 //! thread). Each call is a `concurrent.futures.Future` the run awaits ([`Pending`]); when
 //! the run ends without its answer (deadline, cancel), the future is cancelled: a call
-//! still queued never starts, a coroutine gets `CancelledError`, a sync function already
-//! running finishes on its thread and its answer is dropped.
+//! still waiting leaves the queue with its arguments at once and never starts, a coroutine
+//! gets `CancelledError`, a sync function already running finishes on its thread and its
+//! answer is dropped.
+//!
+//! A call is handed over as an [`Invocation`] (`invocation.rs`): the guest's JSON, made
+//! into Python arguments only when a thread (or the loop) starts the call, so that what
+//! waits is the JSON alone, counted ([`Arguments::weight`]) against the bounds of what may
+//! wait, per run and per Sandbox (`_host.py`): a call past them fails at once, naming the
+//! bound.
 //!
 //! What the guest learns of a failure ([`raised`]): a `sandpy.ToolError`'s message; of any
 //! other exception only its type and the tool's name, unless the Sandbox passes messages
@@ -20,7 +27,8 @@
 //! program's, not the guest's: it stops the run ([`RunStop`]) and is raised by the call
 //! that ran it.
 
-use crate::convert::{json_to_py, py_to_json, type_name};
+use crate::convert::{py_to_json, type_name};
+use crate::invocation::{Arguments, Invocation};
 use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
@@ -45,35 +53,52 @@ struct HostTool {
 }
 
 /// What every run of one Sandbox's host tools shares: where they run (a
-/// `sandpy._host.HostCalls`: the thread pool and the event loop) and what failures tell
-/// the guest.
+/// `sandpy._host.HostCalls`: the thread pool, the event loop and the bounds of what waits
+/// for them) and what failures tell the guest.
 pub(crate) struct HostSettings {
-    pub calls: Arc<Py<PyAny>>,
+    calls: Py<PyAny>,
     /// Pass any exception's message to the guest, not only a `sandpy.ToolError`'s.
     pub error_messages: bool,
 }
 
 impl HostSettings {
-    /// `threads` threads at most for sync host tools (made as calls need them).
-    pub(crate) fn new(py: Python<'_>, threads: usize, error_messages: bool) -> PyResult<Self> {
+    /// `threads` threads at most for sync host tools (made as calls need them); `queue`
+    /// calls at most waiting to start per run (four times that per Sandbox).
+    pub(crate) fn new(
+        py: Python<'_>,
+        threads: usize,
+        queue: usize,
+        error_messages: bool,
+    ) -> PyResult<Self> {
         let calls = py
             .import("sandpy._host")?
             .getattr("HostCalls")?
-            .call1((threads,))?;
+            .call1((threads, queue))?;
         Ok(HostSettings {
-            calls: Arc::new(calls.unbind()),
+            calls: calls.unbind(),
             error_messages,
+        })
+    }
+
+    /// What one run stops by, with its own share of the calls (a `sandpy._host.RunCalls`).
+    pub(crate) fn run_stop(&self, py: Python<'_>) -> PyResult<RunStop> {
+        Ok(RunStop {
+            token: CancellationToken::new(),
+            raised: Mutex::new(None),
+            calls: Arc::new(self.calls.bind(py).call_method0("run")?.unbind()),
         })
     }
 }
 
 /// How the host program stops one run: its cancellation (given to the library as
 /// `RunOptions::cancel`) and the `KeyboardInterrupt` or `SystemExit` a host tool raised,
-/// which the call that started the run raises instead of returning.
-#[derive(Default)]
+/// which the call that started the run raises instead of returning; and where the run's
+/// host calls go (its `sandpy._host.RunCalls`, which counts what of them waits), shared by
+/// its tools and its approvals.
 pub(crate) struct RunStop {
     pub token: CancellationToken,
     raised: Mutex<Option<PyErr>>,
+    pub calls: Arc<Py<PyAny>>,
 }
 
 impl RunStop {
@@ -105,6 +130,7 @@ impl RunStop {
 pub(crate) struct HostTools {
     tools: BTreeMap<String, HostTool>,
     upstream: Option<Arc<dyn ToolHost>>,
+    /// The run's `sandpy._host.RunCalls`.
     calls: Arc<Py<PyAny>>,
     /// The caller's event loop (`run_async`), for coroutine functions; None runs them on
     /// the Sandbox's own loop.
@@ -212,7 +238,7 @@ impl HostTools {
         Ok(Some(HostTools {
             tools: parsed,
             upstream,
-            calls: settings.calls.clone(),
+            calls: stop.calls.clone(),
             caller_loop: caller_loop.map(Arc::new),
             error_messages: settings.error_messages,
             stop,
@@ -229,14 +255,13 @@ impl HostTools {
         &self,
         py: Python<'_>,
         tool: &HostTool,
-        arguments: &Value,
+        arguments: Value,
         sender: tokio::sync::oneshot::Sender<Result<Value, ToolError>>,
     ) -> Result<Pending, ToolError> {
-        let kwargs = kwargs(py, arguments)?;
         let call = HostCall {
             calls: &self.calls,
             caller_loop: self.caller_loop.as_deref(),
-            function: tool.function.bind(py),
+            function: tool.function.clone(),
             is_async: tool.is_async,
             completion: Completion {
                 sender: Mutex::new(Some(sender)),
@@ -246,7 +271,7 @@ impl HostTools {
                 answer: Answer::Json,
             },
         };
-        call.start(PyTuple::empty(py), Some(kwargs))
+        call.start(py, Arguments::keywords(arguments))
     }
 }
 
@@ -288,33 +313,30 @@ fn kind(py: Python<'_>, error: &PyErr) -> String {
 /// One call of a host callable (a tool or an `approve` hook), started by
 /// [`HostCall::start`]: a sync function on the Sandbox's pool, a coroutine function's
 /// coroutine on the caller's loop or the Sandbox's.
-pub(crate) struct HostCall<'a, 'py> {
+pub(crate) struct HostCall<'a> {
+    /// The run's `sandpy._host.RunCalls`.
     pub calls: &'a Py<PyAny>,
     pub caller_loop: Option<&'a Py<PyAny>>,
-    pub function: &'a Bound<'py, PyAny>,
+    pub function: Arc<Py<PyAny>>,
     pub is_async: bool,
     /// Told of the answer.
     pub completion: Completion,
 }
 
-impl<'py> HostCall<'_, 'py> {
-    /// Call the function with `args` and `kwargs`; the answer goes to the completion.
-    pub(crate) fn start(
-        self,
-        args: Bound<'py, PyTuple>,
-        kwargs: Option<Bound<'py, PyDict>>,
-    ) -> Result<Pending, ToolError> {
-        let py = self.function.py();
+impl HostCall<'_> {
+    /// Hand the call over with its `arguments` (made into Python ones when it starts); the
+    /// answer goes to the completion.
+    pub(crate) fn start(self, py: Python<'_>, arguments: Arguments) -> Result<Pending, ToolError> {
         let calls = self.calls.bind(py);
+        let weight = arguments.weight();
+        let name = self.completion.tool.clone();
+        let invocation = Invocation::new(self.function, arguments);
+        let invocation = Py::new(py, invocation).map_err(|e| failed(py, e))?;
         let future = if self.is_async {
-            let coroutine = match self.function.call(args, kwargs.as_ref()) {
-                Ok(coroutine) => coroutine,
-                Err(error) => return Err(self.completion.told(py, error)),
-            };
             let caller_loop = self.caller_loop.map(|l| l.bind(py));
-            calls.call_method1("schedule", (coroutine, caller_loop))
+            calls.call_method1("schedule", (name, invocation, weight, caller_loop))
         } else {
-            calls.call_method1("call", (self.function, args, kwargs))
+            calls.call_method1("call", (name, invocation, weight))
         }
         .map_err(|e| failed(py, e))?;
         let completion = Py::new(py, self.completion).map_err(|e| failed(py, e))?;
@@ -381,15 +403,14 @@ pub(crate) struct Completion {
 #[pymethods]
 impl Completion {
     fn __call__(&self, future: &Bound<'_, PyAny>) {
-        let answer = self.answer(future);
         let sender = self
             .sender
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take();
-        if let Some(sender) = sender {
-            // Nobody waits when the run ended first: the answer is dropped.
-            let _ = sender.send(answer);
+        // Nobody waits when the run ended first: the answer is dropped, not converted.
+        if let Some(sender) = sender.filter(|s| !s.is_closed()) {
+            let _ = sender.send(self.answer(future));
         }
     }
 }
@@ -424,13 +445,6 @@ impl Completion {
     fn told(&self, py: Python<'_>, error: PyErr) -> ToolError {
         told(py, error, &self.tool, self.error_messages, &self.stop)
     }
-}
-
-fn kwargs<'py>(py: Python<'py>, arguments: &Value) -> Result<Bound<'py, PyDict>, ToolError> {
-    let value = json_to_py(py, arguments).map_err(|e| failed(py, e))?;
-    value
-        .cast_into::<PyDict>()
-        .map_err(|_| ToolError::from("the arguments must be a JSON object"))
 }
 
 fn result_json(result: &Bound<'_, PyAny>) -> Result<Value, ToolError> {
@@ -481,7 +495,7 @@ impl ToolHost for HostTools {
             }
         }
         let (sender, receiver) = tokio::sync::oneshot::channel();
-        let pending = Python::attach(|py| self.start(py, tool, &arguments, sender));
+        let pending = Python::attach(|py| self.start(py, tool, arguments, sender));
         let name = name.to_string();
         Box::pin(async move {
             // Dropped here if the run stops waiting: the call is cancelled.

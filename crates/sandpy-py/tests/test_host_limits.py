@@ -250,6 +250,7 @@ def test_keyboard_interrupt_in_a_host_tool_reaches_the_host_program(sb):
 CTRL_C = textwrap.dedent(
     """
     import os, signal, threading, time, sandpy
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with it ignored
     sb = sandpy.Sandbox()
     s = sb.session()
     assert s.run("x = 1").ok

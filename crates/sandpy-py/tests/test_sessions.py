@@ -1,5 +1,12 @@
 """Sessions keep state between runs; save/restore and fork rebuild it; close frees it."""
 
+import json
+import re
+import subprocess
+import sys
+import textwrap
+import time
+
 import pytest
 
 import sandpy
@@ -85,3 +92,66 @@ def test_run_async_and_host_tools_in_a_session(sb):
     assert seen == [5], "a restore answers tool calls from the journal"
     for one in (s, restored, fork):
         one.close()
+
+
+# A replay (fork, restore) is runs of the guest's code like any other: each cell under the
+# limits it ran under, and Ctrl-C stops it (issue 60, part 4).
+
+
+def spins_after(moment):
+    """A cell that ends at once when it runs before `moment` (a time.time()) and spins
+    after it: so its replay, made later, spins where the run did not."""
+    return f"import time\nif time.time() > {moment}:\n    while True: pass"
+
+
+def test_a_replay_runs_each_cell_under_its_own_limits(sb):
+    s = sb.session()
+    moment = time.time() + 2.0
+    assert s.run("x = 1").ok
+    assert s.run(spins_after(moment), timeout_ms=1000).ok
+    data = s.save()
+    assert [cell.get("limits") for cell in json.loads(data)["cells"]] == [None, {"timeout_ms": 1000}]
+    time.sleep(max(0.0, moment - time.time()) + 0.2)
+    diverged = "replaying cell 2 ended timeout where the journal has ok: Timeout: the run exceeded its wall-clock limit of 1000 ms"
+    for replay in (s.fork, lambda: sandpy.Session.restore(sb, data)):
+        started = time.monotonic()
+        with pytest.raises(sandpy.SessionError, match=re.escape(diverged)):
+            replay()
+        # Its own 1 s, not the Sandbox's 30 s default.
+        assert time.monotonic() - started < 8
+    assert s.run("x").return_value == 1
+    s.close()
+
+
+CTRL_C_REPLAY = textwrap.dedent(
+    """
+    import os, signal, threading, time, sandpy
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with it ignored
+    sb = sandpy.Sandbox()
+    s = sb.session()
+    moment = time.time() + 2.0
+    code = f"import time\\nif time.time() > {moment}:\\n    while True: pass"
+    assert s.run(code, timeout_ms=60000).ok
+    data = s.save()
+    time.sleep(max(0.0, moment - time.time()) + 0.2)
+    for replay in (s.fork, lambda: sandpy.Session.restore(sb, data)):
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+        started = time.monotonic()
+        try:
+            replay()
+            print("not interrupted")
+        except KeyboardInterrupt:
+            print("interrupted", round(time.monotonic() - started))
+    print(s.run("1").status)
+    """
+)
+
+
+def test_ctrl_c_interrupts_a_fork_and_a_restore():
+    out = subprocess.run(
+        [sys.executable, "-c", CTRL_C_REPLAY], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    # Within a second of the signal, not at the replay's 60 s limit; the session the
+    # fork was made from is untouched.
+    assert out.stdout.splitlines() == ["interrupted 1", "interrupted 1", "ok"], out.stdout

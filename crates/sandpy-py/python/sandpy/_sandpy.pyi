@@ -185,8 +185,12 @@ class Sandbox:
     Sandbox's pool of at most `tool_threads` daemon threads, `async def` ones on the
     caller's loop under `run_async`, else on this Sandbox's own event loop (one thread).
     A call the run stops waiting for is cancelled (a sync function already running
-    finishes on its thread, its answer dropped). `tool_error_messages=True` passes every
-    exception's message to the code, not only a `sandpy.ToolError`'s.
+    finishes on its thread, its answer dropped; one still waiting for a thread or the loop
+    leaves at once with its arguments). When every thread is busy, at most `tool_queue`
+    calls of one run wait to start, four times that of all runs, and their arguments at
+    most about 256 MiB (as Python objects, estimated): a call past a bound fails at once
+    with a `ToolError` naming it. `tool_error_messages=True` passes every exception's
+    message to the code, not only a `sandpy.ToolError`'s.
 
     Creating the first Sandbox of a process loads the compiled runtime (compiling it once
     per machine and version, see `warmup`). A Sandbox is safe to share between threads;
@@ -203,6 +207,7 @@ class Sandbox:
         allow_hosts: Sequence[str] | None = None,
         *,
         tool_threads: int = 16,
+        tool_queue: int = 1024,
         tool_error_messages: bool = False,
     ) -> None: ...
     def run(
@@ -395,10 +400,13 @@ class Session:
         """A new session rebuilt from `data` by replaying its runs (`ValueError` for data
         that is not a saved session, `SessionError` when the replay fails). Give the
         `tools` the saved runs used: their calls are answered from the journal, not made
-        again, but the code must find the same tools."""
+        again, but the code must find the same tools. Each run is replayed under the
+        limits it was given (its `timeout_ms`); Ctrl-C stops the replay and raises
+        `KeyboardInterrupt`."""
     def fork(self, *, tools: HostTools | None = None) -> Session:
-        """A second, independent session with this one's state (its runs are replayed:
-        give the `tools` they used, as for `restore`)."""
+        """A second, independent session with this one's state (its runs are replayed,
+        each under its own limits: give the `tools` they used, as for `restore`). Ctrl-C
+        stops the replay and raises `KeyboardInterrupt`."""
     def reset(self) -> None:
         """Forget all state: the next run starts from a fresh interpreter."""
     def close(self) -> None:

@@ -28,7 +28,7 @@ use crate::execution::{ErrorInfo, Execution, Status};
 use crate::files::InputFile;
 use crate::run::{Interpreter, Stage};
 use crate::tools::RecordedCall;
-use crate::{RunOptions, Sandbox};
+use crate::{LimitOverrides, RunOptions, Sandbox};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -174,6 +174,23 @@ pub struct Cell {
     /// The input files it was given.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<InputFile>,
+    /// The limits the run was given of its own (its policy's, then its `limit_overrides`):
+    /// a replay runs the cell under them, not under the restoring call's.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub limits: LimitOverrides,
+}
+
+fn is_default(limits: &LimitOverrides) -> bool {
+    *limits == LimitOverrides::default()
+}
+
+/// What a run's options put over their base limits: its policy's limits, then its own
+/// overrides (see [`RunOptions::effective_limits`]).
+fn own_limits(options: &RunOptions) -> LimitOverrides {
+    match &options.policy {
+        Some(policy) => policy.limits.then(&options.limit_overrides),
+        None => options.limit_overrides.clone(),
+    }
 }
 
 impl Cell {
@@ -196,6 +213,20 @@ pub struct SessionSnapshot {
     pub runtime: String,
     /// The runs, in order.
     pub cells: Vec<Cell>,
+}
+
+impl SessionSnapshot {
+    /// Keep each cell's own limits to what a caller may set: a timeout of at most
+    /// `max_timeout_ms` and no other override (for a snapshot read from a place the
+    /// caller could write, where the cells' limits are the caller's claims).
+    pub fn bound_limits(&mut self, max_timeout_ms: u64) {
+        for cell in &mut self.cells {
+            cell.limits = LimitOverrides {
+                timeout_ms: cell.limits.timeout_ms.map(|ms| ms.min(max_timeout_ms)),
+                ..LimitOverrides::default()
+            };
+        }
+    }
 }
 
 /// The snapshot format this version writes and reads.
@@ -255,9 +286,12 @@ impl Session {
     }
 
     /// A new session rebuilt from `snapshot` by replaying its cells (tool calls answered
-    /// from the journal); fails, naming the cell, if a replayed cell ends differently,
-    /// and before replaying anything if the snapshot is of another format or runtime or
-    /// over the journal cap.
+    /// from the journal), each under the limits it ran under (its own overrides put over
+    /// `options`: a front end that bounds its callers' limits bounds a snapshot's too, see
+    /// [`SessionSnapshot::bound_limits`]); cancelling `options.cancel` stops the replay
+    /// (the cell then ends `cancelled`, a divergence). Fails, naming the cell, if a
+    /// replayed cell ends differently, and before replaying anything if the snapshot is of
+    /// another format or runtime or over the journal cap.
     pub async fn restore(
         sandbox: &Sandbox,
         snapshot: &SessionSnapshot,
@@ -297,9 +331,12 @@ impl Session {
             for (i, cell) in snapshot.cells.iter().enumerate() {
                 let replay = cell.tool_calls.iter().cloned().collect();
                 // A replay prints what the saved runs printed: none of it is new output.
+                // Each cell runs under the limits it ran under (its timeout, not the
+                // restoring call's default); the options' cancellation stops the replay.
                 let options = RunOptions {
                     files: cell.files.clone(),
                     on_output: None,
+                    limit_overrides: options.limit_overrides.then(&cell.limits),
                     ..options.clone()
                 };
                 let execution = session
@@ -372,6 +409,7 @@ impl Session {
                     code: code.to_string(),
                     status: ran.execution.status,
                     tool_calls,
+                    limits: own_limits(&options),
                     files: options.files,
                 };
                 state
