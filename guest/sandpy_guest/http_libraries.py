@@ -305,3 +305,6 @@ def install() -> None:
             _patch(module)
     if not any(isinstance(finder, _PatchOnImport) for finder in sys.meta_path):
         sys.meta_path.insert(0, _PatchOnImport())
+
+
+install()

@@ -259,9 +259,6 @@ def install() -> None:
         # connection, which does not use one.
         http.client._create_https_context = lambda http_version: None  # type: ignore[attr-defined]
     _refuse_sockets()
-    from . import http_libraries
-
-    http_libraries.install()
 
 
 install()

@@ -9,8 +9,10 @@ import os
 import sys
 
 # Before `urllib.request` is imported: it registers its https handler only where
-# `http.client` has an `HTTPSConnection`, which the host's TLS gives it.
-from sandpy_guest import network as _network  # noqa: F401
+# `http.client` has an `HTTPSConnection`, which the host's TLS gives it. Importing
+# `http_libraries` imports `network` (which routes `http.client` through the host) and then
+# patches requests, httpx and urllib3 as they are imported.
+from sandpy_guest import http_libraries as _http_libraries  # noqa: F401
 
 # Modules skipped on purpose, with the reason reported to users.
 _SKIPPED: dict[str, str] = {
