@@ -99,7 +99,8 @@ impl ArgumentSchema {
         }
     }
 
-    /// `Ok` when `arguments` fit; else every violation, one per line.
+    /// `Ok` when `arguments` fit; else every violation: the first on the message's first
+    /// line (which argument, and why), with how many more there are, then one per line.
     pub fn check(&self, tool: &str, arguments: &Value) -> Result<(), String> {
         let Some(validator) = &self.0 else {
             return Ok(());
@@ -109,19 +110,23 @@ impl ArgumentSchema {
             .map(|e| {
                 let at = e.instance_path.to_string();
                 if at.is_empty() {
-                    format!("- {e}")
+                    e.to_string()
                 } else {
-                    format!("- at {at}: {e}")
+                    format!("at {at}: {e}")
                 }
             })
             .collect();
-        if violations.is_empty() {
+        let Some((first, rest)) = violations.split_first() else {
             return Ok(());
+        };
+        let mut message = format!("arguments of {tool} do not match its inputSchema: {first}");
+        if !rest.is_empty() {
+            message.push_str(&format!(" (and {} more below)", rest.len()));
         }
-        Err(format!(
-            "arguments of {tool} do not match its inputSchema:\n{}",
-            violations.join("\n")
-        ))
+        for violation in rest {
+            message.push_str(&format!("\n- {violation}"));
+        }
+        Err(message)
     }
 }
 

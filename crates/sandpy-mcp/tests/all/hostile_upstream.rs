@@ -267,7 +267,7 @@ fn ten_thousand_tools_are_listed_and_called_by_name() {
                 "called tool_17",
                 {"i": {"type": "integer"}},
                 10000,
-                "arguments of mcp__bad__tool_5 do not match its inputSchema:",
+                "arguments of mcp__bad__tool_5 do not match its inputSchema: at /i: \"one\" is not of type \"integer\"",
                 "still here"
             ])),
             "{e:#?}"
