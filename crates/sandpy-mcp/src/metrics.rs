@@ -7,6 +7,12 @@
 //! names come from upstreams whose names were vetted, and past [`MAX_TOOL_LABELS`] tools
 //! (or [`MAX_TENANT_LABELS`] tenants) the rest are counted under `_other`, so a hostile
 //! upstream or a crowd of clients cannot grow the scrape without bound.
+//!
+//! A tenant's name can be a person's (an OAuth claim such as an email), and `/metrics` is
+//! open by default: so sessions are labelled by a hash of each tenant's name, keyed with
+//! random bits drawn when the process starts (`tenant="t-3f9c…"`: stable while it runs,
+//! not to be looked up in a list of names), unless the operator asks for the names and
+//! puts `/metrics` behind the token ([`crate::HttpListener::metrics_tenant_names`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -15,6 +21,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::collections::HashSet;
+use std::hash::BuildHasher;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -68,6 +75,8 @@ pub struct Metrics {
     mcp_sessions: Gauge,
     streamed_bytes: Counter,
     rss_bytes: Gauge,
+    /// The key of the tenants' hashed labels, random per process.
+    tenant_key: std::collections::hash_map::RandomState,
 }
 
 impl Default for Metrics {
@@ -96,6 +105,7 @@ impl Metrics {
             mcp_sessions: Gauge::default(),
             streamed_bytes: Counter::default(),
             rss_bytes: Gauge::default(),
+            tenant_key: std::collections::hash_map::RandomState::new(),
         };
         let mut registry = metrics.registry;
         registry.register(
@@ -211,12 +221,14 @@ impl Metrics {
     }
 
     /// The text of a scrape, with the gauges read now: each upstream and whether it is
-    /// ready, sessions per tenant, MCP sessions (over HTTP), the process's RSS.
+    /// ready, sessions per tenant (by name when `names`, else by the keyed hash of each
+    /// name, [`Metrics::tenant_label`]), MCP sessions (over HTTP), the process's RSS.
     pub fn scrape(
         &self,
         upstreams: &[(String, bool)],
         sessions: &[(String, usize)],
         mcp_sessions: Option<usize>,
+        names: bool,
     ) -> String {
         self.upstream_up.clear();
         for (name, up) in upstreams {
@@ -227,10 +239,12 @@ impl Metrics {
         }
         self.sessions.clear();
         for (i, (tenant, open)) in sessions.iter().enumerate() {
-            let tenant = if i < MAX_TENANT_LABELS { tenant } else { OTHER };
-            let label = TenantLabel {
-                tenant: tenant.to_string(),
+            let tenant = match (i < MAX_TENANT_LABELS, names) {
+                (false, _) => OTHER.to_string(),
+                (true, true) => tenant.clone(),
+                (true, false) => self.tenant_label(tenant),
             };
+            let label = TenantLabel { tenant };
             self.sessions.get_or_create(&label).inc_by(*open as i64);
         }
         if let Some(open) = mcp_sessions {
@@ -244,6 +258,14 @@ impl Metrics {
             tracing::error!("cannot encode the metrics: {e}");
         }
         text
+    }
+}
+
+impl Metrics {
+    /// The label of `tenant` in an open scrape: `t-` and 16 hex digits of its name hashed
+    /// with this process's key (SipHash), which tells nothing of the name.
+    pub fn tenant_label(&self, tenant: &str) -> String {
+        format!("t-{:016x}", self.tenant_key.hash_one(tenant))
     }
 }
 
@@ -281,7 +303,7 @@ mod tests {
         for i in 0..MAX_TOOL_LABELS + 5 {
             metrics.tool_call("up", &format!("t{i}"), true, Duration::from_millis(1));
         }
-        let text = metrics.scrape(&[("up".into(), true)], &[("local".into(), 2)], None);
+        let text = metrics.scrape(&[("up".into(), true)], &[("local".into(), 2)], None, true);
         assert!(
             text.contains(r#"sandpy_tool_calls_total{upstream="up",tool="_other",outcome="ok"} 5"#),
             "{text}"
@@ -290,5 +312,29 @@ mod tests {
         assert!(text.contains(r#"sandpy_sessions_open{tenant="local"} 2"#));
         let named = text.matches("sandpy_tool_calls_total{").count();
         assert_eq!(named, MAX_TOOL_LABELS + 1);
+    }
+
+    #[test]
+    fn tenant_labels_are_hashed_unless_names_are_asked_for() {
+        let metrics = Metrics::new();
+        let sessions = [("oauth:alice.private@example.com".to_string(), 1)];
+        let open = metrics.scrape(&[], &sessions, None, false);
+        assert!(!open.contains("alice"), "{open}");
+        let label = metrics.tenant_label(&sessions[0].0);
+        assert!(
+            open.contains(&format!(r#"sandpy_sessions_open{{tenant="{label}"}} 1"#)),
+            "{open}"
+        );
+        assert_ne!(label, metrics.tenant_label("oauth:bob@example.com"));
+        assert_ne!(
+            label,
+            Metrics::new().tenant_label(&sessions[0].0),
+            "keyed per process"
+        );
+        let named = metrics.scrape(&[], &sessions, None, true);
+        assert!(
+            named.contains(r#"tenant="oauth:alice.private@example.com""#),
+            "{named}"
+        );
     }
 }

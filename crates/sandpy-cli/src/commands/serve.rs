@@ -118,7 +118,9 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
                     sandpy_mcp::HttpListener::bind_with_oauth(addr, args.token, tenants, auth)
                         .await?
                         .metrics_need_token(settings.metrics_require_token)
-                        .allowed_origins(&settings.allowed_origins);
+                        .metrics_tenant_names(settings.metrics_tenant_names)
+                        .allowed_origins(&settings.allowed_origins)
+                        .allowed_hosts(&settings.allowed_hosts);
                 if let Some(grace) = settings.drain_grace {
                     listener = listener.drain_grace(grace);
                 }

@@ -84,7 +84,17 @@ fn metrics_count_known_runs_and_tool_calls_in_the_prometheus_format() {
         1.0
     );
     assert_eq!(value("sandpy_upstream_up{upstream=fake}"), 1.0);
-    assert_eq!(value("sandpy_sessions_open{tenant=tenant:agent}"), 1.0);
+    // The open scrape labels the tenant by a keyed hash of its name, never the name.
+    let tenants: Vec<f64> = samples
+        .iter()
+        .filter(|(key, _)| key.starts_with("sandpy_sessions_open{tenant=t-"))
+        .map(|(_, open)| *open)
+        .collect();
+    assert_eq!(tenants, [1.0], "{text}");
+    assert!(
+        !text.contains("agent"),
+        "a tenant's name in an open scrape: {text}"
+    );
     assert_eq!(value("sandpy_runs_in_flight{}"), 0.0);
     assert!(value("sandpy_process_resident_memory_bytes{}") > 1e6);
     assert!(value("sandpy_mcp_sessions_open{}") <= 1.0);

@@ -9,13 +9,17 @@
 //! Each MCP session gets its own handler ([`SandpyServer::connection`]).
 //! A client's `DELETE` of its session is answered 204 No Content (see
 //! [`deleted_is_no_content`]). A request answered within a moment gets its answer as one
-//! JSON body, so that clients keep their connection ([`whole_answers`]).
+//! JSON body, so that clients keep their connection ([`whole_answers`]). A request whose
+//! id is in flight in its MCP session is refused ([`in_flight`]); every route checks
+//! `Host` ([`host`]).
 //! Connections are timed and capped ([`crate::http::connections`]),
 //! MCP sessions counted per client and in all ([`crate::http::mcp_sessions`]), both within
 //! [`HttpLimits`].
 
 mod bearer;
 pub(crate) mod connections;
+pub(crate) mod host;
+mod in_flight;
 pub(crate) mod mcp_sessions;
 pub(crate) mod oauth;
 pub(crate) mod origin;
@@ -109,12 +113,14 @@ pub(crate) struct Extras {
     pub unready: Option<Unready>,
     /// The browser origins `/mcp` takes requests from (loopback ones are added on loopback).
     pub allowed_origins: Vec<String>,
+    /// The `Host` values every route answers (loopback names are added on loopback).
+    pub allowed_hosts: Vec<String>,
 }
 
 /// The MCP endpoint at `/mcp` serving a handler from `handler` to each session, behind the
 /// bearer check when `access` has tokens, bodies read and sessions counted within
 /// `limits`, with the probes and `extras`; and the token that ends its open streams on
-/// shutdown. Beyond loopback any `Host` is accepted (the token guards it).
+/// shutdown. Every route checks `Host` ([`host`]).
 pub(crate) fn mcp_router<S>(
     handler: impl Fn() -> S + Send + Sync + 'static,
     access: Access,
@@ -125,10 +131,8 @@ pub(crate) fn mcp_router<S>(
 where
     S: ServerHandler + Send + Sync + 'static,
 {
-    let mut config = StreamableHttpServerConfig::default();
-    if !loopback {
-        config = config.disable_allowed_hosts(); // reached by any name; the token guards it
-    }
+    // Every route's `Host` is checked outside, against the same names ([`host`]).
+    let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
     let cancel = config.cancellation_token.clone();
     let body_limit = (limits.body_timeout, config.max_request_body_bytes);
     let sessions = Arc::new(CappedSessions::new(limits));
@@ -144,6 +148,10 @@ where
     let mut app = Router::new()
         .nest_service("/mcp", service)
         .layer(middleware::from_fn(deleted_is_no_content))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(in_flight::InFlight::default()),
+            in_flight::refuse_duplicate_ids,
+        ))
         .layer(middleware::from_fn(parse_errors::jsonrpc_parse_errors))
         .layer(middleware::from_fn_with_state(
             sessions,
@@ -198,6 +206,15 @@ where
     if let Some(metrics) = open_metrics {
         app = app.merge(metrics);
     }
+    // Around every route, and any other path: a page whose name was rebound to this
+    // address is refused first.
+    let hosts = host::Hosts::new(&extras.allowed_hosts, loopback);
+    let app =
+        app.fallback(|| async { StatusCode::NOT_FOUND })
+            .layer(middleware::from_fn_with_state(
+                Arc::new(hosts),
+                host::check_host,
+            ));
     (app, cancel)
 }
 
@@ -295,8 +312,10 @@ pub struct HttpListener {
     access: Access,
     limits: HttpLimits,
     metrics_need_token: bool,
+    metrics_tenant_names: bool,
     grace: std::time::Duration,
     allowed_origins: Vec<String>,
+    allowed_hosts: Vec<String>,
 }
 
 /// How long the streams stay open after the last answer of a drain was written, for the
@@ -358,8 +377,10 @@ impl HttpListener {
             access,
             limits: HttpLimits::default(),
             metrics_need_token: false,
+            metrics_tenant_names: false,
             grace: DEFAULT_DRAIN_GRACE,
             allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
         })
     }
 
@@ -374,6 +395,22 @@ impl HttpListener {
     /// probes).
     pub fn metrics_need_token(mut self, yes: bool) -> HttpListener {
         self.metrics_need_token = yes;
+        self
+    }
+
+    /// Label `/metrics`' sessions by the tenants' names (`sandpy.metrics_tenant_names`)
+    /// instead of keyed hashes of them; only where `/metrics` needs the token, so that
+    /// no name is ever in an answer to a caller without one.
+    pub fn metrics_tenant_names(mut self, yes: bool) -> HttpListener {
+        self.metrics_tenant_names = yes;
+        self
+    }
+
+    /// Answer these `Host` values too (`sandpy.allowed_hosts`, `host` or `host:port`), on
+    /// every route; beyond loopback, setting any makes every other `Host` get 403
+    /// ([`host`](crate::http::host)).
+    pub fn allowed_hosts(mut self, hosts: &[String]) -> HttpListener {
+        self.allowed_hosts = hosts.to_vec();
         self
     }
 
@@ -412,7 +449,8 @@ impl HttpListener {
             .unwrap_or(false);
         let scrape: Scrape = {
             let server = server.clone();
-            Arc::new(move |mcp_sessions| server.metrics_text(Some(mcp_sessions)))
+            let names = self.metrics_tenant_names && self.metrics_need_token;
+            Arc::new(move |mcp_sessions| server.metrics_text(Some(mcp_sessions), names))
         };
         let unready: Unready = {
             let server = server.clone();
@@ -425,6 +463,7 @@ impl HttpListener {
             metrics_need_token: self.metrics_need_token,
             unready: Some(unready),
             allowed_origins: self.allowed_origins,
+            allowed_hosts: self.allowed_hosts,
         };
         let (draining, answering) = (extras.draining.clone(), extras.answering.clone());
         let handler = server.clone();

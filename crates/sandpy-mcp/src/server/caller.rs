@@ -21,6 +21,12 @@ pub(super) struct Caller {
     pub(super) saves: Saves,
     /// Whose the resources of its runs are: the tenant's, through this MCP session.
     pub(super) owner: resources::Owner,
+    /// Whether its runs take a slot of its tenant's share ([`super::shares`]): over HTTP,
+    /// where tenants share the server; not the process's own client (stdio).
+    pub(super) shares_slots: bool,
+    /// Whether it reaches the server from elsewhere (over HTTP): its answers name no
+    /// path of the server's.
+    pub(super) remote: bool,
 }
 
 /// Where a tenant's saved sessions are.
@@ -47,10 +53,13 @@ impl SandpyServer {
             tenant: tenant.id.clone(),
             connection: self.client.connection,
         };
+        let remote = self.client.connection != super::STDIO_CONNECTION;
         Caller {
             tenant,
             saves,
             owner,
+            shares_slots: remote,
+            remote,
         }
     }
 

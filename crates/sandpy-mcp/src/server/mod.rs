@@ -41,6 +41,7 @@ mod run;
 mod run_request;
 pub(crate) mod saves;
 mod sessions;
+mod shares;
 mod tool_list;
 
 use crate::audit::AuditLog;
@@ -70,6 +71,8 @@ pub(crate) struct ServerState {
     sessions: Sessions,
     /// The files runs left, kept for their MCP session to read as resources.
     resources: resources::ResourceStore,
+    /// Each tenant's share of the run slots and the queue (over HTTP).
+    shares: shares::RunShares,
     session_dir: Option<PathBuf>,
     /// The config's tenants known by their tokens, by name.
     token_tenants: HashMap<Arc<str>, Tenant>,
@@ -104,6 +107,22 @@ impl ServerState {
             .collect();
         (tools, checks)
     }
+}
+
+/// Each tenant's share of the run slots and the queue the settings give the sandbox.
+fn run_shares(settings: &sandpy::settings::Settings) -> shares::RunShares {
+    let slots = settings.max_concurrent_runs.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
+    });
+    let queued = settings
+        .max_queued_runs
+        .unwrap_or(sandpy::Config::default().max_queued_runs);
+    shares::RunShares::new(
+        slots,
+        queued,
+        settings.max_tenant_runs,
+        settings.max_tenant_queued_runs,
+    )
 }
 
 /// Who a handler serves: the process (stdio), or one MCP session over HTTP, whose
@@ -188,6 +207,7 @@ impl SandpyServer {
             model_output: settings.model_output.clone(),
             sessions,
             resources: resources::ResourceStore::new(settings.resources),
+            shares: run_shares(settings),
             session_dir: settings.session_dir.clone(),
             token_tenants,
             audit,

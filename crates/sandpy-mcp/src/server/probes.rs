@@ -21,8 +21,9 @@ impl SandpyServer {
     }
 
     /// The text of a `/metrics` scrape: the counters so far, with the upstreams' health,
-    /// the sessions per tenant and `mcp_sessions` (over HTTP) read now.
-    pub(crate) fn metrics_text(&self, mcp_sessions: Option<usize>) -> String {
+    /// the sessions per tenant (labelled by the tenants' names when `names`, else by
+    /// keyed hashes of them) and `mcp_sessions` (over HTTP) read now.
+    pub(crate) fn metrics_text(&self, mcp_sessions: Option<usize>, names: bool) -> String {
         let state = &self.state;
         let upstreams: Vec<(String, bool)> = state
             .hub
@@ -37,6 +38,6 @@ impl SandpyServer {
         state
             .hub
             .metrics()
-            .scrape(&upstreams, &sessions, mcp_sessions)
+            .scrape(&upstreams, &sessions, mcp_sessions, names)
     }
 }

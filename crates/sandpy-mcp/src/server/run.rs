@@ -247,6 +247,14 @@ impl ServerState {
             tier,
         };
         let mut options = self.options(id.clone(), request);
+        let _turn = match self.share(&caller, &options, &context).await {
+            Ok(turn) => turn,
+            Err(refused) => {
+                return Ok(
+                    self.refused_for_share(&id, &caller, &args.code, &options, refused, &context)
+                )
+            }
+        };
         let stream = live(self, &context, &mut options);
         let span = run_span("run_python", &id, &caller, &options, &context);
         let execution = match &args.session_id {
@@ -294,6 +302,14 @@ impl ServerState {
             ..RunRequest::default()
         };
         let mut options = self.options(id.clone(), request);
+        let _turn = match self.share(&caller, &options, &context).await {
+            Ok(turn) => turn,
+            Err(refused) => {
+                return Ok(
+                    self.refused_for_share(&id, &caller, &args.code, &options, refused, &context)
+                )
+            }
+        };
         let stream = live(self, &context, &mut options);
         let arguments = args.arguments.into_value();
         let span = run_span("call_python_function", &id, &caller, &options, &context);
@@ -310,6 +326,23 @@ impl ServerState {
         let result = self.execution_result(&id, &caller, &args.code, &options, execution, links);
         Ok(result)
     }
+}
+
+/// An execution as a remote caller (over HTTP) is shown it: the message of a failure of
+/// the sandbox itself (`internal_error`: a run folder that could not be made, a mount that
+/// could not be opened) names the server's paths, so it is logged and the caller is told
+/// where to look instead. The audit log keeps it whole.
+fn without_server_paths(id: &str, mut execution: Execution) -> Execution {
+    if execution.status != sandpy::Status::InternalError {
+        return execution;
+    }
+    if let Some(error) = &mut execution.error {
+        tracing::warn!(execution_id = id, "internal error: {}", error.message);
+        error.message = format!(
+            "the sandbox failed on the server, not because of the code; its log has why (execution {id})"
+        );
+    }
+    execution
 }
 
 /// Whether the client reads `resource_link` content items (protocol 2025-06-18 and later).
@@ -393,6 +426,36 @@ impl ServerState {
         checked.map_err(|why| self.refused_run(sandpy::Status::InvalidInput, why))
     }
 
+    /// A slot of the caller's tenant's share of the run slots ([`super::shares`]), waited
+    /// for at most the run's timeout; `None` for the process's own client (stdio), alone.
+    async fn share(
+        &self,
+        caller: &Caller,
+        options: &RunOptions,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Option<super::shares::Turn<'_>>, super::shares::NoShare> {
+        if !caller.shares_slots {
+            return Ok(None);
+        }
+        let patience = options.effective_limits().timeout;
+        let turn = self.shares.take(&caller.tenant.id, patience, &context.ct);
+        Ok(Some(turn.await?))
+    }
+
+    /// A run refused for its tenant's share: audited and counted as any run that ended.
+    fn refused_for_share(
+        &self,
+        id: &str,
+        caller: &Caller,
+        code: &str,
+        options: &RunOptions,
+        refused: super::shares::NoShare,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let execution = Execution::refused(refused.status(), refused.to_string());
+        self.execution_result(id, caller, code, options, execution, reads_links(context))
+    }
+
     /// A run refused before it started, as a tool result shaped as every run's.
     fn refused_run(&self, status: sandpy::Status, message: String) -> CallToolResult {
         let execution = Execution::refused(status, message);
@@ -425,6 +488,11 @@ impl ServerState {
         let duration = std::time::Duration::from_secs_f64(execution.duration_ms.max(0.0) / 1e3);
         let metrics = self.hub.metrics();
         metrics.run(options.tier, execution.status, duration);
+        let execution = if caller.remote {
+            without_server_paths(id, execution)
+        } else {
+            execution
+        };
         let bounded = self.model_output.bound(&execution);
         let ok = execution.is_ok();
         let (files, outputs) = (&execution.files, &execution.outputs);

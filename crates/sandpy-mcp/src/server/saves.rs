@@ -68,6 +68,32 @@ pub(crate) enum SaveError {
     },
 }
 
+impl SaveError {
+    /// The message for a caller: whole for the process's own client; for a `remote` one
+    /// (over HTTP) without the server's paths, which are logged instead.
+    pub(crate) fn shown(&self, remote: bool) -> String {
+        if !remote {
+            return self.to_string();
+        }
+        tracing::warn!("saved sessions: {self}");
+        match self {
+            SaveError::Folder { source, .. } => format!("cannot use the save folder: {source}"),
+            SaveError::NotPrivate(_) => {
+                "the save folder is not this server's alone (its log says why)".into()
+            }
+            SaveError::Link(_) => {
+                "the save or its folder is a link or not a plain file or folder; saved sessions never follow links".into()
+            }
+            SaveError::Missing(_) => self.to_string(),
+            SaveError::TooLarge { size, max, .. } => format!(
+                "the save holds {size} bytes, more than a saved session may ({max}, from sandpy.sessions.journal_mb)"
+            ),
+            SaveError::Write { source, .. } => format!("cannot write the save: {source}"),
+            SaveError::Read { source, .. } => format!("cannot read the save: {source}"),
+        }
+    }
+}
+
 /// Where saves are kept: `root` (made if missing), then `tenant`'s own folder in it.
 pub(crate) struct SaveDir {
     path: PathBuf,

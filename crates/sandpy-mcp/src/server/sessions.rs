@@ -129,7 +129,7 @@ impl ServerState {
         let dir = saves(&caller, &args.name)?;
         let session = args.session_id.as_str();
         let saved = async {
-            let dir = dir.map_err(|e| e.to_string())?;
+            let dir = dir.map_err(|e| e.shown(caller.remote))?;
             let snapshot = self
                 .sessions
                 .of(&caller.tenant)
@@ -139,9 +139,15 @@ impl ServerState {
             let text = serde_json::to_string(&snapshot).map_err(|e| e.to_string())?;
             let path = dir
                 .write(&args.name, text.as_bytes())
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| e.shown(caller.remote))?;
+            // The file for the process's own client; a remote one gets the name it gave.
+            let saved = if caller.remote {
+                args.name.clone()
+            } else {
+                path.display().to_string()
+            };
             Ok::<_, String>(
-                json!({"session_id": session, "saved": path.display().to_string(), "bytes": text.len(), "cells": snapshot.cells.len()}),
+                json!({"session_id": session, "saved": saved, "bytes": text.len(), "cells": snapshot.cells.len()}),
             )
         };
         Ok(outcome(saved.await))
@@ -159,14 +165,16 @@ impl ServerState {
         let session = args.session_id.as_str();
         let options = self.options(self.next_execution_id(), RunRequest::default());
         let restored = async {
-            let dir = dir.map_err(|e| e.to_string())?;
+            let dir = dir.map_err(|e| e.shown(caller.remote))?;
             // A save is its journal as JSON (what the cap counts) and a few fields more.
             let max = self
                 .sessions
                 .limits()
                 .journal_bytes
                 .saturating_add(64 << 10);
-            let text = dir.read(&args.name, max).map_err(|e| e.to_string())?;
+            let text = dir
+                .read(&args.name, max)
+                .map_err(|e| e.shown(caller.remote))?;
             let snapshot: sandpy::sessions::SessionSnapshot =
                 serde_json::from_str(&text).map_err(|e| format!("not a saved session: {e}"))?;
             self.sessions

@@ -12,6 +12,7 @@ mod oauth;
 mod protocol;
 mod resources;
 mod resume;
+mod served_side;
 mod server;
 mod tenants;
 mod tls;

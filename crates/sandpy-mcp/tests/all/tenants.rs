@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 /// A server on a free loopback port, until dropped.
 pub(crate) struct Served {
     pub(crate) url: String,
-    saved: tempfile::TempDir,
+    pub(crate) saved: tempfile::TempDir,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 

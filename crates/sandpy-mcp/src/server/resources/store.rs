@@ -1,7 +1,8 @@
 //! The kept runs of every client and the bounds they are kept within ([`ResourceLimits`]):
-//! a session's bytes and files (its oldest runs go to make room), the server's bytes (a
-//! run that would pass them is refused), and a time to live; each checked before anything
-//! is kept.
+//! a session's bytes and files, its tenant's bytes over all the tenant's sessions (the
+//! oldest runs go to make room in both), the server's bytes (a run that would pass them
+//! is refused), and a time to live; each checked before anything is kept. A tenant's
+//! share is below the server's bytes, so one tenant cannot fill the store for the others.
 
 use super::uri::{self, cut};
 use super::{Leftover, NotFound, NotKept, Owner, Resource};
@@ -55,8 +56,9 @@ impl ResourceStore {
 
     /// Keep `leftovers` of one run for `owner` under a new run id; the resources as a
     /// client reads them, in the order given. Bounds are checked before anything is kept:
-    /// the owner's oldest runs go to make room in its session; the run is refused when it
-    /// alone is over a session's bounds, or when the server's bytes would be passed.
+    /// the owner's oldest runs go to make room in its session, its tenant's oldest ones
+    /// (of any of its sessions) to make room in the tenant's share; the run is refused
+    /// when it alone is over a session's bounds, or when the server's bytes would be passed.
     pub(crate) fn keep(
         &self,
         owner: &Owner,
@@ -83,24 +85,41 @@ impl ResourceStore {
             .collect();
         let mut kept = self.lock();
         kept.expire(limits);
-        // Room in the owner's session: how many of its oldest runs go, and what they free;
-        // nothing goes unless the run is then kept.
+        // Room in the owner's session, then in its tenant's share: which of their oldest
+        // runs go, and what they free; nothing goes unless the run is then kept.
         let (mut held, mut count) = kept.held_by(owner);
-        let (mut leaving, mut freed) = (0, 0);
-        for run in kept.runs.iter().filter(|run| &run.owner == owner) {
+        let (mut leaving, mut freed) = (Vec::new(), 0);
+        for (i, run) in kept.runs.iter().enumerate() {
             if held + bytes <= limits.session_bytes && count + files <= limits.session_files {
                 break;
             }
-            (held, count) = (held - run.bytes, count - run.resources.len());
-            (leaving, freed) = (leaving + 1, freed + run.bytes);
+            if &run.owner == owner {
+                (held, count) = (held - run.bytes, count - run.resources.len());
+                leaving.push(i);
+                freed += run.bytes;
+            }
+        }
+        let mut tenant_held = kept.held_by_tenant(&owner.tenant) - freed;
+        for (i, run) in kept.runs.iter().enumerate() {
+            if tenant_held + bytes <= limits.tenant_bytes {
+                break;
+            }
+            if run.owner.tenant == owner.tenant && !leaving.contains(&i) {
+                tenant_held -= run.bytes;
+                leaving.push(i);
+                freed += run.bytes;
+            }
         }
         if kept.bytes - freed + bytes > limits.total_bytes {
             return Err(NotKept::ServerFull {
                 max_bytes: limits.total_bytes,
             });
         }
-        for _ in 0..leaving {
-            kept.remove_oldest_of(owner);
+        leaving.sort_unstable();
+        for i in leaving.into_iter().rev() {
+            if let Some(run) = kept.runs.remove(i) {
+                kept.bytes -= run.bytes;
+            }
         }
         kept.bytes += bytes;
         kept.runs.push_back(RunFiles {
@@ -167,12 +186,10 @@ impl Runs {
         })
     }
 
-    /// Remove `owner`'s oldest run, if it has one.
-    fn remove_oldest_of(&mut self, owner: &Owner) {
-        let oldest = self.runs.iter().position(|run| &run.owner == owner);
-        if let Some(run) = oldest.and_then(|i| self.runs.remove(i)) {
-            self.bytes -= run.bytes;
-        }
+    /// Bytes `tenant` holds, over all its MCP sessions.
+    fn held_by_tenant(&self, tenant: &str) -> u64 {
+        let runs = self.runs.iter().filter(|run| &*run.owner.tenant == tenant);
+        runs.map(|run| run.bytes).sum()
     }
 }
 
@@ -204,6 +221,7 @@ mod tests {
             session_bytes,
             session_files,
             total_bytes,
+            tenant_bytes: total_bytes,
             ..ResourceLimits::default()
         })
     }
@@ -363,6 +381,33 @@ mod tests {
         assert!(store.list(&a).is_empty());
         let off = store_off();
         assert_eq!(off.keep(&a, vec![file("x", 1)]).unwrap_err(), NotKept::Off);
+    }
+
+    #[test]
+    fn a_tenant_at_its_share_loses_its_own_oldest_files_not_anothers() {
+        let store = ResourceStore::new(ResourceLimits {
+            session_bytes: 10,
+            session_files: 10,
+            total_bytes: 20,
+            tenant_bytes: 10,
+            ..ResourceLimits::default()
+        });
+        let (a1, a2, b) = (owner("a", 1), owner("a", 2), owner("b", 3));
+        store.keep(&a1, vec![file("a1", 6)]).expect("kept");
+        store.keep(&a2, vec![file("a2", 6)]).expect("kept");
+        let names: Vec<String> = store.list(&a1).into_iter().map(|r| r.name).collect();
+        assert!(
+            names.is_empty(),
+            "A's oldest run went for its newest: {names:?}"
+        );
+        assert_eq!(store.list(&a2).len(), 1);
+        store
+            .keep(&a1, vec![file("a3", 4)])
+            .expect("kept within A's share");
+        store
+            .keep(&b, vec![file("b", 10)])
+            .expect("B keeps a whole session's worth beside A at its share");
+        assert_eq!(store.list(&b).len(), 1);
     }
 
     fn store_off() -> ResourceStore {
