@@ -29,6 +29,8 @@ mod native_processes;
 /// What the native tier runs: packages, limits, tools, both tiers alike, warm runs.
 mod native_runs;
 mod native_sessions;
+/// What the native tier's runs share: signals, the zygote, memory outside a run (issue 60).
+mod native_shared;
 mod oauth;
 mod packages;
 /// Files the client can fetch: `/output` files as MCP resources (issue 43).

@@ -401,8 +401,9 @@ fn set_limits(request: &RunRequest, zygote_vm_bytes: u64) -> Result<(), ConfineE
     use nix::sys::resource::{setrlimit, Resource};
     let seconds = cpu_limit_seconds(request.timeout_ms);
     // A session's CPU time grows with each cell (the zygote moves the soft limit as a
-    // cell starts), so its hard limit stays where it was.
-    let cpu_hard = if request.session {
+    // cell starts), so its hard limit stays where it was unless the zygote may raise it
+    // at each cell (`supervised::raises_hard_limits`, read in the zygote before the fork).
+    let cpu_hard = if request.session && !super::supervised::raises_hard_limits() {
         nix::sys::resource::getrlimit(Resource::RLIMIT_CPU)
             .map_err(failed("getrlimit RLIMIT_CPU"))?
             .1

@@ -2,8 +2,9 @@
 //! scikit-learn make while computing, reading and writing files and running threads.
 //! Anything else fails with `EPERM`: no `socket()`, no exec, no new processes (threads
 //! only), no namespaces, ptrace, mounts, bpf, io_uring, keys, perf or userfaultfd, no
-//! change to the CPU time limit, no `SIGCONT` (the zygote holds a session's process
-//! stopped between cells). A system call of another architecture (`int 0x80`) kills the
+//! change to the CPU time limit, no `SIGCONT` by any route (the zygote holds a session's
+//! process stopped between cells: [`signal_rules`]), no larger socket or pipe buffers
+//! ([`buffer_rules`]). A system call of another architecture (`int 0x80`) kills the
 //! process.
 //!
 //! Compiled once, in the zygote; each child only loads it.
@@ -41,7 +42,6 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_pipe2,
     libc::SYS_dup,
     libc::SYS_dup3,
-    libc::SYS_fcntl,
     libc::SYS_flock,
     libc::SYS_fsync,
     libc::SYS_fdatasync,
@@ -66,7 +66,6 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_utimensat,
     libc::SYS_copy_file_range,
     libc::SYS_sendfile,
-    libc::SYS_ioctl,
     // waiting for descriptors
     libc::SYS_pselect6,
     libc::SYS_ppoll,
@@ -84,7 +83,6 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_getsockname,
     libc::SYS_getpeername,
     libc::SYS_getsockopt,
-    libc::SYS_setsockopt,
     // memory
     libc::SYS_mmap,
     libc::SYS_munmap,
@@ -125,7 +123,6 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_gettimeofday,
     libc::SYS_getitimer,
     libc::SYS_setitimer,
-    libc::SYS_timer_create,
     libc::SYS_timer_settime,
     libc::SYS_timer_gettime,
     libc::SYS_timer_delete,
@@ -231,6 +228,107 @@ fn condition(
     SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
 }
 
+/// `fcntl` commands that choose a signal or a process to signal on a descriptor's events
+/// (`F_SETOWN`, `F_SETOWN_EX`, `F_SETSIG`; `F_SETLEASE` and `F_NOTIFY` make the caller
+/// the owner), and `F_SETPIPE_SZ` (a pipe's buffer, host memory, stays at its default).
+const FCNTL_REFUSED: [libc::c_int; 6] = [
+    libc::F_SETOWN,
+    F_SETOWN_EX,
+    F_SETSIG,
+    libc::F_SETLEASE,
+    libc::F_NOTIFY,
+    libc::F_SETPIPE_SZ,
+];
+
+/// `fcntl(F_SETSIG)` and `F_SETOWN_EX` (not in the libc crate for every target).
+const F_SETSIG: libc::c_int = 10;
+const F_SETOWN_EX: libc::c_int = 15;
+
+/// `ioctl` requests that set a descriptor's owner, as `F_SETOWN` does: `FIOSETOWN` and
+/// `SIOCSPGRP` (`asm-generic/sockios.h`).
+const IOCTL_REFUSED: [u64; 2] = [0x8901, 0x8902];
+
+/// Socket options that size a socket's buffers, which are host memory outside the run's
+/// address space: they stay at the system's defaults (`net.core.wmem_default`).
+const SOCKOPT_REFUSED: [libc::c_int; 4] = [
+    libc::SO_SNDBUF,
+    libc::SO_RCVBUF,
+    libc::SO_SNDBUFFORCE,
+    libc::SO_RCVBUFFORCE,
+];
+
+/// Every way a run could send a signal to itself (Landlock scopes signals to the run),
+/// closed to `SIGCONT`, which would cancel the zygote's stop of a session's process
+/// between cells (and of a run being collected): `kill`, `tkill`, `tgkill` and
+/// `rt_sigqueueinfo` with any other signal; `rt_tgsigqueueinfo`, `pidfd_send_signal`,
+/// `io_uring`, `mq_notify`, `ptrace` and `prctl(PR_SET_PDEATHSIG)` not at all (not in the
+/// list); a POSIX timer only with no `sigevent` (its signal is then `SIGALRM`: the
+/// structure is in memory, which seccomp cannot read); no owner or signal for a
+/// descriptor's events (`fcntl` and `ioctl` above). `setitimer` and `alarm` send fixed
+/// signals, never `SIGCONT`.
+fn signal_rules(rules: &mut BTreeMap<i64, Vec<SeccompRule>>) -> Result<(), SeccompError> {
+    // (argument: the signal's position)
+    for (call, signal_arg) in [
+        (libc::SYS_kill, 1),
+        (libc::SYS_tkill, 1),
+        (libc::SYS_tgkill, 2),
+        (libc::SYS_rt_sigqueueinfo, 1),
+    ] {
+        rules.insert(
+            call,
+            vec![SeccompRule::new(vec![condition(
+                signal_arg,
+                SeccompCmpOp::Ne,
+                libc::SIGCONT as u64,
+            )?])?],
+        );
+    }
+    rules.insert(
+        libc::SYS_timer_create,
+        vec![SeccompRule::new(vec![SeccompCondition::new(
+            1,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::Eq,
+            0,
+        )?])?],
+    );
+    let none_of = |arg: u8, values: &mut dyn Iterator<Item = u64>| {
+        values
+            .map(|value| condition(arg, SeccompCmpOp::Ne, value))
+            .collect::<Result<Vec<_>, _>>()
+            .and_then(SeccompRule::new)
+    };
+    rules.insert(
+        libc::SYS_fcntl,
+        vec![none_of(1, &mut FCNTL_REFUSED.iter().map(|&c| c as u64))?],
+    );
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![none_of(1, &mut IOCTL_REFUSED.iter().copied())?],
+    );
+    Ok(())
+}
+
+/// Socket options at any level but `SOL_SOCKET`, and there any but the buffer sizes.
+fn buffer_rules(rules: &mut BTreeMap<i64, Vec<SeccompRule>>) -> Result<(), SeccompError> {
+    let mut other_option: Vec<SeccompCondition> = Vec::new();
+    for option in SOCKOPT_REFUSED {
+        other_option.push(condition(2, SeccompCmpOp::Ne, option as u64)?);
+    }
+    rules.insert(
+        libc::SYS_setsockopt,
+        vec![
+            SeccompRule::new(vec![condition(
+                1,
+                SeccompCmpOp::Ne,
+                libc::SOL_SOCKET as u64,
+            )?])?,
+            SeccompRule::new(other_option)?,
+        ],
+    );
+    Ok(())
+}
+
 impl Filters {
     /// Compile both filters.
     pub(crate) fn compile() -> Result<Filters, SeccompError> {
@@ -276,24 +374,8 @@ impl Filters {
                 )?])?,
             ],
         );
-        // Signals within the run (Landlock scopes them to it), but never `SIGCONT`: the
-        // zygote stops the process once it answered, and a thread of the run sending it
-        // would cancel the stop. (argument: the signal's position)
-        for (call, signal_arg) in [
-            (libc::SYS_kill, 1),
-            (libc::SYS_tkill, 1),
-            (libc::SYS_tgkill, 2),
-            (libc::SYS_rt_sigqueueinfo, 1),
-        ] {
-            rules.insert(
-                call,
-                vec![SeccompRule::new(vec![condition(
-                    signal_arg,
-                    SeccompCmpOp::Ne,
-                    libc::SIGCONT as u64,
-                )?])?],
-            );
-        }
+        signal_rules(&mut rules)?;
+        buffer_rules(&mut rules)?;
         // Naming threads, reading the name, and what loading another seccomp filter takes
         // (filters only ever narrow: the second one below is loaded under the first).
         rules.insert(

@@ -31,6 +31,16 @@ pub(super) struct Supervised {
     pub(super) output_files_bytes: u64,
     /// The files of a run ended at its deadline.
     pub(super) files: Vec<ReportFile>,
+    /// A stop asked for once the run answered, not yet seen complete ([`Stopping`]).
+    pub(super) stopping: Option<Stopping>,
+}
+
+/// A run being stopped to be collected: the zygote looks again at `next` (sooner at
+/// first, then less often) and gives up at `until`, serving everything else meanwhile.
+pub(super) struct Stopping {
+    until: Instant,
+    pub(super) next: Instant,
+    pause: Duration,
 }
 
 impl Supervised {
@@ -73,16 +83,61 @@ impl Supervised {
     }
 
     /// The run answered: stop the whole process, so that nothing it left running (a
-    /// thread that ignores `SIGXCPU`) uses the CPU after its cell, and tell the host what
-    /// the kernel says it left: the files under its `/output` (then emptied, for a
-    /// session's next cell) and its peak resident size. A one-shot run is then killed; a
-    /// session's process stays stopped until its next cell starts.
+    /// thread that ignores `SIGXCPU`) uses the CPU after its cell, and, once every thread
+    /// stopped ([`Supervised::check_stop`], from the zygote's loop: it never waits for
+    /// a run), tell the host what the kernel says it left.
     pub(super) fn collect(&mut self) {
-        if self.abandoned {
+        if self.abandoned || self.stopping.is_some() {
             return;
         }
         self.deadline = None;
-        let stopped = stop(self.pid);
+        // SAFETY: SIGSTOP to our own (unreaped) child.
+        if unsafe { libc::kill(self.pid, libc::SIGSTOP) } != 0 {
+            self.collected(false);
+            return;
+        }
+        let now = Instant::now();
+        self.stopping = Some(Stopping {
+            until: now + STOP_WAIT,
+            next: now,
+            pause: Duration::from_micros(20),
+        });
+        self.check_stop();
+    }
+
+    /// Whether the stop asked for by [`Supervised::collect`] is complete (every thread
+    /// stopped, its group stop reported), or the process ended: then the run is
+    /// collected. Past [`STOP_WAIT`] it is collected as not stopped (and ended).
+    pub(super) fn check_stop(&mut self) {
+        let Some(stopping) = self.stopping.as_mut() else {
+            return;
+        };
+        // A stop is reported only while the process is stopped.
+        let now = Instant::now();
+        let stopped = match peek_child(self.pid, libc::WSTOPPED | libc::WEXITED) {
+            // Stopped, or gone (a run that ended after its outcome is not waited for).
+            Ok(Some(code)) => Some(code == libc::CLD_STOPPED),
+            Err(e) if e.kind() != std::io::ErrorKind::Interrupted => Some(false),
+            _ if now >= stopping.until => Some(false),
+            _ => None,
+        };
+        match stopped {
+            Some(stopped) => {
+                self.stopping = None;
+                self.collected(stopped);
+            }
+            None => {
+                // Usually a few microseconds: looked at again soon, then less often.
+                stopping.next = now + stopping.pause;
+                stopping.pause = (stopping.pause * 2).min(Duration::from_millis(2));
+            }
+        }
+    }
+
+    /// Tell the host what the kernel says the run left: the files under its `/output`
+    /// (then emptied, for a session's next cell) and its peak resident size. A one-shot
+    /// run is then killed; a session's process stays stopped until its next cell starts.
+    fn collected(&mut self, stopped: bool) {
         let files = super::left_output::read(self.pid, self.output_files_bytes);
         if self.session && stopped {
             super::left_output::empty(self.pid);
@@ -114,13 +169,18 @@ impl Supervised {
             rlim_cur: 0,
             rlim_max: 0,
         };
-        // SAFETY: prlimit of our own child with valid pointers: its hard limit is read
-        // and kept, only the soft one moves (the run itself may not change it: seccomp).
+        // SAFETY: prlimit of our own child with valid pointers. The soft limit moves on
+        // to this cell's; the hard one to a second past it where the zygote may raise it
+        // again at the next cell ([`raises_hard_limits`]), and otherwise stays as it is
+        // (the run itself may change neither: seccomp).
         unsafe {
             if libc::prlimit(self.pid, libc::RLIMIT_CPU, std::ptr::null(), &mut limit) == 0 {
-                limit.rlim_cur = cpu_seconds(self.pid)
-                    .saturating_add(super::confine::cpu_limit_seconds(ms))
-                    .min(limit.rlim_max);
+                let soft =
+                    cpu_seconds(self.pid).saturating_add(super::confine::cpu_limit_seconds(ms));
+                if raises_hard_limits() {
+                    limit.rlim_max = soft.saturating_add(1);
+                }
+                limit.rlim_cur = soft.min(limit.rlim_max);
                 libc::prlimit(self.pid, libc::RLIMIT_CPU, &limit, std::ptr::null_mut());
             }
         }
@@ -267,38 +327,14 @@ pub(super) fn spawn_run(
         abandoned: false,
         output_files_bytes: request.output_files_bytes,
         files: Vec::new(),
+        stopping: None,
     })
 }
 
-/// How long the zygote waits for a run's every thread to stop.
+/// How long a run's every thread has to stop once it answered (the zygote serves
+/// everything else meanwhile); a run not stopped by then is ended. The run cannot undo a
+/// stop: seccomp refuses it `SIGCONT` by every route (`seccomp::signal_rules`).
 const STOP_WAIT: Duration = Duration::from_secs(1);
-
-/// Stop process `pid` (our child) and wait until all of its threads are stopped (its
-/// group stop is reported); false when that did not happen within [`STOP_WAIT`]. The
-/// run cannot undo it: seccomp refuses it `SIGCONT`.
-fn stop(pid: i32) -> bool {
-    // SAFETY: SIGSTOP to our own (unreaped) child.
-    if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
-        return false;
-    }
-    let until = Instant::now() + STOP_WAIT;
-    // Usually a few microseconds: looked at again soon at first, then less often.
-    let mut pause = Duration::from_micros(20);
-    loop {
-        // A stop is reported only while the process is stopped.
-        match peek_child(pid, libc::WSTOPPED | libc::WEXITED) {
-            // Stopped, or gone (a run that ended after its outcome is not waited for).
-            Ok(Some(code)) => return code == libc::CLD_STOPPED,
-            Err(e) if e.kind() != std::io::ErrorKind::Interrupted => return false,
-            _ => {}
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(2));
-    }
-}
 
 /// Whether process `pid` (our child) has ended; it is not reaped.
 fn exited(pid: i32) -> bool {
@@ -380,4 +416,22 @@ fn cpu_seconds(pid: i32) -> u64 {
     // SAFETY: sysconf with a valid name.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     ticks.div_ceil(per_second)
+}
+
+/// Whether the zygote may raise a run's hard limits (it holds `CAP_SYS_RESOURCE`, as
+/// root): then a session's CPU time has a hard limit a second past each cell's soft one,
+/// raised as the next cell starts; without it the hard limit stays where the zygote's
+/// was, and the stop between cells alone keeps the process off the CPU. Read once, in the
+/// zygote before its first run (a run's own capabilities are its namespace's).
+pub(super) fn raises_hard_limits() -> bool {
+    static RAISES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *RAISES.get_or_init(|| {
+        const CAP_SYS_RESOURCE: u32 = 24;
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("CapEff:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .is_some_and(|mask| mask & (1 << CAP_SYS_RESOURCE) != 0)
+    })
 }

@@ -46,6 +46,12 @@ pub fn serve_as_zygote() -> ! {
 }
 
 fn run_zygote(embedded: bool) -> i32 {
+    // A session and process group of its own: a terminal's Ctrl-C (or hang-up) goes to
+    // the host's foreground group, which the host handles; the zygote leaves when the
+    // host closes its control socket. (Fails only for a group leader: then it already
+    // has a group of its own.)
+    // SAFETY: setsid takes no arguments.
+    unsafe { libc::setsid() };
     // SAFETY: the host started this process with its control socket at CONTROL_FD.
     let control = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
     let mut buffer = vec![0u8; MAX_MESSAGE];
@@ -111,6 +117,8 @@ fn start(control: &OwnedFd, setup: ZygoteSetup, embedded: bool) -> Result<Zygote
         ));
     }
     collapse_heap();
+    // Read here, in the zygote: a run reads it after the fork.
+    super::supervised::raises_hard_limits();
     let vm_bytes = own_address_space();
     send(control, &ZygoteStatus::Ready);
     Ok(Zygote {
@@ -191,13 +199,23 @@ fn serve(control: &OwnedFd, zygote: &Zygote, buffer: &mut [u8]) -> i32 {
     let mut live: Vec<Supervised> = Vec::new();
     loop {
         let now = Instant::now();
-        let wait_ms = live
+        // Until the next deadline, or the next look at a run being stopped.
+        let wake = live
             .iter()
             .filter(|run| !run.timed_out && !run.abandoned)
             .filter_map(|run| run.deadline)
-            .map(|deadline| deadline.saturating_duration_since(now).as_millis())
-            .min()
-            .map_or(-1, |ms| ms.clamp(1, i32::MAX as u128) as i32);
+            .chain(
+                live.iter()
+                    .filter_map(|run| Some(run.stopping.as_ref()?.next)),
+            )
+            .min();
+        let timeout = wake.map(|at| {
+            let wait = at.saturating_duration_since(now);
+            libc::timespec {
+                tv_sec: wait.as_secs().min(i32::MAX as u64) as libc::time_t,
+                tv_nsec: wait.subsec_nanos() as libc::c_long,
+            }
+        });
         let mut polled = vec![libc::pollfd {
             fd: control.as_raw_fd(),
             events: libc::POLLIN,
@@ -220,8 +238,19 @@ fn serve(control: &OwnedFd, zygote: &Zygote, buffer: &mut [u8]) -> i32 {
                 revents: 0,
             });
         }
-        // SAFETY: poll over valid pollfd entries (negative descriptors are skipped).
-        let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, wait_ms) };
+        let timeout_ptr = timeout
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: ppoll over valid pollfd entries (negative descriptors are skipped), with
+        // a valid timeout or none, and no signal mask.
+        let n = unsafe {
+            libc::ppoll(
+                polled.as_mut_ptr(),
+                polled.len() as libc::nfds_t,
+                timeout_ptr,
+                std::ptr::null(),
+            )
+        };
         if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             return 1;
         }
@@ -231,8 +260,12 @@ fn serve(control: &OwnedFd, zygote: &Zygote, buffer: &mut [u8]) -> i32 {
             if hung_up != 0 && !run.abandoned && !run.read_from_host() {
                 // The host has its answer, or gave up: nothing is reported.
                 run.abandoned = true;
+                run.stopping = None;
                 run.kill();
             }
+            // A run being stopped is collected once it stopped (or ended), never waited
+            // for: the other runs are served meanwhile.
+            run.check_stop();
             let now = Instant::now();
             if !run.timed_out && !run.abandoned && run.deadline.is_some_and(|d| now >= d) {
                 run.timed_out = true;

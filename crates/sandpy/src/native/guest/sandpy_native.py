@@ -291,17 +291,40 @@ def _answer(request: object) -> None:
     from sandpy_guest import runner
 
     assert isinstance(request, dict)
-    _write_inputs(request.get("files", []))
+    try:
+        _write_inputs(request.get("files", []))
+    except _InputError as exc:
+        # The cell's error, as its code's would be: no frames of this module (whose
+        # path is the host's cache folder), and a session goes on to its next cell.
+        error = {"type_name": type(exc.cause).__name__, "message": str(exc), "traceback": ""}
+        write({"outcome": {"value": None, "error": error, "violations": [], "outputs": [], "outputs_dropped": 0}})
+        return
     outcome = runner.execute(_task(request["task"]), _options(request["options"]))
     # Only the code's outcome: the files under /output and the memory peak are read by
     # the zygote, never taken from the run.
     write({"outcome": _encode(outcome)})
 
 
+class _InputError(Exception):
+    """An input file that could not be written where the run's earlier code left
+    something in the way (a link, a folder, a full /tmp)."""
+
+    def __init__(self, path: str, cause: OSError) -> None:
+        super().__init__(f"sandpy could not write the input file {path!r}: {cause.strerror or cause}")
+        self.cause = cause
+
+
 def _write_inputs(files: list[dict[str, str]]) -> None:
-    """The run's input files, into the scratch folder (paths checked by the host)."""
+    """The run's input files, into the scratch folder (paths checked by the host). A link
+    a session's earlier cell left at a file's own name is replaced, not followed."""
     for file in files:
         path = os.path.join("/tmp", file["path"])
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as out:
-            out.write(base64.b64decode(file["content_base64"]))
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if os.path.islink(path):
+                os.unlink(path)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+            with open(os.open(path, flags, 0o644), "wb") as out:
+                out.write(base64.b64decode(file["content_base64"]))
+        except OSError as exc:
+            raise _InputError(path, exc) from None
