@@ -6,6 +6,7 @@ loop `call_mcp_tool` returns a future and calls are batched (so `asyncio.gather`
 concurrently on the host); outside one it is a batch of one and returns the result.
 """
 
+import ast
 import asyncio
 import inspect
 import json
@@ -117,13 +118,100 @@ def discover_mcp_tools() -> list[dict[str, Any]]:
     return tools
 
 
-def get_tool_schema(name: str) -> dict[str, Any]:
-    """The input JSON schema of one allowed tool; `ToolError` if unknown or refused."""
+def _tool_schema(name: str) -> dict[str, Any]:
+    """The host's answer for one tool: `{inputSchema, signature}`; `ToolError` if unknown
+    or refused."""
     try:
-        schema: dict[str, Any] = json.loads(host.tool_schema(name))
+        answer: dict[str, Any] = json.loads(host.tool_schema(name))
     except Err as exc:
         raise ToolError(name, str(exc.value)) from None
+    return answer
+
+
+def get_tool_schema(name: str) -> dict[str, Any]:
+    """The input JSON schema of one allowed tool; `ToolError` if unknown or refused.
+    (`help(tools.<server>.<tool>)` shows it as a Python signature.)"""
+    schema: dict[str, Any] = _tool_schema(name)["inputSchema"]
     return schema
+
+
+class _Annotation:
+    """An annotation as the signature's text wrote it (no type is built from it)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _stub_signature(text: str) -> "inspect.Signature | None":
+    """The signature of the stub's last `def`, read without running anything: the host
+    made the text from the tool's schemas (an upstream's), so it is parsed, never run."""
+    try:
+        body = ast.parse(text).body
+    except (SyntaxError, ValueError):
+        return None
+    if not body or not isinstance(body[-1], ast.FunctionDef):
+        return None
+    args = body[-1].args
+
+    def annotation(node: "ast.expr | None") -> Any:
+        if node is None:
+            return inspect.Parameter.empty
+        return _Annotation(ast.get_source_segment(text, node) or ast.unparse(node))
+
+    def default(node: "ast.expr | None") -> Any:
+        if node is None:
+            return inspect.Parameter.empty
+        try:
+            return ast.literal_eval(node)
+        except ValueError:
+            return _Annotation(ast.get_source_segment(text, node) or "...")
+
+    P = inspect.Parameter
+    params = [P(a.arg, P.POSITIONAL_ONLY, annotation=annotation(a.annotation)) for a in args.posonlyargs]
+    for a, d in zip(args.kwonlyargs, args.kw_defaults):
+        params.append(P(a.arg, P.KEYWORD_ONLY, default=default(d), annotation=annotation(a.annotation)))
+    if args.kwarg is not None:
+        params.append(P(args.kwarg.arg, P.VAR_KEYWORD, annotation=annotation(args.kwarg.annotation)))
+    try:
+        return inspect.Signature(params, return_annotation=annotation(body[-1].returns))
+    except (TypeError, ValueError):
+        return None
+
+
+# Tool name -> (its stub's text, its signature), for this run: fetched when first asked for.
+_stubs: dict[str, "tuple[str, inspect.Signature | None]"] = {}
+
+
+def _stub(full: str) -> "tuple[str, inspect.Signature | None]":
+    found = _stubs.get(full)
+    if found is None:
+        try:
+            text = str(_tool_schema(full).get("signature", ""))
+        except ToolError:
+            text = ""
+        found = _stubs[full] = (text, _stub_signature(text))
+    return found
+
+
+def _without_omitted(full: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` without those passed as None whose signature says `= None`: an optional
+    argument left out, as the signature promises (its schema may not take null)."""
+    if not any(value is None for value in kwargs.values()):
+        return kwargs
+    signature = _stub(full)[1]
+    if signature is None:
+        return kwargs
+    params = signature.parameters
+    return {
+        key: value
+        for key, value in kwargs.items()
+        if not (value is None and key in params and params[key].kind is inspect.Parameter.KEYWORD_ONLY and params[key].default is None)
+    }
 
 
 def search_tools(query: str, limit: int = 10) -> list[dict[str, Any]]:
@@ -163,7 +251,9 @@ def _some(names: Any, most: int = 30) -> str:
 
 
 class _Tool:
-    """One tool of `tools.<server>`: call it with a dict and/or keywords."""
+    """One tool of `tools.<server>`: call it with a dict and/or keywords. Its
+    `__signature__`, `__doc__` and `__annotations__` are those of the signature the host
+    made from its schemas (`help()` shows it)."""
 
     __slots__ = ("_full",)
 
@@ -171,10 +261,27 @@ class _Tool:
         object.__setattr__(self, "_full", full)
 
     def __getattribute__(self, attr: str) -> Any:
+        full: str = object.__getattribute__(self, "_full")
+        if attr == "__signature__":
+            return _stub(full)[1]
+        if attr == "__doc__":
+            return _stub(full)[0] or None
+        if attr == "__annotations__":
+            signature = _stub(full)[1]
+            if signature is None:
+                return {}
+            annotations = {n: p.annotation for n, p in signature.parameters.items() if p.annotation is not p.empty}
+            if signature.return_annotation is not signature.empty:
+                annotations["return"] = signature.return_annotation
+            return annotations
+        if attr in ("__name__", "__qualname__"):
+            split = _split(full)
+            return (python_name(split[1]) or split[1]) if split is not None else full
         raise AttributeError(f"a tool has no attribute {attr!r}; call it")
 
     def __call__(self, arguments: dict[str, Any] | None = None, /, **kwargs: Any) -> Any:
-        return call_mcp_tool(object.__getattribute__(self, "_full"), arguments, **kwargs)
+        full: str = object.__getattribute__(self, "_full")
+        return call_mcp_tool(full, arguments, **_without_omitted(full, kwargs))
 
     def __repr__(self) -> str:
         return f"<tool {object.__getattribute__(self, '_full')}>"
@@ -224,6 +331,7 @@ def new_run() -> None:
     """Forget the last run's tool namespace (the runner calls this as each run starts)."""
     global _servers_cache
     _servers_cache = None
+    _stubs.clear()
 
 
 def _servers() -> "tuple[dict[str, _Server], dict[str, list[str]]]":

@@ -11,6 +11,7 @@ use crate::options::ToolCallSink;
 use crate::plan::Deadline;
 use crate::tools::approval::Approval;
 use crate::tools::search::{self, ToolSummary};
+use crate::tools::signature;
 use crate::tools::{Allowlist, RecordedCall, ToolError, ToolHost, ToolInfo};
 use crate::verdict::Refusal;
 use crate::{Limits, RunOptions};
@@ -363,7 +364,8 @@ impl ToolAccess {
         Ok(serde_json::to_string(&self.allowed_tools())?)
     }
 
-    /// `tool-schema`: one allowed tool's input schema, or why not.
+    /// `tool-schema`: one allowed tool's `{inputSchema, signature}` (its input schema, and
+    /// its stub as Python, [`crate::tools::signature`]), or why not.
     pub(crate) async fn tool_schema(
         &mut self,
         name: String,
@@ -378,9 +380,20 @@ impl ToolAccess {
         }
         let found = self.host.as_ref().and_then(|host| host.tool(&name));
         Ok(match (found, &self.host) {
-            (Some(tool), _) => Ok(serde_json::to_string(&tool.input_schema)?),
+            (Some(tool), Some(host)) => {
+                let output = host.output_schema(&name);
+                let signature = signature::stub(
+                    &tool,
+                    output.as_ref(),
+                    signature::Detail::Full,
+                    &signature::SignatureLimits::default(),
+                );
+                let answer =
+                    serde_json::json!({"inputSchema": tool.input_schema, "signature": signature});
+                Ok(serde_json::to_string(&answer)?)
+            }
             (None, Some(host)) => Err(host.explain_missing(&name)),
-            (None, None) => Err("no tools are configured for this sandbox".into()),
+            (_, None) => Err("no tools are configured for this sandbox".into()),
         })
     }
 
@@ -405,7 +418,10 @@ impl ToolAccess {
         let allowed = self.allowed_tools();
         let found: Vec<ToolSummary> = search::search(&allowed, &query, limit as usize)
             .into_iter()
-            .map(ToolSummary::of)
+            .map(|tool| {
+                let output = self.host.as_ref().and_then(|h| h.output_schema(&tool.name));
+                ToolSummary::of(tool, output.as_ref())
+            })
             .collect();
         Ok(serde_json::to_string(&found)?)
     }

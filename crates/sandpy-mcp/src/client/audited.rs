@@ -28,6 +28,10 @@ impl ToolHost for AuditedTools {
         self.hub.has_tool(name)
     }
 
+    fn output_schema(&self, name: &str) -> Option<Value> {
+        self.hub.output_schema(name)
+    }
+
     fn tool_names(&self) -> Vec<String> {
         self.hub.tool_names()
     }

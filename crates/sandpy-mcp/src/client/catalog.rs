@@ -37,6 +37,9 @@ const MAX_SKIPPED: usize = 100;
 /// validator once its first call made it.
 pub(super) struct Entry {
     pub(super) info: ToolInfo,
+    /// Its `outputSchema`, when it declares one (vetted as input schemas are): the return
+    /// type of its Python signature.
+    pub(super) output_schema: Option<Value>,
     pub(super) upstream: Arc<Upstream>,
     pub(super) tool: String,
     pub(super) schema: OnceLock<ArgumentSchema>,
@@ -53,7 +56,7 @@ pub(super) struct Catalog {
 /// What one server listed, within the limits: the tools kept (name as listed, info with
 /// a description cut to size), the ones skipped and why, and why listing stopped early.
 struct Listed {
-    kept: Vec<(String, ToolInfo)>,
+    kept: Vec<(String, ToolInfo, Option<Value>)>,
     skipped: Vec<(String, String)>,
     skipped_count: usize,
     stopped: Option<String>,
@@ -67,8 +70,9 @@ fn shown(name: &str) -> String {
     }
 }
 
-/// The tool as the hub keeps it, or why it is skipped.
-fn vet_tool(tool: Tool) -> Result<(String, ToolInfo), String> {
+/// The tool as the hub keeps it (with its output schema, dropped when it is too big or
+/// too deep: the tool still works, its results typed `Any`), or why it is skipped.
+fn vet_tool(tool: Tool) -> Result<(String, ToolInfo, Option<Value>), String> {
     names::check(&tool.name)?;
     let schema = Value::Object(JsonObject::clone(&tool.input_schema));
     schema::vet(&schema)?;
@@ -87,7 +91,11 @@ fn vet_tool(tool: Tool) -> Result<(String, ToolInfo), String> {
         description,
         input_schema: schema,
     };
-    Ok((tool.name.to_string(), info))
+    let output = tool
+        .output_schema
+        .map(|output| Value::Object(JsonObject::clone(&output)))
+        .filter(|output| schema::vet(output).is_ok());
+    Ok((tool.name.to_string(), info, output))
 }
 
 /// Read a server's `tools/list`, page by page, within [`MAX_PAGES`], [`MAX_TOOLS`] and
@@ -111,9 +119,11 @@ async fn list_tools(peer: &Peer<RoleClient>, server: &str) -> Result<Listed, Ser
         for tool in result.tools {
             let name = tool.name.to_string();
             match vet_tool(tool) {
-                Ok((name, info)) => {
-                    let size =
-                        name.len() + info.description.len() + schema::json_len(&info.input_schema);
+                Ok((name, info, output)) => {
+                    let size = name.len()
+                        + info.description.len()
+                        + schema::json_len(&info.input_schema)
+                        + output.as_ref().map_or(0, schema::json_len);
                     if listed.kept.len() == MAX_TOOLS || bytes + size > MAX_LISTED_BYTES {
                         listed.stopped = Some(format!(
                             "listing stopped at {} tools: at most {MAX_TOOLS} tools and {MAX_LISTED_BYTES} bytes of them are kept",
@@ -122,7 +132,7 @@ async fn list_tools(peer: &Peer<RoleClient>, server: &str) -> Result<Listed, Ser
                         break 'pages;
                     }
                     bytes += size;
-                    listed.kept.push((name, info));
+                    listed.kept.push((name, info, output));
                 }
                 Err(why) => {
                     tracing::warn!("upstream {server}: tool {} skipped: {why}", shown(&name));
@@ -146,7 +156,7 @@ async fn list_tools(peer: &Peer<RoleClient>, server: &str) -> Result<Listed, Ser
     if let Some(why) = &listed.stopped {
         tracing::warn!("upstream {server}: {why}");
     }
-    for (attribute, tools) in names::collisions(listed.kept.iter().map(|(n, _)| n.as_str())) {
+    for (attribute, tools) in names::collisions(listed.kept.iter().map(|(n, ..)| n.as_str())) {
         tracing::warn!(
             "upstream {server}: tools {tools:?} all map to tools.{server}.{attribute}; none gets that attribute, call them by full name with call_mcp_tool"
         );
@@ -193,10 +203,11 @@ impl Hub {
                         .skipped
                         .insert(format!("{prefix}{name}"), (server, why));
                 }
-                for (tool, mut info) in listed.kept {
+                for (tool, mut info, output_schema) in listed.kept {
                     info.name = format!("{prefix}{tool}");
                     let entry = Entry {
                         info,
+                        output_schema,
                         upstream: upstream.clone(),
                         tool,
                         schema: OnceLock::new(),

@@ -317,6 +317,14 @@ impl ToolHost for Hub {
         self.0.allowlist.allows(name) && catalog.tools.contains_key(name)
     }
 
+    fn output_schema(&self, name: &str) -> Option<Value> {
+        if !self.0.allowlist.allows(name) {
+            return None;
+        }
+        let catalog = self.0.catalog.read().unwrap_or_else(|e| e.into_inner());
+        catalog.tools.get(name)?.output_schema.clone()
+    }
+
     fn tool_names(&self) -> Vec<String> {
         let catalog = self.0.catalog.read().unwrap_or_else(|e| e.into_inner());
         catalog

@@ -1,9 +1,12 @@
 //! `tools/list` as a client reads it: the tools in a fixed order, and `run_python`'s
-//! description completed with where code runs and the upstream servers as they are now.
+//! description completed with where code runs, the upstream servers as they are now and
+//! their tools as Python signatures.
 
 use super::run;
 use super::{SandpyServer, ServerState};
 use rmcp::model::Tool;
+use sandpy::tools::signature::{self, SignatureLimits};
+use sandpy::tools::ToolHost;
 
 /// The order tools are listed in: running code first, then finding upstream tools, then
 /// sessions. A tool missing here is listed after these, by name.
@@ -26,8 +29,9 @@ pub(super) const STARTING_WAIT: std::time::Duration = std::time::Duration::from_
 
 impl SandpyServer {
     /// The tools in [`LISTED`] order, `run_python`'s description completed with the
-    /// upstream servers as they are now, and the run tools' `tier` argument only where the
-    /// operator lets requests choose it (`sandpy.native.per_run`).
+    /// upstream servers and their tools' signatures as they are now, and the run tools'
+    /// `tier` argument only where the operator lets requests choose it
+    /// (`sandpy.native.per_run`).
     pub(super) fn tools(&self) -> Vec<Tool> {
         let rank = |tool: &Tool| {
             LISTED
@@ -44,7 +48,9 @@ impl SandpyServer {
             if tool.name == "run_python" {
                 let guide = tool.description.as_deref().unwrap_or_default();
                 let (runs_on, servers) = (&self.state.runs_on, self.state.servers_line());
-                tool.description = Some(format!("{guide}\n{runs_on}\n{servers}").into());
+                let mut description = format!("{guide}\n{runs_on}\n{servers}");
+                description.push_str(&self.state.signatures());
+                tool.description = Some(description.into());
             }
         }
         tools
@@ -98,7 +104,30 @@ pub(super) fn runs_on(settings: &sandpy::settings::Settings) -> String {
     format!("{tiers} {network}")
 }
 
+/// What heads the signatures in `run_python`'s description.
+const SIGNATURES_HEAD: &str = "\nThe tools as Python signatures (arguments are keyword-only; \
+leave out an optional one or pass None; a dict result is the TypedDict shown; from async code \
+a call returns an awaitable):\n```python\n";
+
 impl ServerState {
+    /// The allowed upstream tools as Python stubs ([`signature::stubs`]), for the end of
+    /// `run_python`'s description: as much detail as fits in the config's
+    /// `model_output.text_bytes`, the tools past it counted. Empty without tools.
+    fn signatures(&self) -> String {
+        let tools = self.hub.list_tools();
+        if tools.is_empty() {
+            return String::new();
+        }
+        let budget = self.model_output.text_bytes;
+        let output_schema = |tool: &sandpy::tools::ToolInfo| self.hub.output_schema(&tool.name);
+        let limits = SignatureLimits::default();
+        let stubs = signature::stubs(&tools, &output_schema, budget, &limits);
+        if stubs.is_empty() {
+            return String::new();
+        }
+        format!("{SIGNATURES_HEAD}{stubs}\n```")
+    }
+
     /// `Available servers: …` for `run_python`'s description: each upstream server and
     /// its status.
     fn servers_line(&self) -> String {

@@ -57,6 +57,44 @@ fn tools_are_named_listed_and_called_sync_async_and_by_namespace() {
 }
 
 #[test]
+fn a_tool_with_an_output_schema_carries_its_typed_signature_in_the_sandbox() {
+    block_on(async {
+        let hub = Hub::start(&config(&everything())).await;
+        let e = run_with_hub(
+            &hub,
+            "import inspect\nf = tools.everything.get_structured_content\n\
+             [str(inspect.signature(f)), f.__doc__, search_tools('structured content')[0]['signature']]",
+            RunOptions::default(),
+        )
+        .await;
+        assert_eq!(e.status, Status::Ok, "{e:#?}");
+        let v = e.return_value.expect("value");
+        let signature = v[0].as_str().expect("signature");
+        assert!(
+            signature.starts_with("(*, location: Literal[")
+                && signature.ends_with("]) -> GetStructuredContentResult"),
+            "{signature}"
+        );
+        let doc = v[1].as_str().expect("doc");
+        assert!(
+            doc.starts_with("# tools.everything.get_structured_content\nclass GetStructuredContentResult(TypedDict):\n")
+                && doc.contains("    temperature: float"),
+            "{doc}"
+        );
+        assert!(
+            doc.contains(&format!("def get_structured_content{signature}:")),
+            "{doc}"
+        );
+        let bare = v[2].as_str().expect("search result's signature");
+        assert!(
+            bare.ends_with("-> GetStructuredContentResult: ..."),
+            "{bare}"
+        );
+        hub.shutdown().await;
+    });
+}
+
+#[test]
 fn gather_runs_upstream_calls_concurrently() {
     block_on(async {
         let hub = Hub::start(&config(&everything())).await;

@@ -1,11 +1,13 @@
 //! Tools the guest may call: the [`ToolHost`] trait, the allowlist, tool search
-//! ([`search`]), and the approval of calls a person must allow ([`Approver`]).
+//! ([`search`]), tools as Python signatures ([`signature`]), and the approval of calls a
+//! person must allow ([`Approver`]).
 //!
 //! The allowlist is applied here, on the host: the guest only ever sees and reaches the
 //! tools it allows, whatever its Python does.
 
 pub(crate) mod approval;
 pub(crate) mod search;
+pub mod signature;
 
 pub use approval::{ApprovalFuture, ApprovalRequest, Approver, Decision, Unshowable};
 pub use search::{search, ToolSummary};
@@ -97,6 +99,11 @@ pub trait ToolHost: Send + Sync + 'static {
     /// `tools.<server>.<tool>` namespace. The default lists every tool.
     fn tool_names(&self) -> Vec<String> {
         self.list_tools().into_iter().map(|t| t.name).collect()
+    }
+    /// The JSON schema of `name`'s results (MCP's `outputSchema`), when it declares one:
+    /// the return type of its signature ([`signature`]). `None` by default (`Any`).
+    fn output_schema(&self, _name: &str) -> Option<Value> {
+        None
     }
     /// Call one tool.
     fn call_tool(&self, name: &str, arguments: Value) -> ToolFuture;

@@ -16,6 +16,7 @@
 //! The work is bounded whatever the guest asks: the first [`MAX_QUERY_TERMS`] distinct
 //! words of the query, and the first [`DESCRIPTION_SCAN_BYTES`] of each description.
 
+use crate::tools::signature::{self, Detail, SignatureLimits};
 use crate::tools::ToolInfo;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -59,16 +60,28 @@ pub struct ToolSummary {
     /// The tool says it is deprecated (such tools are ranked last); only present when true.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deprecated: bool,
+    /// The tool as a Python stub without docstring ([`crate::tools::signature`]): its
+    /// arguments' and result's types, in at most 1,500 bytes.
+    #[serde(default)]
+    pub signature: String,
 }
 
+/// The most bytes of a search result's signature.
+const SIGNATURE_BYTES: usize = 1500;
+
 impl ToolSummary {
-    /// The compact form of `tool`.
-    pub fn of(tool: &ToolInfo) -> ToolSummary {
+    /// The compact form of `tool`, whose results have `output_schema` when it has one.
+    pub fn of(tool: &ToolInfo, output_schema: Option<&Value>) -> ToolSummary {
+        let limits = SignatureLimits {
+            bytes: SIGNATURE_BYTES,
+            ..SignatureLimits::default()
+        };
         ToolSummary {
             name: tool.name.clone(),
             description: one_line(&tool.description),
             arguments: arguments(&tool.input_schema),
             deprecated: is_deprecated(tool),
+            signature: signature::stub(tool, output_schema, Detail::Bare, &limits),
         }
     }
 }
@@ -508,7 +521,7 @@ mod tests {
                 "required": ["path", "edits"]
             }),
         };
-        let summary = ToolSummary::of(&info);
+        let summary = ToolSummary::of(&info, None);
         assert_eq!(summary.description, "Edit a file.");
         assert_eq!(
             serde_json::to_value(&summary.arguments).unwrap(),
@@ -516,14 +529,15 @@ mod tests {
                    "count?": "integer|null", "tags?": "(string|number)[]"})
         );
         assert!(!summary.deprecated);
-        let short = ToolSummary::of(&tool("x", "  Short.\nMore.  "));
+        let short = ToolSummary::of(&tool("x", "  Short.\nMore.  "), None);
         assert_eq!(short.description, "Short.");
-        let long = ToolSummary::of(&tool("x", &"a".repeat(500)));
+        let long = ToolSummary::of(&tool("x", &"a".repeat(500)), None);
         assert_eq!(long.description, format!("{}…", "a".repeat(160)));
-        let json = serde_json::to_value(ToolSummary::of(&tool("x", "y"))).unwrap();
+        let json = serde_json::to_value(ToolSummary::of(&tool("mcp__s__x", "y"), None)).unwrap();
         assert_eq!(
             json,
-            json!({"name": "x", "description": "y", "arguments": {}})
+            json!({"name": "mcp__s__x", "description": "y", "arguments": {},
+                   "signature": "# tools.s.x\ndef x() -> Any: ..."})
         );
     }
 
@@ -537,7 +551,7 @@ mod tests {
             description: String::new(),
             input_schema: json!({"properties": properties}),
         };
-        let arguments = ToolSummary::of(&info).arguments;
+        let arguments = ToolSummary::of(&info, None).arguments;
         assert_eq!(arguments.len(), 17);
         assert_eq!(arguments["…"], "4 more");
     }

@@ -130,12 +130,14 @@ fn unknown_tools_and_search() {
     assert!(value[0].as_str().unwrap().contains("unknown tool"));
     assert_eq!(value[1], json!(["mcp__local__slow"]));
     assert_eq!(value[2], json!({"type": "object"}));
-    // The compact form: name, first description line, argument types; no schema.
+    // The compact form: name, first description line, argument types, the bare Python
+    // signature; no schema.
     let e = run_with("search_tools('sleeping', limit=5)", &options());
     assert_eq!(
         e.return_value,
         Some(
-            json!([{"name": "mcp__local__sleepy", "description": "the sleepy tool", "arguments": {}}])
+            json!([{"name": "mcp__local__sleepy", "description": "the sleepy tool", "arguments": {},
+                     "signature": "# tools.local.sleepy\ndef sleepy() -> Any: ..."}])
         ),
         "{e:?}"
     );
@@ -419,4 +421,61 @@ fn a_host_call_that_blocks_a_thread_ends_at_the_run_deadline_and_frees_the_slot(
     // their answers go nowhere.
     assert_eq!(host.finished.load(std::sync::atomic::Ordering::SeqCst), 0);
     host.release.lock().map(|mut s| s.clear()).ok();
+}
+
+/// One tool with typed arguments and an output schema: it answers with its arguments.
+struct TypedTools;
+
+impl ToolHost for TypedTools {
+    fn list_tools(&self) -> Vec<ToolInfo> {
+        vec![ToolInfo {
+            name: "mcp__typed__get-weather".into(),
+            description: "The weather of a city.".into(),
+            input_schema: json!({"type": "object", "properties": {
+                "city": {"enum": ["Paris", "Oslo"], "description": "which city"},
+                "days": {"type": "integer"},
+                "units": {"type": "string", "default": "c"}},
+                "required": ["city"]}),
+        }]
+    }
+
+    fn output_schema(&self, _name: &str) -> Option<Value> {
+        Some(
+            json!({"type": "object", "properties": {"temperature": {"type": "number"}},
+                    "required": ["temperature"]}),
+        )
+    }
+
+    fn call_tool(&self, _name: &str, arguments: Value) -> ToolFuture {
+        Box::pin(async move { Ok(arguments) })
+    }
+}
+
+#[test]
+fn a_tool_carries_the_signature_the_model_read() {
+    let options = RunOptions {
+        tools: Some(Arc::new(TypedTools)),
+        ..RunOptions::default()
+    };
+    let e = run_with(
+        "import inspect\nf = tools.typed.get_weather\n\
+         [str(inspect.signature(f)), f.__doc__.splitlines()[0], repr(f.__annotations__['return']),\n\
+          f.__name__, f(city='Paris', days=None), get_tool_schema('mcp__typed__get-weather')['required'],\n\
+          search_tools('weather')[0]['signature'].splitlines()[-1]]",
+        &options,
+    );
+    let signature = "(*, city: Literal[\"Paris\", \"Oslo\"], days: int | None = None, units: str = 'c') -> GetWeatherResult";
+    assert_eq!(
+        e.return_value,
+        Some(json!([
+            signature,
+            "# tools.typed.get_weather",
+            "GetWeatherResult",
+            "get_weather",
+            {"city": "Paris"},
+            ["city"],
+            "def get_weather(*, city: Literal[\"Paris\", \"Oslo\"], days: int | None = None, units: str = \"c\") -> GetWeatherResult: ..."
+        ])),
+        "{e:?}"
+    );
 }
