@@ -71,6 +71,17 @@ fn check_responses(out: &Value) {
         description.contains("call_mcp_tool") && description.contains("everything (ready"),
         "{description}"
     );
+    // The tools as Python signatures (issue 64): a tool with an outputSchema shows its
+    // arguments with their types, and its return type.
+    assert!(
+        description.contains("# tools.everything.get_structured_content\n")
+            && description.contains("def get_structured_content(*, location: Literal[")
+            && description.contains("]) -> GetStructuredContentResult:")
+            && description.contains("class GetStructuredContentResult(TypedDict):\n")
+            && description.contains("    temperature: float")
+            && description.contains("def get_sum(*, a: float, b: float) -> Any:"),
+        "{description}"
+    );
 
     let ok = &out[1];
     assert_eq!(ok["isError"], false, "{ok}");
@@ -110,6 +121,12 @@ fn check_responses(out: &Value) {
     assert_eq!(
         out[6]["structuredContent"]["inputSchema"]["required"],
         json!(["message"])
+    );
+    let signature = out[6]["structuredContent"]["signature"].as_str();
+    assert!(
+        signature.is_some_and(|s| s.contains("def echo(*, message: str) -> Any:")),
+        "{}",
+        out[6]
     );
     assert_eq!(out[7]["structuredContent"]["return_value"], true);
     // A missing argument is a tool error the model can correct (SEP-1303), naming it.
