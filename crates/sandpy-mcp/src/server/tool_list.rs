@@ -114,14 +114,17 @@ impl ServerState {
     /// `run_python`'s description: as much detail as fits in the config's
     /// `model_output.text_bytes`, the tools past it counted. Empty without tools.
     fn signatures(&self) -> String {
-        let tools = self.hub.list_tools();
-        if tools.is_empty() {
+        let names = self.hub.tool_names();
+        if names.is_empty() {
             return String::new();
         }
+        let tool = |i: usize| {
+            let name = names.get(i)?;
+            Some((self.hub.tool(name)?, self.hub.output_schema(name)))
+        };
         let budget = self.model_output.text_bytes;
-        let output_schema = |tool: &sandpy::tools::ToolInfo| self.hub.output_schema(&tool.name);
         let limits = SignatureLimits::default();
-        let stubs = signature::stubs(&tools, &output_schema, budget, &limits);
+        let stubs = signature::stubs(names.len(), &tool, budget, &limits);
         if stubs.is_empty() {
             return String::new();
         }

@@ -325,13 +325,15 @@ fn def_line(name: &str, params: &[String], keyword_only: bool, returns: &str) ->
     out
 }
 
-/// The stubs of `tools`, with [`STUB_IMPORTS`] first, in at most `budget` bytes: each in
-/// the most detail that lets them all fit ([`Detail::Full`], then brief, then bare); when
-/// even bare ones do not, as many as fit and a line counting the others. Empty when not
-/// even one fits.
+/// The stubs of `count` tools, with [`STUB_IMPORTS`] first, in at most `budget` bytes:
+/// each in the most detail that lets them all fit ([`Detail::Full`], then brief, then
+/// bare); when even bare ones do not, as many as fit and a line counting the others. Empty
+/// when not even one fits. `tool(i)` gives the `i`th tool and its output schema (`None`
+/// for one gone since: it is left out); it is asked only for the tools shown and one more
+/// per detail, so that a catalog of 10,000 tools is not copied for a description.
 pub fn stubs(
-    tools: &[ToolInfo],
-    output_schema: &dyn Fn(&ToolInfo) -> Option<Value>,
+    count: usize,
+    tool: &dyn Fn(usize) -> Option<(ToolInfo, Option<Value>)>,
     budget: usize,
     limits: &SignatureLimits,
 ) -> String {
@@ -340,20 +342,24 @@ pub fn stubs(
             "# ... and {n} more tools: search_tools() and get_tool_schema() give their signatures"
         )
     };
-    let reserve = more_line(tools.len()).len() + 1;
+    let reserve = more_line(count).len() + 1;
     for detail in [Detail::Full, Detail::Brief, Detail::Bare] {
         let mut out = STUB_IMPORTS.to_string();
-        let mut shown = 0;
-        for tool in tools {
-            let text = stub(tool, output_schema(tool).as_ref(), detail, limits);
+        let (mut shown, mut seen) = (0, 0);
+        for i in 0..count {
+            let Some((info, output)) = tool(i) else {
+                seen += 1;
+                continue;
+            };
+            let text = stub(&info, output.as_ref(), detail, limits);
             if out.len() + 1 + text.len() + reserve > budget {
                 break;
             }
             out.push('\n');
             out.push_str(&text);
-            shown += 1;
+            (shown, seen) = (shown + 1, seen + 1);
         }
-        if shown == tools.len() && out.len() <= budget {
+        if seen == count && out.len() <= budget {
             return out;
         }
         if detail == Detail::Bare {
@@ -361,7 +367,7 @@ pub fn stubs(
                 return String::new();
             }
             out.push('\n');
-            out.push_str(&more_line(tools.len() - shown));
+            out.push_str(&more_line(count - seen));
             return out;
         }
     }

@@ -154,8 +154,8 @@ proptest! {
                 texts.push(text);
             }
         }
-        let infos: Vec<ToolInfo> = tools.iter().map(|(t, _)| t.clone()).collect();
-        let block = stubs(&infos, &|t: &ToolInfo| tools.iter().find(|(i, _)| i.name == t.name).and_then(|(_, o)| o.clone()), 4 * bytes, &limits);
+        let lookup = |i: usize| tools.get(i).cloned();
+        let block = stubs(tools.len(), &lookup, 4 * bytes, &limits);
         prop_assert!(block.len() <= 4 * bytes);
         if let Some(rest) = block.strip_prefix(STUB_IMPORTS) {
             texts.push(format!("{rest}\ndef last(): ..."));
