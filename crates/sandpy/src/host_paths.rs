@@ -231,11 +231,7 @@ fn push_components(pending: &mut VecDeque<OsString>, path: &Path, front: bool) {
 /// that no other user can write in, or a sticky one (others cannot rename what is not
 /// theirs in it). True for the sticky one that others can write in: what is used in it
 /// must then be this user's or root's too.
-fn folder_on_the_way(
-    path: &Path,
-    meta: &std::fs::Metadata,
-    uid: u32,
-) -> Result<bool, FolderError> {
+fn folder_on_the_way(path: &Path, meta: &std::fs::Metadata, uid: u32) -> Result<bool, FolderError> {
     if !meta.is_dir() {
         return Err(FolderError::NotAFolder {
             path: path.to_path_buf(),
@@ -289,7 +285,14 @@ fn check_folder(path: &Path, purpose: Use, make: bool) -> Result<(), FolderError
             });
         }
     }
-    let walked = walk(path, make.then_some(0o700))?;
+    // Made private, or readable by others where they may read it (a venv the native
+    // tier's confined runs read, a folder of outputs).
+    let mode = if purpose == Use::Private {
+        0o700
+    } else {
+        0o755
+    };
+    let walked = walk(path, make.then_some(mode))?;
     let meta = walked.meta.ok_or_else(|| FolderError::Io {
         path: path.to_path_buf(),
         source: std::io::ErrorKind::NotFound.into(),
@@ -316,11 +319,12 @@ fn check_folder(path: &Path, purpose: Use, make: bool) -> Result<(), FolderError
         });
     }
     if purpose == Use::Private && mode & 0o077 != 0 {
-        std::fs::set_permissions(&walked.real, std::fs::Permissions::from_mode(0o700))
-            .map_err(|source| FolderError::Io {
+        std::fs::set_permissions(&walked.real, std::fs::Permissions::from_mode(0o700)).map_err(
+            |source| FolderError::Io {
                 path: path.to_path_buf(),
                 source,
-            })?;
+            },
+        )?;
     }
     Ok(())
 }
@@ -377,12 +381,11 @@ pub(crate) fn trusted_tree(path: &Path) -> Result<(), FolderError> {
         for entry in std::fs::read_dir(&folder).map_err(io)? {
             let entry = entry.map_err(io)?;
             let entry_path = entry.path();
-            let meta = std::fs::symlink_metadata(&entry_path).map_err(|source| {
-                FolderError::Io {
+            let meta =
+                std::fs::symlink_metadata(&entry_path).map_err(|source| FolderError::Io {
                     path: entry_path.clone(),
                     source,
-                }
-            })?;
+                })?;
             if meta.uid() != uid && meta.uid() != 0 {
                 return Err(FolderError::NotOwned {
                     path: entry_path,
@@ -509,7 +512,10 @@ mod tests {
         let looped = base.path().join("loop");
         std::os::unix::fs::symlink(&looped, &looped).expect("symlink");
         let error = input(&looped.join("x")).expect_err("refused");
-        assert!(matches!(error, FolderError::TooManyLinks { .. }), "{error:?}");
+        assert!(
+            matches!(error, FolderError::TooManyLinks { .. }),
+            "{error:?}"
+        );
     }
 
     /// `command` run as the user `nobody` (65534), as another user of the machine would.
@@ -534,7 +540,9 @@ mod tests {
         let checks: [(&str, bool, Check); 7] = [
             ("private folder", false, |p| ensure(p, Use::Private)),
             ("trusted folder", false, |p| ensure(p, Use::Trusted)),
-            ("existing folder", false, |p| existing_folder(p, Use::Trusted)),
+            ("existing folder", false, |p| {
+                existing_folder(p, Use::Trusted)
+            }),
             ("trusted tree", false, trusted_tree),
             ("input folder", false, |p| input(p).map(drop)),
             ("trusted file", true, |p| trusted_file(p).map(drop)),
@@ -560,7 +568,11 @@ mod tests {
             as_nobody(&["mkdir", &text(&parent)]);
             make(&parent.join("inside"));
             let link = shared.path().join(format!("{i}-link"));
-            let to = if is_file { own.path().join("file") } else { own.path().to_path_buf() };
+            let to = if is_file {
+                own.path().join("file")
+            } else {
+                own.path().to_path_buf()
+            };
             as_nobody(&["ln", "-s", &text(&to), &text(&link)]);
             let via = shared.path().join(format!("{i}-via"));
             as_nobody(&["ln", "-s", &text(own.path()), &text(&via)]);
@@ -586,11 +598,17 @@ mod tests {
         trusted_file(&file).expect("ours");
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).expect("chmod");
         let error = trusted_file(&file).expect_err("refused");
-        assert!(matches!(error, FolderError::OpenToOthers { .. }), "{error:?}");
+        assert!(
+            matches!(error, FolderError::OpenToOthers { .. }),
+            "{error:?}"
+        );
         let link = base.path().join("link.json");
         std::os::unix::fs::symlink(&file, &link).expect("symlink");
         let error = trusted_file(&link).expect_err("refused");
-        assert!(matches!(error, FolderError::OpenToOthers { .. }), "{error:?}");
+        assert!(
+            matches!(error, FolderError::OpenToOthers { .. }),
+            "{error:?}"
+        );
         let error = trusted_file(base.path()).expect_err("a folder");
         assert!(matches!(error, FolderError::NotAFile { .. }), "{error:?}");
     }

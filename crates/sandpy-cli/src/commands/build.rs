@@ -63,9 +63,24 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
         progress: Some(std::sync::Arc::new(|m: &str| eprintln!("{m}"))),
         ..sandpy::Config::default()
     };
+    // Written as this user: checked before anything is written (a link another user put
+    // in its place, or a folder they can write in, would take the bytes elsewhere).
     let set = match &args.folder {
-        Some(folder) => packages::install(&wanted, folder, &config)?,
-        None => packages::build_runtime(&wanted, &output, &config)?,
+        Some(folder) => {
+            sandpy::files::output_folder(folder).context("--folder")?;
+            packages::install(&wanted, folder, &config)?
+        }
+        None => {
+            let parent = output.parent().filter(|p| !p.as_os_str().is_empty());
+            sandpy::files::output_folder(parent.unwrap_or(Path::new("."))).context("--output")?;
+            if std::fs::symlink_metadata(&output).is_ok_and(|m| m.file_type().is_symlink()) {
+                bail!(
+                    "--output `{}` is a link: not written through",
+                    output.display()
+                );
+            }
+            packages::build_runtime(&wanted, &output, &config)?
+        }
     };
     let installed: Vec<String> = set
         .distributions
@@ -126,6 +141,9 @@ fn native(args: &Args, settings: sandpy::settings::Settings) -> anyhow::Result<O
         .python
         .clone()
         .unwrap_or_else(|| PathBuf::from("python3"));
+    // The zygote will import from it as this user: made, or checked, as a folder that no
+    // other user controls (an existing venv there would keep another user's `bin/python`).
+    sandpy::files::output_folder(&venv).context("--output")?;
     build_venv(&python, &venv, &packages)?;
     eprintln!(
         "sandpy: made {} with {}",

@@ -27,7 +27,7 @@ pub(crate) use files::FileArgs;
 pub(crate) use hub::{report_start, start_hub};
 pub(crate) use limits::LimitArgs;
 pub(crate) use print::{print_after_stream, print_and_exit, print_execution};
-pub(crate) use program::Program;
+pub(crate) use program::{regular_file, Program};
 pub(crate) use sandbox::{
     one_shot_runtime, one_shot_sandbox, release_at_exit, resolved_sandbox, run_options, sandbox,
     sandbox_with, tokio_runtime,

@@ -37,6 +37,7 @@ impl Program {
         } else {
             let real = sandpy::files::user_path(file)
                 .with_context(|| format!("cannot read `{}`", file.display()))?;
+            regular_file(&real).with_context(|| format!("cannot read `{}`", file.display()))?;
             std::fs::read(real).with_context(|| format!("cannot read `{}`", file.display()))?
         };
         let name = if from_stdin {
@@ -60,4 +61,15 @@ impl Program {
             Program::Refused(why) => Err(Box::new(Execution::refused(Status::InvalidInput, why))),
         }
     }
+}
+
+/// Refuse anything but a regular file where a file is read whole (a FIFO or a device would
+/// block the command, or feed it without end).
+pub(crate) fn regular_file(path: &std::path::Path) -> anyhow::Result<()> {
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+    if !meta.is_file() {
+        bail!("`{}` is not a regular file", path.display());
+    }
+    Ok(())
 }

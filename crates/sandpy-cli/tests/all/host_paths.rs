@@ -49,6 +49,10 @@ enum Target {
     Mount,
     /// Where a run's files are written (`--output-dir`).
     OutputDir,
+    /// The native tier's venv, whose `bin/python` is run to probe it.
+    NativeVenv,
+    /// Where `sandpy build --native` makes a venv.
+    BuildOutput,
 }
 
 /// How the other user gets there first.
@@ -62,7 +66,7 @@ enum Plant {
     Link,
 }
 
-const TARGETS: [Target; 9] = [
+const TARGETS: [Target; 11] = [
     Target::Cache,
     Target::NativeGuest,
     Target::Toolchain,
@@ -72,6 +76,8 @@ const TARGETS: [Target; 9] = [
     Target::Input,
     Target::Mount,
     Target::OutputDir,
+    Target::NativeVenv,
+    Target::BuildOutput,
 ];
 
 impl Target {
@@ -103,7 +109,10 @@ impl Target {
                     .arg(work.join("packages"));
             }
             Target::Scratch => {
-                command.env("SANDPY_SCRATCH_DIR", path).arg("run").args(print);
+                command
+                    .env("SANDPY_SCRATCH_DIR", path)
+                    .arg("run")
+                    .args(print);
             }
             Target::Config => {
                 command.args(["run", "--config", text(path)]).args(print);
@@ -117,6 +126,15 @@ impl Target {
             Target::Mount => {
                 let mount = format!("{}:/data", text(path));
                 command.args(["run", "--mount", &mount]).args(print);
+            }
+            Target::NativeVenv => {
+                let config = work.join("venv.json");
+                let body = json!({"sandpy": {"tier": "native", "native": {"venv": path}}});
+                std::fs::write(&config, body.to_string()).expect("config");
+                command.args(["run", "--config", text(&config)]).args(print);
+            }
+            Target::BuildOutput => {
+                command.args(["build", "--native", "--with", "six", "--output", text(path)]);
             }
             Target::OutputDir => {
                 command
@@ -136,7 +154,11 @@ fn plant(target: Target, how: Plant, shared: &Path, own: &Path) -> PathBuf {
         if target.is_file() {
             // A config whose server would write a marker, a program that would print.
             let content = "{\"mcpServers\": {}}";
-            as_nobody(&["sh", "-c", &format!("printf '%s' '{content}' > {}", text(path))]);
+            as_nobody(&[
+                "sh",
+                "-c",
+                &format!("printf '%s' '{content}' > {}", text(path)),
+            ]);
         } else {
             as_nobody(&["mkdir", text(path)]);
         }
@@ -185,10 +207,7 @@ fn every_host_path_another_user_made_first_is_refused() {
     for target in TARGETS {
         for how in [Plant::Itself, Plant::Parent, Plant::Link] {
             let path = plant(target, how, shared.path(), own.path());
-            let out = target
-                .command(&path, own.path())
-                .output()
-                .expect("sandpy");
+            let out = target.command(&path, own.path()).output().expect("sandpy");
             let stderr = String::from_utf8_lossy(&out.stderr);
             let refused = !out.status.success() && stderr.contains("65534");
             if !refused {
@@ -201,7 +220,10 @@ fn every_host_path_another_user_made_first_is_refused() {
             // Nothing was written through the other user's link into root's folder.
             if target == Target::OutputDir && how == Plant::Link {
                 let through = own.path().join("OutputDir.folder/written.txt");
-                assert!(!through.exists(), "the run's file was written through the link");
+                assert!(
+                    !through.exists(),
+                    "the run's file was written through the link"
+                );
             }
         }
     }
@@ -240,7 +262,10 @@ fn without_a_home_the_cache_another_user_made_first_is_refused() {
         .output()
         .expect("setpriv sandpy");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "ran on another user's cache: {stderr}");
+    assert!(
+        !out.status.success(),
+        "ran on another user's cache: {stderr}"
+    );
     assert!(
         stderr.contains(&format!("`{}` belongs to user 65534", fallback.display())),
         "{stderr}"
@@ -299,5 +324,38 @@ fn native_guest_files_changed_in_the_cache_are_written_again_not_run() {
         original,
         "written again"
     );
-    assert!(!guest.join("sitecustomize.py").exists(), "the added file is gone");
+    assert!(
+        !guest.join("sitecustomize.py").exists(),
+        "the added file is gone"
+    );
+}
+
+#[test]
+fn output_dir_never_writes_through_another_users_folder_or_link_inside_it() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: the other user is played through setpriv, which needs root");
+        return;
+    }
+    // Root's output folder, with a folder of the other user's in it and their link there
+    // to a file of root's (found in the outside review, docs/dev/attack-round3-host-paths.md).
+    let out = tempfile::tempdir().expect("output folder");
+    std::fs::set_permissions(out.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let secret = tempfile::NamedTempFile::new().expect("root's file");
+    std::fs::write(secret.path(), "root's").expect("write");
+    let sub = out.path().join("sub");
+    std::fs::create_dir(&sub).expect("mkdir");
+    std::os::unix::fs::chown(&sub, Some(65534), Some(65534)).expect("chown");
+    as_nobody(&["ln", "-s", text(secret.path()), text(&sub.join("f.txt"))]);
+    let run = sandpy()
+        .args(["run", "--output-dir", text(out.path()), "-c"])
+        .arg("import os; os.makedirs('/output/sub'); open('/output/sub/f.txt', 'w').write('guest')")
+        .output()
+        .expect("sandpy");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    assert!(stderr.contains("belongs to user 65534"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(secret.path()).expect("read"),
+        "root's"
+    );
 }

@@ -67,9 +67,7 @@ impl std::fmt::Debug for NativeTier {
 /// another user could write in would run their code in the zygote).
 fn check_install(install: &PythonInstall) -> Result<(), NativeError> {
     use crate::host_paths::{existing_folder, trusted_tree, FolderError, Use};
-    let missing = |e: &FolderError| {
-        matches!(e, FolderError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
-    };
+    let missing = |e: &FolderError| matches!(e, FolderError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound);
     for folder in install.folders() {
         match existing_folder(&folder, Use::Trusted) {
             Err(e) if !missing(&e) => return Err(NativeError::InstallFolder(e)),
@@ -77,12 +75,41 @@ fn check_install(install: &PythonInstall) -> Result<(), NativeError> {
         }
     }
     for folder in &install.site_dirs {
-        match trusted_tree(folder) {
-            Err(e) if !missing(&e) => return Err(NativeError::InstallFolder(e)),
-            _ => {}
+        // The folders its `.pth` files add (an editable install's source) are imported
+        // from as well.
+        for folder in std::iter::once(folder.clone()).chain(pth_folders(folder)) {
+            match trusted_tree(&folder) {
+                Err(e) if !missing(&e) => return Err(NativeError::InstallFolder(e)),
+                _ => {}
+            }
         }
     }
     Ok(())
+}
+
+/// The folders that `site` adds for the `.pth` files in `site_dir`: each line that is
+/// neither a comment nor an `import` line, relative to `site_dir`.
+fn pth_folders(site_dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(site_dir) else {
+        return Vec::new();
+    };
+    let mut folders = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "pth") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        for line in text.lines().map(str::trim_end) {
+            if line.is_empty() || line.starts_with('#') || line.starts_with("import") {
+                continue;
+            }
+            folders.push(site_dir.join(line));
+        }
+    }
+    folders
 }
 
 impl NativeTier {
@@ -91,6 +118,11 @@ impl NativeTier {
     pub fn start(config: &NativeConfig, cache_dir: &Path) -> Result<NativeTier, NativeError> {
         confine::kernel_support().map_err(NativeError::Kernel)?;
         let python = config.python_executable();
+        // Run to probe it, as this user, before any confinement: a path (not a name looked
+        // up on `PATH`) must be a file no other user controls.
+        if python.components().count() > 1 {
+            crate::host_paths::trusted_file(&python).map_err(NativeError::InstallFolder)?;
+        }
         let install = PythonInstall::probe(&python)?;
         let guest_dir = guest_files::write(cache_dir)?;
         check_install(&install)?;

@@ -366,6 +366,9 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), Error> 
         hex(&Sha256::digest(bytes)[..4])
     ));
     std::fs::write(&tmp, bytes).map_err(cache_error)?;
+    // Whatever the umask: a file others could write would not pass the check when loaded.
+    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .map_err(cache_error)?;
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         cache_error(e)

@@ -153,8 +153,11 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
     let reader: Box<dyn BufRead + Send> = if path.as_os_str() == "-" {
         Box::new(std::io::BufReader::new(std::io::stdin()))
     } else {
+        // As every file a user names: no other user controls the way to it.
+        let real = sandpy::files::user_path(path)
+            .with_context(|| format!("cannot open `{}`", path.display()))?;
         Box::new(std::io::BufReader::new(
-            std::fs::File::open(path)
+            std::fs::File::open(real)
                 .with_context(|| format!("cannot open `{}`", path.display()))?,
         ))
     };

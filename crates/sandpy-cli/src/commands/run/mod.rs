@@ -57,6 +57,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<Outcome> {
         Some(path) => {
             let context = || format!("cannot read input `{}`", path.display());
             let real = sandpy::files::user_path(path).with_context(context)?;
+            crate::common::regular_file(&real).with_context(context)?;
             Some(std::fs::read(real).with_context(context)?)
         }
         None => None,
