@@ -402,8 +402,8 @@ fn set_limits(request: &RunRequest, zygote_vm_bytes: u64) -> Result<(), ConfineE
     let seconds = cpu_limit_seconds(request.timeout_ms);
     // A session's CPU time grows with each cell (the zygote moves the soft limit as a
     // cell starts), so its hard limit stays where it was unless the zygote may raise it
-    // at each cell (`supervised::raises_hard_limits`, read in the zygote before the fork).
-    let cpu_hard = if request.session && !super::supervised::raises_hard_limits() {
+    // at each cell (`raises_hard_limits`, read in the zygote before the fork).
+    let cpu_hard = if request.session && !raises_hard_limits() {
         nix::sys::resource::getrlimit(Resource::RLIMIT_CPU)
             .map_err(failed("getrlimit RLIMIT_CPU"))?
             .1
@@ -574,4 +574,22 @@ mod tests {
             assert!(unshowable(Path::new(path)).is_none(), "{path}");
         }
     }
+}
+
+/// Whether the zygote may raise a run's hard limits (it holds `CAP_SYS_RESOURCE`, as
+/// root): then a session's CPU time has a hard limit a second past each cell's soft one,
+/// raised as the next cell starts; without it the hard limit stays where the zygote's
+/// was, and the stop between cells alone keeps the process off the CPU. Read once, in the
+/// zygote before its first run (a run's own capabilities are its namespace's).
+pub(super) fn raises_hard_limits() -> bool {
+    static RAISES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *RAISES.get_or_init(|| {
+        const CAP_SYS_RESOURCE: u32 = 24;
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("CapEff:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .is_some_and(|mask| mask & (1 << CAP_SYS_RESOURCE) != 0)
+    })
 }

@@ -171,13 +171,13 @@ impl Supervised {
         };
         // SAFETY: prlimit of our own child with valid pointers. The soft limit moves on
         // to this cell's; the hard one to a second past it where the zygote may raise it
-        // again at the next cell ([`raises_hard_limits`]), and otherwise stays as it is
+        // again at the next cell ([`super::confine::raises_hard_limits`]), and otherwise stays as it is
         // (the run itself may change neither: seccomp).
         unsafe {
             if libc::prlimit(self.pid, libc::RLIMIT_CPU, std::ptr::null(), &mut limit) == 0 {
                 let soft =
                     cpu_seconds(self.pid).saturating_add(super::confine::cpu_limit_seconds(ms));
-                if raises_hard_limits() {
+                if super::confine::raises_hard_limits() {
                     limit.rlim_max = soft.saturating_add(1);
                 }
                 limit.rlim_cur = soft.min(limit.rlim_max);
@@ -416,22 +416,4 @@ fn cpu_seconds(pid: i32) -> u64 {
     // SAFETY: sysconf with a valid name.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     ticks.div_ceil(per_second)
-}
-
-/// Whether the zygote may raise a run's hard limits (it holds `CAP_SYS_RESOURCE`, as
-/// root): then a session's CPU time has a hard limit a second past each cell's soft one,
-/// raised as the next cell starts; without it the hard limit stays where the zygote's
-/// was, and the stop between cells alone keeps the process off the CPU. Read once, in the
-/// zygote before its first run (a run's own capabilities are its namespace's).
-pub(super) fn raises_hard_limits() -> bool {
-    static RAISES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *RAISES.get_or_init(|| {
-        const CAP_SYS_RESOURCE: u32 = 24;
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("CapEff:"))
-            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
-            .is_some_and(|mask| mask & (1 << CAP_SYS_RESOURCE) != 0)
-    })
 }

@@ -118,7 +118,7 @@ fn start(control: &OwnedFd, setup: ZygoteSetup, embedded: bool) -> Result<Zygote
     }
     collapse_heap();
     // Read here, in the zygote: a run reads it after the fork.
-    super::supervised::raises_hard_limits();
+    super::confine::raises_hard_limits();
     let vm_bytes = own_address_space();
     send(control, &ZygoteStatus::Ready);
     Ok(Zygote {
