@@ -14,6 +14,7 @@ import linecache
 import marshal
 import os
 import random
+import re
 import sys
 import tempfile
 import traceback
@@ -326,6 +327,54 @@ def _with_runtime_violation(outcome: Outcome) -> Outcome:
     )
 
 
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _valid(text: Any) -> Any:
+    """`text` as valid Unicode: each lone surrogate (a `__repr__`'s, a file name's) as
+    U+FFFD. The WIT boundary carries UTF-8, which cannot hold one: lowering it would abort
+    the interpreter and lose the run's outcome."""
+    if not isinstance(text, str) or str.isascii(text):
+        return text
+    try:
+        str.encode(text, "utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATES.sub("\ufffd", text)
+    return text
+
+
+# The host's caps (`crates/sandpy/src/guest_report.rs`), one past each where the host
+# says that there were more: what is past them is not lowered, only to be dropped.
+_MAX_OUTPUTS = 100
+_MAX_MIME_TYPES = 64 + 1
+_MAX_VIOLATIONS = 1_000 + 1
+
+
+def _valid_outcome(outcome: Outcome) -> Outcome:
+    """Every string of `outcome` valid Unicode (see `_valid`), its lists cut at the host's
+    caps. The host checks everything (sizes, counts, names, images) again: this side cannot
+    be trusted to, as the code may replace it."""
+    if len(outcome.outputs) > _MAX_OUTPUTS:
+        outcome.outputs_dropped = min(outcome.outputs_dropped + len(outcome.outputs) - _MAX_OUTPUTS, 2**32 - 1)
+        outcome.outputs = outcome.outputs[:_MAX_OUTPUTS]
+    outcome.violations = outcome.violations[:_MAX_VIOLATIONS]
+    value = outcome.value
+    if isinstance(value, (Value_Json, Value_Repr)):
+        value.value = _valid(value.value)
+    error = outcome.error
+    if error is not None:
+        error.type_name = _valid(error.type_name)
+        error.message = _valid(error.message)
+        error.traceback = _valid(error.traceback)
+    for found in outcome.violations:
+        found.rule = _valid(found.rule)
+        found.message = _valid(found.message)
+    for output in outcome.outputs:
+        output.data = [(_valid(mime), _valid(data)) for mime, data in output.data[:_MAX_MIME_TYPES]]
+        output.omitted = [(_valid(mime), _valid(why)) for mime, why in output.omitted[:_MAX_MIME_TYPES]]
+    return outcome
+
+
 def execute(task: Task, options: RunOptions) -> Outcome:
     """Run `task`; never raises (a Python error becomes `Outcome.error`)."""
     try:
@@ -362,4 +411,4 @@ def execute(task: Task, options: RunOptions) -> Outcome:
                 stream.flush()
             except BaseException:  # noqa: BLE001 - a closed stream must not lose the outcome
                 pass
-    return _with_runtime_violation(_with_outputs(outcome))
+    return _valid_outcome(_with_runtime_violation(_with_outputs(outcome)))

@@ -232,10 +232,11 @@ pub(crate) fn check_mounts(mounts: &[Mount]) -> Result<CheckedMounts, MountError
         let guest = normal_guest_path(&mount.guest)?;
         // Resolved through the one check of host paths: no other user controls a folder or
         // a link on the way, so the folder opened for each run is the one checked here.
-        let host = crate::host_paths::input(&mount.host).map_err(|e| MountError::HostUnreadable {
-            host: mount.host.clone(),
-            reason: e.to_string(),
-        })?;
+        let host =
+            crate::host_paths::input(&mount.host).map_err(|e| MountError::HostUnreadable {
+                host: mount.host.clone(),
+                reason: e.to_string(),
+            })?;
         if !host.is_dir() {
             return Err(MountError::NotAFolder {
                 host: mount.host.clone(),

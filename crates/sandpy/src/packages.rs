@@ -176,9 +176,13 @@ fn toolchain(config: &Config) -> Result<PathBuf, Error> {
     let marker = venv.join(".sandpy-toolchain");
     let ready = || {
         trusted_tree(&venv).is_ok()
-            && [marker.clone(), venv.join("bin/python"), venv.join("bin/pip")]
-                .iter()
-                .all(|file| trusted_file(file).is_ok())
+            && [
+                marker.clone(),
+                venv.join("bin/python"),
+                venv.join("bin/pip"),
+            ]
+            .iter()
+            .all(|file| trusted_file(file).is_ok())
             && std::fs::read_to_string(&marker).ok().as_deref() == Some(TOOLCHAIN)
     };
     if ready() {

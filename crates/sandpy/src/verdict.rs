@@ -2,14 +2,15 @@
 //! run's [`Status`] and [`ErrorInfo`]. The host decides: a trap or a limit outranks
 //! whatever the guest reported.
 
-use crate::bindings::{GuestViolation, Outcome, PythonError, Value};
 use crate::execution::{ErrorInfo, Execution, Status};
+use crate::guest_report::{Report, ReportedValue};
 use crate::output::Captured;
-use crate::{Limits, Violation};
+use crate::Limits;
 use std::time::Duration;
 
-/// How a call into the guest ended: it returned, trapped, or was stopped.
-pub(crate) type CallResult = Result<wasmtime::Result<Outcome>, Cutoff>;
+/// How a call into the guest ended: it returned (its outcome checked by
+/// [`crate::guest_report`] as soon as it was lifted), trapped, or was stopped.
+pub(crate) type CallResult = Result<wasmtime::Result<Report>, Cutoff>;
 
 /// Why the host stopped a call before it returned.
 pub(crate) enum Cutoff {
@@ -42,9 +43,11 @@ pub(crate) enum Stop {
     Exit(i32),
     /// The interpreter aborted (a trap that no limit explains).
     InterpreterCrash(String),
-    /// Policy violations with no Python error to show.
+    /// Policy violations with no Python error to show: how many were kept, whether the
+    /// guest reported more, and the first.
     Violations {
         count: usize,
+        more: bool,
         line: u32,
         first: String,
     },
@@ -100,8 +103,14 @@ impl Stop {
             Stop::InterpreterCrash(cause) => {
                 format!("the Python interpreter aborted: {cause}")
             }
-            Stop::Violations { count, line, first } => {
-                format!("{count} violation(s); first at line {line}: {first}")
+            Stop::Violations {
+                count,
+                more,
+                line,
+                first,
+            } => {
+                let more = if *more { "more than " } else { "" };
+                format!("{more}{count} violation(s); first at line {line}: {first}")
             }
             Stop::BadJson(why) => format!("the guest returned bad JSON: {why}"),
         }
@@ -194,73 +203,68 @@ pub(crate) fn ran(
     }
 }
 
-/// The verdict of an outcome the guest reported. `memory_refused`: the memory cap refused
-/// an allocation during the run; `disk_refusal`: why a quota refused a write.
+/// The verdict of an outcome the guest reported, checked ([`crate::guest_report`]).
+/// `memory_refused`: the memory cap refused an allocation during the run; `disk_refusal`:
+/// why a quota refused a write.
 pub(crate) fn outcome_verdict(
-    outcome: Outcome,
+    report: Report,
     memory_refused: bool,
     disk_refusal: Option<String>,
     limits: &Limits,
     memory_cap: usize,
     execution: &mut Execution,
 ) -> (Status, Option<ErrorInfo>) {
-    (execution.outputs, execution.outputs_dropped) =
-        crate::rich_output::from_guest(outcome.outputs, outcome.outputs_dropped, limits);
-    if !outcome.violations.is_empty() {
-        execution.violations = outcome.violations.into_iter().map(violation).collect();
-        if let Some(error) = outcome.error {
-            return (Status::PolicyViolation, Some(python_error(error, limits)));
+    execution.outputs = report.outputs;
+    execution.outputs_dropped = report.outputs_dropped;
+    if !report.violations.is_empty() {
+        execution.violations = report.violations;
+        if let Some(error) = report.error {
+            return (Status::PolicyViolation, Some(error));
         }
         let first = &execution.violations[0];
         return Stop::Violations {
             count: execution.violations.len(),
+            more: report.violations_cut,
             line: first.line,
             first: first.message.clone(),
         }
         .verdict();
     }
-    if let Some(error) = outcome.error {
+    if let Some(mut error) = report.error {
         // `MemoryError` or a subclass (numpy's `_ArrayMemoryError`).
-        if memory_refused && error.type_name.ends_with("MemoryError") {
+        if memory_refused && error.kind.ends_with("MemoryError") {
             return Stop::Memory(memory_cap).verdict();
         }
         if let Some(refusal) = disk_refusal {
             // The program did not recover from a refused write; its traceback says where.
-            let mut info = python_error(error, limits);
-            info.message = format!("{refusal} ({}: {})", info.kind, info.message);
-            info.kind = "DiskLimit".into();
-            return (Status::DiskLimit, Some(info));
+            error.message = format!("{refusal} ({}: {})", error.kind, error.message);
+            error.kind = "DiskLimit".into();
+            return (Status::DiskLimit, Some(error));
         }
-        return (Status::Error, Some(python_error(error, limits)));
+        return (Status::Error, Some(error));
     }
-    let (text, is_repr) = match outcome.value {
+    let (value, is_repr) = match report.value {
         None => return (Status::Ok, None),
-        Some(Value::Json(text)) => (text, false),
-        Some(Value::Repr(text)) => (text, true),
+        Some(ReportedValue::TooLong(size)) => {
+            return Stop::ReturnValue {
+                size,
+                cap: limits.output_bytes,
+            }
+            .verdict()
+        }
+        Some(ReportedValue::BadJson(why)) => return Stop::BadJson(why).verdict(),
+        Some(ReportedValue::Json(value)) => (value, false),
+        Some(ReportedValue::Repr(text)) => (serde_json::Value::String(text), true),
     };
-    if text.len() > limits.output_bytes {
-        return Stop::ReturnValue {
-            size: text.len(),
-            cap: limits.output_bytes,
-        }
-        .verdict();
-    }
     execution.return_value_is_repr = is_repr;
-    execution.return_value = Some(if is_repr {
-        serde_json::Value::String(text)
-    } else {
-        match serde_json::from_str(&text) {
-            Ok(value) => value,
-            Err(e) => return Stop::BadJson(e.to_string()).verdict(),
-        }
-    });
+    execution.return_value = Some(value);
     (Status::Ok, None)
 }
 
 /// How a native-tier run ended, as the host saw it (see `native::host`).
 pub(crate) enum NativeEnd {
-    /// The child sent its outcome (it may still have died after).
-    Outcome(Outcome),
+    /// The child sent its outcome, checked (it may still have died after).
+    Outcome(Report),
     /// The run's time limit ended it (the supervisor or the host killed it).
     Timeout { waiting_for: Vec<String> },
     /// The run was cancelled and killed.
@@ -320,7 +324,7 @@ pub(crate) fn native(
             let disk = outcome
                 .error
                 .as_ref()
-                .filter(|e| e.type_name == "OSError" && e.message.starts_with("[Errno 28]"))
+                .filter(|e| e.kind == "OSError" && e.message.starts_with("[Errno 28]"))
                 .map(|_| "the scratch or /output folder is full (its disk quota)".to_string());
             outcome_verdict(
                 outcome,
@@ -348,36 +352,6 @@ pub(crate) fn native(
     execution.status = status;
     execution.error = error;
     execution
-}
-
-fn violation(v: GuestViolation) -> Violation {
-    Violation {
-        line: v.line,
-        column: v.column,
-        rule: v.rule,
-        message: v.message,
-    }
-}
-
-/// The guest's error report, each text cut at the output cap: the guest chooses how long
-/// an exception message is, and the host keeps what it is given.
-fn python_error(error: PythonError, limits: &Limits) -> ErrorInfo {
-    let cut = |mut text: String| {
-        if text.len() > limits.output_bytes {
-            let mut end = limits.output_bytes;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text.truncate(end);
-            text.push_str(crate::output::TRUNCATION_MARKER);
-        }
-        text
-    };
-    ErrorInfo {
-        kind: cut(error.type_name),
-        message: cut(error.message),
-        traceback: Some(cut(error.traceback)),
-    }
 }
 
 /// A run refused by the host before its code ran: the status and why.

@@ -37,8 +37,11 @@ impl FileArgs {
                         (local, name.to_string_lossy().into_owned())
                     }
                 };
-                let content = std::fs::read(local)
-                    .with_context(|| format!("--file {spec}: cannot read `{local}`"))?;
+                let local = sandpy::files::user_path(Path::new(local))
+                    .with_context(|| format!("--file {spec}"))?;
+                crate::common::regular_file(&local).with_context(|| format!("--file {spec}"))?;
+                let content = std::fs::read(&local)
+                    .with_context(|| format!("--file {spec}: cannot read `{}`", local.display()))?;
                 Ok(InputFile {
                     path: guest,
                     content,
@@ -63,14 +66,31 @@ impl FileArgs {
         Ok(mounts)
     }
 
+    /// --output-dir, made if missing, once it is known that no other user controls it or
+    /// a folder or link on the way (they could otherwise put a link where a file is
+    /// written, and have this user write through it).
+    fn checked_output_dir(&self) -> anyhow::Result<Option<&Path>> {
+        let Some(dir) = &self.output_dir else {
+            return Ok(None);
+        };
+        sandpy::files::output_folder(dir).context("--output-dir")?;
+        Ok(Some(dir))
+    }
+
     /// Save the execution's output files into --output-dir, or say on stderr that there
-    /// are some to save.
+    /// are some to save; then its rich outputs. The files come first: they are the run's
+    /// own, and a rich output (which the code's `_repr_*_` methods make) is not allowed to
+    /// stand in their way.
     pub(crate) fn save_outputs(&self, execution: &Execution) -> anyhow::Result<()> {
-        self.save_rich_outputs(execution)?;
+        self.save_files(execution)?;
+        self.save_rich_outputs(execution)
+    }
+
+    fn save_files(&self, execution: &Execution) -> anyhow::Result<()> {
         if execution.files.is_empty() {
             return Ok(());
         }
-        let Some(dir) = &self.output_dir else {
+        let Some(dir) = self.checked_output_dir()? else {
             eprintln!("sandpy: the program left {} file(s) under /output; pass --output-dir DIR to save them", execution.files.len());
             return Ok(());
         };
@@ -86,12 +106,7 @@ impl FileArgs {
                 );
             }
             let path = dir.join(relative);
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)
-                    .with_context(|| format!("cannot create `{}`", parent.display()))?;
-            }
-            std::fs::write(&path, &file.content)
-                .with_context(|| format!("cannot write `{}`", path.display()))?;
+            write_into(dir, &path, &file.content)?;
             eprintln!(
                 "sandpy: saved {} ({} bytes, {})",
                 path.display(),
@@ -113,7 +128,7 @@ impl FileArgs {
             .enumerate()
             .filter(|(_, (mime, _))| *mime != "text/plain")
             .collect();
-        let Some(dir) = &self.output_dir else {
+        let Some(dir) = self.checked_output_dir()? else {
             if !rich.is_empty() {
                 let mut formats: Vec<&str> = rich.iter().map(|(_, (mime, _))| *mime).collect();
                 formats.sort_unstable();
@@ -131,6 +146,8 @@ impl FileArgs {
             let extension = match mime {
                 "image/png" => "png",
                 "image/jpeg" => "jpg",
+                "image/gif" => "gif",
+                "image/webp" => "webp",
                 "text/html" => "html",
                 "text/markdown" => "md",
                 "image/svg+xml" => "svg",
@@ -138,17 +155,20 @@ impl FileArgs {
                 _ => "txt",
             };
             let bytes = if sandpy::RichOutput::is_binary(mime) {
-                base64::engine::general_purpose::STANDARD
-                    .decode(data)
-                    .with_context(|| format!("output {}: {mime} is not base64", i + 1))?
+                // The library keeps only images whose header it decoded; one that still
+                // does not decode is skipped, said, and the rest saved.
+                match base64::engine::general_purpose::STANDARD.decode(data) {
+                    Ok(bytes) => bytes,
+                    Err(_) => {
+                        eprintln!("sandpy: output {}: {mime} is not base64; not saved", i + 1);
+                        continue;
+                    }
+                }
             } else {
                 data.as_bytes().to_vec()
             };
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create `{}`", dir.display()))?;
             let path = dir.join(format!("output-{}.{extension}", i + 1));
-            std::fs::write(&path, &bytes)
-                .with_context(|| format!("cannot write `{}`", path.display()))?;
+            write_into(dir, &path, &bytes)?;
             eprintln!(
                 "sandpy: saved {} ({} bytes, {mime})",
                 path.display(),
@@ -157,4 +177,31 @@ impl FileArgs {
         }
         Ok(())
     }
+}
+
+/// Write `bytes` at `path` inside `dir` (checked already): each folder between them made
+/// or checked as the output folder is (another user's folder inside would let them put a
+/// link where the file goes), and the file opened without following a link in its place.
+fn write_into(dir: &Path, path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent().filter(|p| *p != dir) {
+        sandpy::files::output_folder(parent)
+            .with_context(|| format!("cannot write into `{}`", parent.display()))?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .with_context(|| {
+            format!(
+                "cannot write `{}` (a link in its place is not followed)",
+                path.display()
+            )
+        })?;
+    file.write_all(bytes)
+        .with_context(|| format!("cannot write `{}`", path.display()))
 }

@@ -4,7 +4,12 @@
 mod bench;
 mod config;
 mod documented;
+/// Everything the guest reports, checked by the host (issue 60, part 3): both tiers, and
+/// `--output-dir` with a hostile rich output.
+mod guest_reports;
 mod help;
+/// Every host path sandpy loads from or writes into, attacked by another local user.
+mod host_paths;
 mod hostile_clients;
 mod live;
 mod load;

@@ -172,7 +172,8 @@ fn holds_exactly(folder: &Path) -> bool {
     }
     FILES.iter().all(|(path, text)| {
         let file = folder.join(path);
-        trusted_file(&file).is_ok() && std::fs::read(&file).is_ok_and(|bytes| bytes == text.as_bytes())
+        trusted_file(&file).is_ok()
+            && std::fs::read(&file).is_ok_and(|bytes| bytes == text.as_bytes())
     })
 }
 
@@ -189,7 +190,8 @@ fn list(folder: &Path, relative: &Path, found: &mut std::collections::BTreeSet<P
             return false;
         };
         if kind.is_dir() {
-            if crate::host_paths::ensure(&folder.join(&name), crate::host_paths::Use::Trusted).is_err()
+            if crate::host_paths::ensure(&folder.join(&name), crate::host_paths::Use::Trusted)
+                .is_err()
                 || !list(folder, &name, found)
             {
                 return false;

@@ -19,13 +19,16 @@
 //!   answered with one line; a session's run then reads its next task.
 //!
 //! Everything on the channel is written by the run, whose code may write to it: it is
-//! read as hostile input ([`GuestMessage`]: unknown fields refused, lengths bounded by
-//! [`GuestOutcome::check`]) and is never authority over what the host reports of the run:
+//! read as hostile input ([`GuestMessage`]: unknown fields refused, each line bounded by
+//! the channel's message cap, the outcome's lists capped as they are parsed ([`Capped`]),
+//! then the outcome checked by [`crate::guest_report`] as the WebAssembly tier's is) and
+//! is never authority over what the host reports of the run:
 //! the files under `/output` and the memory peak come from the zygote, which reads them
 //! from the kernel.
 
 use super::Layer;
 use crate::bindings::{GuestOptions, Task};
+use crate::guest_report;
 use serde::{Deserialize, Serialize};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -208,19 +211,19 @@ pub(crate) struct GuestToolCall {
 }
 
 /// The guest's outcome (`wit_world.imports.types.Outcome`, as `sandpy_native` writes it):
-/// the code's value, error and policy violations, nothing else. What the run left under
-/// `/output` and its memory peak are not the run's to say: an outcome naming them is
-/// refused (unknown fields).
+/// the code's value, error, policy violations and rich outputs, nothing else. What the run
+/// left under `/output` and its memory peak are not the run's to say: an outcome naming
+/// them is refused (unknown fields). Its lists are capped while the line is parsed (one
+/// entry past each cap is kept, so that the check knows there were more); the rest is
+/// checked by [`crate::guest_report::check`], the same as the WebAssembly tier's outcome.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct GuestOutcome {
     value: Option<GuestValue>,
     error: Option<GuestError>,
-    violations: Vec<GuestViolationLine>,
-    /// Rich outputs: bounded by the host again (`rich_output::from_guest`), whatever the
-    /// run says; the whole line is bounded by the channel's message cap first.
+    violations: Capped<GuestViolationLine, { guest_report::MAX_VIOLATIONS + 1 }>,
     #[serde(default)]
-    outputs: Vec<GuestRichOutputLine>,
+    outputs: Capped<GuestRichOutputLine, { crate::rich_output::MAX_COUNT as usize }>,
     #[serde(default)]
     outputs_dropped: u32,
 }
@@ -229,8 +232,54 @@ pub(crate) struct GuestOutcome {
 #[serde(deny_unknown_fields)]
 struct GuestRichOutputLine {
     kind: GuestRichOutputKindLine,
-    data: Vec<(String, String)>,
-    omitted: Vec<(String, String)>,
+    data: Capped<(String, String), { guest_report::MAX_MIME_TYPES + 1 }>,
+    omitted: Capped<(String, String), { guest_report::MAX_MIME_TYPES + 1 }>,
+}
+
+/// A JSON list of which the first `N` entries are kept; the rest are parsed past (each
+/// checked for JSON, none kept) and counted.
+#[derive(Debug)]
+pub(crate) struct Capped<T, const N: usize> {
+    kept: Vec<T>,
+    skipped: usize,
+}
+
+impl<T, const N: usize> Default for Capped<T, N> {
+    fn default() -> Self {
+        Capped {
+            kept: Vec::new(),
+            skipped: 0,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>, const N: usize> Deserialize<'de> for Capped<T, N> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit<T, const N: usize>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>, const N: usize> serde::de::Visitor<'de> for Visit<T, N> {
+            type Value = Capped<T, N>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                write!(f, "a list")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut capped = Capped::default();
+                while capped.kept.len() < N {
+                    match seq.next_element()? {
+                        Some(item) => capped.kept.push(item),
+                        None => return Ok(capped),
+                    }
+                }
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    capped.skipped += 1;
+                }
+                Ok(capped)
+            }
+        }
+        deserializer.deserialize_seq(Visit::<T, N>(std::marker::PhantomData))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -264,60 +313,12 @@ struct GuestViolationLine {
     message: String,
 }
 
-/// Longest exception type name (dotted) an outcome may carry.
-const MAX_TYPE_NAME: usize = 256;
-/// Most policy violations an outcome may carry.
-const MAX_VIOLATIONS: usize = 1_000;
-/// Longest rule name of a violation.
-const MAX_RULE: usize = 64;
-/// Longest message of a violation.
-const MAX_VIOLATION_MESSAGE: usize = 4_096;
-
-impl GuestOutcome {
-    /// Why this outcome is not one the guest's runner writes, if it is not: each field
-    /// bounded, the type a dotted name, each rule a plain name.
-    pub(crate) fn check(&self) -> Result<(), String> {
-        if let Some(error) = &self.error {
-            let name = &error.type_name;
-            let plain = |part: &str| {
-                !part.is_empty() && part.chars().all(|c| c.is_alphanumeric() || c == '_')
-            };
-            if name.len() > MAX_TYPE_NAME || !name.split('.').all(plain) {
-                return Err(format!(
-                    "an error type must be a dotted name of at most {MAX_TYPE_NAME} bytes"
-                ));
-            }
-        }
-        if self.violations.len() > MAX_VIOLATIONS {
-            return Err(format!("more than {MAX_VIOLATIONS} policy violations"));
-        }
-        for violation in &self.violations {
-            let rule = &violation.rule;
-            if rule.is_empty()
-                || rule.len() > MAX_RULE
-                || !rule
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            {
-                return Err(format!(
-                    "a violation's rule must be a name of at most {MAX_RULE} bytes"
-                ));
-            }
-            if violation.message.len() > MAX_VIOLATION_MESSAGE {
-                return Err(format!(
-                    "a violation's message is over {MAX_VIOLATION_MESSAGE} bytes"
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
 impl From<GuestOutcome> for crate::bindings::Outcome {
     fn from(outcome: GuestOutcome) -> Self {
         use crate::bindings::{
             GuestRichOutput, GuestRichOutputKind, GuestViolation, PythonError, Value,
         };
+        let dropped = u32::try_from(outcome.outputs.skipped).unwrap_or(u32::MAX);
         crate::bindings::Outcome {
             value: outcome.value.map(|value| match value {
                 GuestValue::Json(text) => Value::Json(text),
@@ -330,6 +331,7 @@ impl From<GuestOutcome> for crate::bindings::Outcome {
             }),
             violations: outcome
                 .violations
+                .kept
                 .into_iter()
                 .map(|v| GuestViolation {
                     line: v.line,
@@ -340,17 +342,18 @@ impl From<GuestOutcome> for crate::bindings::Outcome {
                 .collect(),
             outputs: outcome
                 .outputs
+                .kept
                 .into_iter()
                 .map(|o| GuestRichOutput {
                     kind: match o.kind {
                         GuestRichOutputKindLine::Display => GuestRichOutputKind::DisplayData,
                         GuestRichOutputKindLine::Result => GuestRichOutputKind::ExecuteResult,
                     },
-                    data: o.data,
-                    omitted: o.omitted,
+                    data: o.data.kept,
+                    omitted: o.omitted.kept,
                 })
                 .collect(),
-            outputs_dropped: outcome.outputs_dropped,
+            outputs_dropped: outcome.outputs_dropped.saturating_add(dropped),
         }
     }
 }
@@ -415,17 +418,19 @@ pub(crate) fn task_line(
 #[cfg(test)]
 mod tests {
     use super::{GuestMessage, GuestOutcome};
+    use crate::guest_report;
 
     fn outcome(json: &str) -> Result<GuestOutcome, String> {
-        let message: GuestMessage = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        let line = guest_report::without_lone_surrogates(json.as_bytes());
+        let message: GuestMessage = serde_json::from_slice(&line).map_err(|e| e.to_string())?;
         let GuestMessage::Outcome(outcome) = message else {
             return Err("not an outcome".into());
         };
-        outcome.check().map(|()| outcome)
+        Ok(outcome)
     }
 
     #[test]
-    fn an_outcome_is_only_the_codes_value_error_and_violations() {
+    fn an_outcome_is_only_the_codes_value_error_violations_and_outputs() {
         let plain = r#"{"outcome": {"value": {"Json": "1"}, "error": null, "violations": []}}"#;
         assert!(outcome(plain).is_ok());
         let error = r#"{"outcome": {"value": null, "violations": [],
@@ -444,19 +449,36 @@ mod tests {
                 r#"{"outcome": {"value": {"Pickle": "x"}, "error": null, "violations": []}}"#,
                 "unknown variant `Pickle`",
             ),
-            (
-                r#"{"outcome": {"value": null, "violations": [],
-                    "error": {"type_name": "a..b", "message": "", "traceback": ""}}}"#,
-                "an error type must be a dotted name",
-            ),
-            (
-                r#"{"outcome": {"value": null, "error": null, "violations":
-                    [{"line": 1, "column": 0, "rule": "no rule", "message": ""}]}}"#,
-                "a violation's rule must be a name",
-            ),
         ] {
             let refused = outcome(json).err().unwrap_or_default();
             assert!(refused.contains(refusal), "{json}: {refused}");
         }
+    }
+
+    #[test]
+    fn lists_are_capped_while_parsed_and_lone_surrogates_replaced() {
+        let violation = r#"{"line": 1, "column": 0, "rule": "import", "message": "m"}"#;
+        let many = vec![violation; 5_000].join(",");
+        let output = r#"{"kind": "Display", "data": [["text/plain", "\udc80"]], "omitted": []}"#;
+        let outputs = vec![output; 300].join(",");
+        let json = format!(
+            r#"{{"outcome": {{"value": {{"Repr": "\udc80"}}, "error": null, "violations": [{many}], "outputs": [{outputs}], "outputs_dropped": 2}}}}"#
+        );
+        let parsed = outcome(&json).unwrap();
+        assert_eq!(
+            parsed.violations.kept.len(),
+            guest_report::MAX_VIOLATIONS + 1
+        );
+        assert_eq!(
+            parsed.violations.skipped,
+            5_000 - guest_report::MAX_VIOLATIONS - 1
+        );
+        let wit: crate::bindings::Outcome = parsed.into();
+        assert_eq!(wit.outputs.len(), crate::rich_output::MAX_COUNT as usize);
+        assert_eq!(wit.outputs_dropped, 2 + 200);
+        assert_eq!(wit.outputs[0].data[0].1, "\u{fffd}");
+        let report = guest_report::check(wit, &crate::Limits::default());
+        assert_eq!(report.violations.len(), guest_report::MAX_VIOLATIONS);
+        assert!(report.violations_cut);
     }
 }

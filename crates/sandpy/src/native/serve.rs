@@ -7,8 +7,7 @@
 //! stops the answered run and reads them from the kernel (`collect`).
 
 use super::protocol::{
-    cell_limit, task_line, Collected, Ended, GuestMessage, GuestOutcome, Report, ReportFile,
-    ANSWERED, CELL_ENDED,
+    cell_limit, task_line, Collected, Ended, GuestMessage, Report, ReportFile, ANSWERED, CELL_ENDED,
 };
 use crate::access::Access;
 use crate::bindings::{GuestOptions, Task, ToolCall};
@@ -293,7 +292,7 @@ impl<'a> Run<'a> {
         let hard_deadline = tokio::time::Instant::from_std(deadline.after(REPORT_GRACE));
         let max_message = self.max_message();
         let mut message: Vec<u8> = Vec::new();
-        let mut outcome: Option<GuestOutcome> = None;
+        let mut outcome: Option<crate::guest_report::Report> = None;
         let mut stopped: Option<NativeEnd> = None;
         let mut report_bytes: Vec<u8> = Vec::new();
         // The zygote's report is a few bytes (how the run ended, its peak size), and the
@@ -432,7 +431,7 @@ impl<'a> Run<'a> {
                     }
                 }
             }
-            let end = stopped.unwrap_or_else(|| NativeEnd::Outcome(outcome.into()));
+            let end = stopped.unwrap_or(NativeEnd::Outcome(outcome));
             // What the run left and its peak, from the zygote: unless the run ended
             // already (its report came), it is stopped and read now.
             let answered = matches!(end, NativeEnd::Outcome(_));
@@ -483,15 +482,18 @@ impl<'a> Run<'a> {
         &mut self,
         line: &[u8],
         writer: &mut tokio::net::unix::OwnedWriteHalf,
-        outcome: &mut Option<GuestOutcome>,
+        outcome: &mut Option<crate::guest_report::Report>,
     ) -> Result<(), NativeEnd> {
+        // A lone surrogate (`json.dumps` of a `str` that has one) is the code's data, not a
+        // broken channel: replaced, as the WebAssembly tier's guest replaces it.
+        let line = crate::guest_report::without_lone_surrogates(line);
         let message: GuestMessage =
-            serde_json::from_slice(line).map_err(|e| NativeEnd::Channel(format!("{e}")))?;
+            serde_json::from_slice(&line).map_err(|e| NativeEnd::Channel(format!("{e}")))?;
         let internal = |e: wasmtime::Error| NativeEnd::Internal(e.to_string());
         let answer = match message {
             GuestMessage::Outcome(reported) => {
-                reported.check().map_err(NativeEnd::Channel)?;
-                *outcome = Some(reported);
+                // Checked at once, as it is parsed: the report is the attacker's.
+                *outcome = Some(crate::guest_report::check(reported.into(), self.limits));
                 return Ok(());
             }
             GuestMessage::CallTools(calls) => {

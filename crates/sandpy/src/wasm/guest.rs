@@ -203,7 +203,7 @@ impl Guest {
         let watchdog = self.watch(runtime, deadline, limits.timeout)?;
         let cancel = plan.options.cancel.as_ref();
         let result = self
-            .call(runtime, plan.task, &plan.guest, deadline, cancel)
+            .call(runtime, plan.task, &plan.guest, deadline, cancel, limits)
             .await;
         drop(watchdog);
         Ok(self.collect(result, limits, deadline.started().elapsed()))
@@ -244,7 +244,8 @@ impl Guest {
     }
 
     /// Call the guest (instantiating it first if needed) until `deadline`, unless `cancel`
-    /// is cancelled first.
+    /// is cancelled first. Its outcome is the attacker's: checked against `limits` by
+    /// [`crate::guest_report`] as soon as wasmtime lifted it, before anything copies it.
     async fn call(
         &mut self,
         runtime: &Runtime,
@@ -252,6 +253,7 @@ impl Guest {
         guest_options: &GuestOptions,
         deadline: Deadline,
         cancel: Option<&tokio_util::sync::CancellationToken>,
+        limits: &Limits,
     ) -> CallResult {
         super::runtime::keep_trap_handlers_first();
         let store = &mut self.store;
@@ -264,10 +266,11 @@ impl Guest {
                     empty.insert(made.instrument(tracing::info_span!("instantiate")).await?)
                 }
             };
-            instance
+            let outcome = instance
                 .call_execute(&mut *store, task, guest_options)
                 .instrument(tracing::info_span!("execute"))
-                .await
+                .await?;
+            Ok(crate::guest_report::check(outcome, limits))
         };
         let timed = async {
             tokio::time::timeout_at(deadline.tokio(), call)

@@ -7,6 +7,8 @@ mod compiled;
 mod epoch_probes;
 mod files;
 mod guest_python;
+// Everything the guest reports, checked by the host (issue 60, part 3).
+mod guest_reports;
 // `requests` and `httpx` through the host, under the rules urllib meets (issue 46).
 mod http_libraries;
 mod language;
