@@ -175,8 +175,11 @@ impl ServerState {
             let text = dir
                 .read(&args.name, max)
                 .map_err(|e| e.shown(caller.remote))?;
-            let snapshot: sandpy::sessions::SessionSnapshot =
+            let mut snapshot: sandpy::sessions::SessionSnapshot =
                 serde_json::from_str(&text).map_err(|e| format!("not a saved session: {e}"))?;
+            // Its cells replay under their own limits: no more than a request may set.
+            let server_limit = self.run.effective_limits().timeout;
+            snapshot.bound_limits(u64::try_from(server_limit.as_millis()).unwrap_or(u64::MAX));
             self.sessions
                 .of(&caller.tenant)
                 .restore(session, &snapshot, &options)
