@@ -204,6 +204,8 @@ pub struct Network {
 
 struct Inner {
     rules: NetworkRules,
+    /// The secrets' values in every form answers are scrubbed of.
+    scrubber: scrub::Scrubber,
     tls: rustls::ClientConfig,
     /// A client per scheme and set of internal addresses its requests may reach (see
     /// [`Network::client`]); the one with none is made with the network.
@@ -236,8 +238,15 @@ impl Network {
             let client = build_client(&tls, https, Vec::new()).map_err(NetworkError::Client)?;
             clients.insert((https, Vec::new()), client);
         }
+        let scrubber = scrub::Scrubber::new(
+            rules
+                .secrets
+                .iter()
+                .map(|s| (s.value.as_bytes(), s.placeholder().into_bytes())),
+        );
         Ok(Network {
             inner: Arc::new(Inner {
+                scrubber,
                 rules,
                 tls,
                 clients: std::sync::Mutex::new(clients),
@@ -283,6 +292,20 @@ impl Network {
             hash.update([0]);
         }
         hash.finalize().into()
+    }
+
+    /// What scrubs every secret's value from answers and errors.
+    pub(crate) fn scrubber(&self) -> &scrub::Scrubber {
+        &self.inner.scrubber
+    }
+
+    /// Whether `to` is a host some secret goes to (on any scheme and on the ports its
+    /// entry allows): its answers may hold a value it got before, so they are asked for
+    /// whole and uncompressed, and counted scrubbed, whether or not this request carries
+    /// one.
+    pub(crate) fn holds_secrets(&self, to: &allow::Destination<'_>) -> bool {
+        let secrets = &self.inner.rules.secrets;
+        secrets.iter().any(|s| s.hosts.iter().any(|h| h.allows(to)))
     }
 
     /// The environment the code sees: each secret's name with its placeholder.

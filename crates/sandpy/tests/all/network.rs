@@ -394,8 +394,8 @@ fn network_limit_large_endless_and_slow_responses_are_cut() {
     );
     assert_eq!(
         execution.requests.len(),
-        5,
-        "a refusal by the count is not recorded"
+        6,
+        "the first refusal by the count is recorded, later ones counted in it"
     );
 }
 

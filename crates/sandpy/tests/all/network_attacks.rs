@@ -4,6 +4,8 @@
 //! own sockets) and `secrets_` (values that must never come back). Servers are on
 //! loopback only (`tests/fixtures/http_server.py`); TLS with a CA each test makes.
 
+mod reflected;
+
 use crate::network::{rules, run_ok_on, try_each, Server, TlsServer};
 use crate::{assert_host_fine, run_with};
 use sandpy::network::{AllowRule, Network, NetworkRules, Secret};

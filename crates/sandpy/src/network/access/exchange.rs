@@ -5,6 +5,7 @@ use super::destination::destination;
 use super::resolver::failure;
 use super::FetchError;
 use crate::network::allow::AllowRule;
+use crate::network::scrub::Scrubber;
 use crate::network::NetworkRules;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -23,17 +24,80 @@ pub(super) struct Prepared {
     pub which: &'static str,
     /// The URL as messages and the audit record show it.
     pub shown: String,
-    /// Whether a secret's value goes with it.
-    pub carries: bool,
+    /// Whether it goes to a host a secret goes to: its answer must come unencoded.
+    pub guarded: bool,
 }
 
-/// A whole answer as it came, before it is scrubbed.
+/// An answer's headers, names and values, in order.
+pub(in crate::network) type Headers = Vec<(String, Vec<u8>)>;
+
+/// A whole answer, scrubbed of every secret's value as it was read.
 pub(super) struct Answer {
     pub status: reqwest::StatusCode,
-    pub headers: Vec<(String, Vec<u8>)>,
+    pub headers: Headers,
     pub body: Vec<u8>,
-    /// Bytes of headers and body, as counted against the run's bytes in.
+    /// Bytes of headers and body as scrubbed, as counted against the run's bytes in: the
+    /// same whatever the length of a value the server reflected.
     pub received: u64,
+}
+
+/// Codings of an answer the host can scrub: none at all.
+const PLAIN: &[&str] = &["", "identity", "chunked", "7bit", "8bit", "binary"];
+
+/// An answer's headers as the code gets them, and their bytes as counted: names and values
+/// scrubbed, and from a `guarded` host (see [`Prepared::guarded`]) without
+/// `Content-Length` (the length of a reflected value) and refused when any header that
+/// names a coding (`Content-Encoding`, `Transfer-Encoding`, their kin, every one of them,
+/// every item of a list) names one the host cannot scrub through.
+pub(in crate::network) fn head(
+    headers: &reqwest::header::HeaderMap,
+    guarded: bool,
+    scrubber: &Scrubber,
+) -> Result<(Headers, u64), FetchError> {
+    let mut kept = Vec::new();
+    let mut counted = 0u64;
+    for (name, value) in headers {
+        let name = name.as_str();
+        if guarded && (name.ends_with("content-encoding") || name.ends_with("transfer-encoding")) {
+            let text = String::from_utf8_lossy(value.as_bytes()).to_ascii_lowercase();
+            let coding = text
+                .split(',')
+                .map(|item| item.split(';').next().unwrap_or("").trim())
+                .find(|coding| !PLAIN.contains(coding));
+            if let Some(coding) = coding {
+                let coding: String = coding.chars().take(64).collect();
+                // As servers write it (`Content-Encoding`); it comes lowercased.
+                let name: String = name
+                    .split('-')
+                    .map(|word| {
+                        let mut chars = word.chars();
+                        chars.next().map_or(String::new(), |first| {
+                            first.to_ascii_uppercase().to_string() + chars.as_str()
+                        })
+                    })
+                    .collect::<Vec<_>>()
+                    .join("-");
+                return Err(FetchError::Refused(format!(
+                    "the answer from a host a secret goes to came encoded ({name}: {coding}), \
+                     which the host cannot scrub"
+                )));
+            }
+        }
+        if guarded && name == "content-length" {
+            continue;
+        }
+        // A placeholder's `:` would end the name where the code reads it.
+        let scrubbed = scrubber.scrub_name(name.as_bytes());
+        let name = if scrubbed == name.as_bytes() {
+            name.to_string()
+        } else {
+            String::from_utf8_lossy(&scrubbed).replace(':', "-")
+        };
+        let value = scrubber.scrub(value.as_bytes());
+        counted += (name.len() + value.len() + 4) as u64;
+        kept.push((name, value));
+    }
+    Ok((kept, counted))
 }
 
 /// What the answers of one batch may hold together: what the run has left of its
@@ -88,12 +152,13 @@ impl Drop for Held<'_> {
 }
 
 impl Prepared {
-    /// Send it and read the whole answer within its time limit, refusing an answer that
-    /// would pass `budget` before it is held; a failure names what went wrong (a rejected
+    /// Send it and read the whole answer within its time limit, scrubbed by `scrubber` as
+    /// it comes, refusing an answer that would pass `budget` before it is held; a failure names what went wrong (a rejected
     /// certificate, a name that resolved to internal addresses only).
     pub(super) async fn send(
         self,
         rules: &NetworkRules,
+        scrubber: &Scrubber,
         narrowed: Option<&[AllowRule]>,
         budget: &InBudget,
     ) -> Result<Answer, FetchError> {
@@ -106,7 +171,7 @@ impl Prepared {
             timeout,
             which,
             shown,
-            carries,
+            guarded,
         } = self;
         let destination = destination(&url, method.as_str())?;
         let allow = &rules.allow;
@@ -121,60 +186,48 @@ impl Prepared {
                 .await
                 .map_err(|e| failure(&e, allow, narrowed, &destination))?;
             let mut held = Held { budget, bytes: 0 };
+            // The bytes as scrubbed (or a `Content-Length` from a host no secret goes to):
+            // never a reflected value's length.
             let too_big = |received: u64| {
-                // Sizes of an answer to a request with a secret could tell its length.
-                let size = if carries {
-                    String::new()
-                } else {
-                    format!(" ({received} bytes or more)")
-                };
                 FetchError::Refused(format!(
-                    "the response{size} would pass the run's {max_bytes_in} bytes in \
-                     (sandpy.network.limits.max_bytes_in)"
+                    "the response ({received} bytes or more) would pass the run's \
+                     {max_bytes_in} bytes in (sandpy.network.limits.max_bytes_in)"
                 ))
             };
             let status = response.status();
-            let mut headers = Vec::new();
-            let mut received = 0u64;
-            for (name, value) in response.headers() {
-                received += (name.as_str().len() + value.len() + 4) as u64;
-                headers.push((name.as_str().to_string(), value.as_bytes().to_vec()));
-            }
+            let (headers, mut received) = head(response.headers(), guarded, scrubber)?;
             if !held.take(received) {
                 return Err(too_big(received));
             }
-            if carries {
-                let encoding = response
-                    .headers()
-                    .get(reqwest::header::CONTENT_ENCODING)
-                    .map(|v| {
-                        String::from_utf8_lossy(v.as_bytes())
-                            .trim()
-                            .to_ascii_lowercase()
-                    });
-                if let Some(encoding) = encoding.filter(|e| !e.is_empty() && e != "identity") {
-                    return Err(FetchError::Refused(format!(
-                        "the answer to a request that carries a secret came encoded \
-                         (Content-Encoding: {encoding}), which the host cannot scrub"
-                    )));
-                }
-            }
-            if let Some(length) = response.content_length() {
+            // A guarded answer's length is checked as it is read and scrubbed: its raw
+            // length would tell a reflected value's.
+            if let Some(length) = response.content_length().filter(|_| !guarded) {
                 if !held.fits(length) {
                     return Err(too_big(received + length));
                 }
             }
             let mut body = Vec::new();
+            let mut stream = scrubber.stream();
+            let mut count = |body: &Vec<u8>, before: usize, received: &mut u64| {
+                let n = (body.len() - before) as u64;
+                *received += n;
+                held.take(n)
+            };
             while let Some(chunk) = response
                 .chunk()
                 .await
                 .map_err(|e| failure(&e, allow, narrowed, &destination))?
             {
-                received += chunk.len() as u64;
-                if !held.take(chunk.len() as u64) {
+                let before = body.len();
+                stream.push(&chunk, &mut body);
+                if !count(&body, before, &mut received) {
                     return Err(too_big(received));
                 }
-                body.extend_from_slice(&chunk);
+            }
+            let before = body.len();
+            stream.finish(&mut body);
+            if !count(&body, before, &mut received) {
+                return Err(too_big(received));
             }
             held.keep();
             Ok(Answer {

@@ -23,10 +23,12 @@ use destination::shown_url;
 /// The checks the property tests drive with generated destinations.
 #[cfg(test)]
 pub(super) use destination::{check, destination, reachable};
+/// What the property tests drive with generated reflections.
+#[cfg(test)]
+pub(super) use exchange::head;
 use exchange::{Answer, InBudget};
 use futures::StreamExt;
 pub(super) use resolver::CheckedResolver;
-use secrets::scrub;
 use serde::{Deserialize, Serialize};
 
 /// One request as the code asked for it.
@@ -103,6 +105,9 @@ pub(crate) struct NetworkAccess {
     deadline: Deadline,
     bytes_out: u64,
     bytes_in: u64,
+    /// Requests refused because the run had made its `max_requests`: the first is
+    /// recorded, the count of the rest goes in its record.
+    past_limit: u64,
     /// The requests made (and refused), in order; each is recorded before it is sent.
     pub made: Vec<NetworkRequest>,
 }
@@ -120,8 +125,38 @@ impl NetworkAccess {
             deadline,
             bytes_out: 0,
             bytes_in: 0,
+            past_limit: 0,
             made: Vec::new(),
         }
+    }
+
+    /// The refusal of a request past the run's `max_requests`, recorded: the first as a
+    /// record of its own, the later ones counted in it, so that the record says how many
+    /// were refused and stays as bounded as the requests made.
+    fn refuse_past_limit(&mut self, limit: usize, request: &Request) -> FetchError {
+        let message =
+            format!("the run made its {limit} requests (sandpy.network.limits.max_requests)");
+        self.past_limit += 1;
+        let error = match self.past_limit {
+            1 => format!("{message}; not sent"),
+            n => format!(
+                "{message}; not sent, nor the {} requests after it (not recorded apart)",
+                n - 1
+            ),
+        };
+        if self.past_limit == 1 {
+            self.made.push(NetworkRequest {
+                method: request.method.clone(),
+                url: shown_url(&request.url),
+                status: None,
+                bytes_out: 0,
+                bytes_in: 0,
+                error: Some(error),
+            });
+        } else if let Some(record) = self.made.last_mut() {
+            record.error = Some(error);
+        }
+        FetchError::Refused(message)
     }
 
     /// The bytes one run may send (the native tier sizes its channel's messages by it).
@@ -152,10 +187,8 @@ impl NetworkAccess {
         let mut ready = Vec::new();
         for request in requests {
             if self.made.len() >= limit {
-                // Not recorded: the record of a run stays as bounded as its requests.
-                answers.push(Some(Err(FetchError::Refused(format!(
-                    "the run made its {limit} requests (sandpy.network.limits.max_requests)"
-                )))));
+                let refused = self.refuse_past_limit(limit, &request);
+                answers.push(Some(Err(refused)));
                 continue;
             }
             let index = self.made.len();
@@ -173,8 +206,7 @@ impl NetworkAccess {
                     answers.push(None);
                 }
                 Err(refused) => {
-                    let refused = Err(refused);
-                    self.record_end(index, &refused);
+                    let refused = self.record_end(index, Err(refused));
                     answers.push(Some(refused));
                 }
             }
@@ -189,19 +221,19 @@ impl NetworkAccess {
                 .saturating_sub(self.bytes_in);
             let budget = InBudget::new(left);
             let (rules, narrowed, budget) = (network.rules(), narrowed.as_deref(), &budget);
+            let scrubber = network.scrubber();
             let mut exchanges = futures::stream::iter(ready.into_iter().map(
                 |(slot, index, prepared)| async move {
-                    let carries = prepared.carries;
-                    let answered = prepared.send(rules, narrowed, budget).await;
-                    (slot, index, carries, answered)
+                    let answered = prepared.send(rules, scrubber, narrowed, budget).await;
+                    (slot, index, answered)
                 },
             ))
             .buffer_unordered(MAX_CONCURRENT_FETCHES);
             // Each record is complete as its answer comes: a run that ends meanwhile
             // shows the ones that did.
-            while let Some((slot, index, carries, answered)) = exchanges.next().await {
+            while let Some((slot, index, answered)) = exchanges.next().await {
                 if let Some(answer) = answers.get_mut(slot) {
-                    *answer = Some(self.finish(index, carries, answered));
+                    *answer = Some(self.finish(index, answered));
                 }
             }
         }
@@ -212,11 +244,10 @@ impl NetworkAccess {
     }
 
     /// The record and the code's answer for request `index` once its exchange ended:
-    /// the answer counted against the run's bytes in and scrubbed of every secret.
+    /// the answer (scrubbed as it was read) counted against the run's bytes in.
     fn finish(
         &mut self,
         index: usize,
-        carries: bool,
         answered: Result<Answer, FetchError>,
     ) -> Result<Response, FetchError> {
         let result = answered.map(|answer| {
@@ -225,36 +256,44 @@ impl NetworkAccess {
                 record.bytes_in = answer.received;
                 record.status = Some(answer.status.as_u16());
             }
-            let secrets = &self.network.rules().secrets;
             Response {
                 status: answer.status.as_u16(),
+                // The status's own name, never the server's text.
                 reason: answer.status.canonical_reason().unwrap_or("").to_string(),
                 headers: answer
                     .headers
                     .into_iter()
-                    // The length of an answer that echoes a secret would tell the value's.
-                    .filter(|(name, _)| !(carries && name == "content-length"))
-                    .map(|(name, value)| {
-                        let value = scrub(value, secrets);
-                        (name, String::from_utf8_lossy(&value).into_owned())
-                    })
+                    .map(|(name, value)| (name, String::from_utf8_lossy(&value).into_owned()))
                     .collect(),
-                body: scrub(answer.body, secrets),
+                body: answer.body,
             }
         });
-        self.record_end(index, &result);
-        result
+        self.record_end(index, result)
     }
 
-    /// What request `index`'s record says of how it ended.
-    fn record_end<T>(&mut self, index: usize, result: &Result<T, FetchError>) {
+    /// What request `index`'s record says of how it ended, and the result as the code
+    /// gets it: an error's message scrubbed of every secret's value, as answers are (a
+    /// server's text can reach it through a library's message).
+    fn record_end<T>(
+        &mut self,
+        index: usize,
+        result: Result<T, FetchError>,
+    ) -> Result<T, FetchError> {
+        let scrubber = self.network.scrubber();
+        let scrub = |e: String| String::from_utf8_lossy(&scrubber.scrub(e.as_bytes())).into_owned();
+        let result = result.map_err(|e| match e {
+            FetchError::Refused(e) => FetchError::Refused(scrub(e)),
+            FetchError::Timeout(e) => FetchError::Timeout(scrub(e)),
+            FetchError::Failed(e) => FetchError::Failed(scrub(e)),
+        });
         if let Some(record) = self.made.get_mut(index) {
-            record.error = match result {
+            record.error = match &result {
                 Ok(_) => None,
                 Err(FetchError::Refused(e) | FetchError::Timeout(e) | FetchError::Failed(e)) => {
                     Some(e.clone())
                 }
             };
         }
+        result
     }
 }

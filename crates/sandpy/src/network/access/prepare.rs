@@ -29,13 +29,10 @@ impl NetworkAccess {
             record.url = shown.clone();
         }
         check(&rules.allow, self.narrowed.as_deref(), &destination)?;
-        let carries = rules.secrets.iter().any(|s| {
-            s.sends_to(&destination)
-                && request
-                    .headers
-                    .iter()
-                    .any(|(_, v)| v.contains(&s.placeholder()))
-        });
+        // To a host a secret goes to (whether or not this request carries its value: the
+        // host may have kept one): the answer must come whole and uncompressed to be
+        // scrubbed.
+        let guarded = self.network.holds_secrets(&destination);
         let mut headers = reqwest::header::HeaderMap::new();
         // Counted as the code wrote it: the size of a secret's value is never told.
         let mut size = request.method.len() + request.url.len() + 12 + request.body.len();
@@ -46,7 +43,7 @@ impl NetworkAccess {
             }
             // Counted as written, so the count is the same with or without a secret.
             size += name.len() + value.len() + 4;
-            if carries && SECRET_UNSAFE.contains(&lower.as_str()) {
+            if guarded && SECRET_UNSAFE.contains(&lower.as_str()) {
                 continue;
             }
             let value = with_secrets(value, &rules.secrets, &destination);
@@ -57,7 +54,7 @@ impl NetworkAccess {
             })?;
             headers.append(name, value);
         }
-        if carries {
+        if guarded {
             headers.insert(
                 reqwest::header::ACCEPT_ENCODING,
                 reqwest::header::HeaderValue::from_static("identity"),
@@ -101,7 +98,7 @@ impl NetworkAccess {
             timeout,
             which,
             shown,
-            carries,
+            guarded,
         })
     }
 }

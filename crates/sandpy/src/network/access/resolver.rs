@@ -60,7 +60,8 @@ struct InternalAddress {
 }
 
 impl InternalAddress {
-    /// The refusal as the code reads it: which addresses, and which list refused them.
+    /// The refusal as the code reads it: that the name resolved to internal addresses
+    /// only, and which list refused them.
     fn explain(
         &self,
         allow: &[AllowRule],
@@ -84,19 +85,18 @@ impl InternalAddress {
 }
 
 impl std::fmt::Display for InternalAddress {
+    /// Never the addresses themselves: under `*` the code could map the internal network's
+    /// names to its addresses.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let list: Vec<String> = self.refused.iter().map(IpAddr::to_string).collect();
+        if self.refused.is_empty() {
+            return write!(f, "{} resolves to no address", self.host);
+        }
         write!(
             f,
-            "{} resolves to {}: internal addresses (loopback, private, link-local, metadata) \
-             are reached only when an allowlist entry names the address (and allows this \
-             port, method and path)",
+            "{} resolves to internal addresses only (loopback, private, link-local, \
+             metadata), which are reached only when an allowlist entry names the address \
+             (and allows this port, method and path)",
             self.host,
-            if list.is_empty() {
-                "no address".to_string()
-            } else {
-                list.join(", ")
-            }
         )
     }
 }
