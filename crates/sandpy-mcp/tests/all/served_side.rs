@@ -94,7 +94,10 @@ fn an_open_metrics_scrape_names_no_tenant_and_names_need_the_token() {
         let names_in_the_open = r#"{"sandpy": {"metrics_tenant_names": true}}"#;
         let refused =
             sandpy_mcp::ConfigFile::parse(names_in_the_open, std::path::Path::new("t.json"));
-        let message = refused.err().expect("names need the token").to_string();
+        let message = match refused {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("names need the token"),
+        };
         assert!(
             message.contains("sandpy.metrics_require_token"),
             "{message}"

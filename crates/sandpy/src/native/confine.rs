@@ -554,6 +554,24 @@ pub(crate) fn cpu_limit_seconds(ms: u64) -> u64 {
     ms.div_ceil(1000) + 1
 }
 
+/// Whether the zygote may raise a run's hard limits (it holds `CAP_SYS_RESOURCE`, as
+/// root): then a session's CPU time has a hard limit a second past each cell's soft one,
+/// raised as the next cell starts; without it the hard limit stays where the zygote's
+/// was, and the stop between cells alone keeps the process off the CPU. Read once, in the
+/// zygote before its first run (a run's own capabilities are its namespace's).
+pub(super) fn raises_hard_limits() -> bool {
+    static RAISES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *RAISES.get_or_init(|| {
+        const CAP_SYS_RESOURCE: u32 = 24;
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("CapEff:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .is_some_and(|mask| mask & (1 << CAP_SYS_RESOURCE) != 0)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::unshowable;
@@ -574,22 +592,4 @@ mod tests {
             assert!(unshowable(Path::new(path)).is_none(), "{path}");
         }
     }
-}
-
-/// Whether the zygote may raise a run's hard limits (it holds `CAP_SYS_RESOURCE`, as
-/// root): then a session's CPU time has a hard limit a second past each cell's soft one,
-/// raised as the next cell starts; without it the hard limit stays where the zygote's
-/// was, and the stop between cells alone keeps the process off the CPU. Read once, in the
-/// zygote before its first run (a run's own capabilities are its namespace's).
-pub(super) fn raises_hard_limits() -> bool {
-    static RAISES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *RAISES.get_or_init(|| {
-        const CAP_SYS_RESOURCE: u32 = 24;
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("CapEff:"))
-            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
-            .is_some_and(|mask| mask & (1 << CAP_SYS_RESOURCE) != 0)
-    })
 }

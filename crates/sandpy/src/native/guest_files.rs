@@ -189,13 +189,12 @@ fn list(folder: &Path, relative: &Path, found: &mut std::collections::BTreeSet<P
         let Ok(kind) = entry.file_type() else {
             return false;
         };
-        if kind.is_dir() {
-            if crate::host_paths::ensure(&folder.join(&name), crate::host_paths::Use::Trusted)
+        if kind.is_dir()
+            && (crate::host_paths::ensure(&folder.join(&name), crate::host_paths::Use::Trusted)
                 .is_err()
-                || !list(folder, &name, found)
-            {
-                return false;
-            }
+                || !list(folder, &name, found))
+        {
+            return false;
         }
         found.insert(name);
     }
