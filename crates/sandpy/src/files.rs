@@ -237,10 +237,19 @@ pub(crate) fn check_mounts(mounts: &[Mount]) -> Result<CheckedMounts, MountError
                 host: mount.host.clone(),
                 reason: e.to_string(),
             })?;
-        if !host.is_dir() {
-            return Err(MountError::NotAFolder {
-                host: mount.host.clone(),
-            });
+        match std::fs::metadata(&host) {
+            Err(e) => {
+                return Err(MountError::HostUnreadable {
+                    host: mount.host.clone(),
+                    reason: e.to_string(),
+                })
+            }
+            Ok(meta) if !meta.is_dir() => {
+                return Err(MountError::NotAFolder {
+                    host: mount.host.clone(),
+                })
+            }
+            Ok(_) => {}
         }
         let overlaps = |other: &str| {
             let (a, b) = (format!("{guest}/"), format!("{other}/"));
