@@ -311,11 +311,17 @@ proptest! {
         let cut = longer.len() - longer.len() % 3;
         prop_assume!(cut > 0);
         let long = format!("{short}{}", &longer[..cut]);
+        // A name the server can send for one value and not the other (standard base64
+        // has `/`, which no name has) is no count of its length: left out.
         let unwrapped: Vec<Reflection> = reflections
             .into_iter()
+            .filter(|(slot, form, ..)| {
+                !matches!((slot, form), (Slot::HeaderName, Form::Base64 { url_safe: false, .. }))
+            })
             .map(|(slot, form, prefix, suffix)| match form {
-                Form::Base64 { url_safe, escaped, .. } => {
-                    (slot, Form::Base64 { url_safe, wrap: None, escaped }, prefix, suffix)
+                // Unescaped too: an escaped edge character (`/` as `\/`) is one byte more.
+                Form::Base64 { url_safe, .. } => {
+                    (slot, Form::Base64 { url_safe, wrap: None, escaped: None }, prefix, suffix)
                 }
                 form => (slot, form, prefix, suffix),
             })
