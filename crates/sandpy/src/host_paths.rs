@@ -295,7 +295,7 @@ fn check_folder(path: &Path, purpose: Use, make: bool) -> Result<(), FolderError
     let walked = walk(path, make.then_some(mode))?;
     let meta = walked.meta.ok_or_else(|| FolderError::Io {
         path: path.to_path_buf(),
-        source: std::io::ErrorKind::NotFound.into(),
+        source: std::io::Error::from_raw_os_error(libc::ENOENT),
     })?;
     if !meta.is_dir() {
         return Err(FolderError::NotAFolder {
@@ -339,7 +339,7 @@ pub(crate) fn trusted_file(path: &Path) -> Result<std::fs::Metadata, FolderError
     let Some(meta) = walked.meta else {
         return Err(FolderError::Io {
             path: path.to_path_buf(),
-            source: std::io::ErrorKind::NotFound.into(),
+            source: std::io::Error::from_raw_os_error(libc::ENOENT),
         });
     };
     if !meta.is_file() {

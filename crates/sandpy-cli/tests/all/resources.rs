@@ -90,7 +90,11 @@ fn a_file_a_run_writes_is_listed_and_read_back_by_its_tenant_and_refused_to_anot
 /// and leaves a small file.
 const BIG_FIGURE: &str = r#"class Figure:
     def _repr_png_(self):
-        return b'\x89PNG\r\n\x1a\n' + bytes(10_000)
+        # A real PNG header (its IHDR checked since issue 60), then padding.
+        import struct, zlib
+        ihdr = struct.pack('>IIBBBBB', 1, 1, 8, 0, 0, 0, 0)
+        head = b'\x89PNG\r\n\x1a\n' + struct.pack('>I', 13) + b'IHDR' + ihdr + struct.pack('>I', zlib.crc32(b'IHDR' + ihdr))
+        return head + bytes(10_008 - len(head))
 display(Figure())
 open('/output/note.txt', 'w').write('see the figure')
 "#;

@@ -261,7 +261,7 @@ mod tests {
             e.contains("at /a") && e.contains("\"b\" is a required property"),
             "{e}"
         );
-        assert_eq!(e.lines().count(), 3, "{e}");
+        assert_eq!(e.lines().count(), 2, "{e}");
     }
 
     #[test]
