@@ -302,22 +302,9 @@ fn check_folder(path: &Path, purpose: Use, make: bool) -> Result<(), FolderError
             path: path.to_path_buf(),
         });
     }
-    let owner_ok = meta.uid() == uid || (purpose == Use::Trusted && meta.uid() == 0);
-    if !owner_ok {
-        return Err(FolderError::NotOwned {
-            path: path.to_path_buf(),
-            owner: meta.uid(),
-            uid,
-        });
-    }
+    owned_and_closed(path, &meta, uid, purpose == Use::Trusted)?;
+    // Readable by others (an older sandpy made them 0755): closed.
     let mode = meta.mode() & 0o7777;
-    // A folder others could write in may already hold their links: refused, not repaired.
-    if mode & 0o022 != 0 {
-        return Err(FolderError::OpenToOthers {
-            path: path.to_path_buf(),
-            mode,
-        });
-    }
     if purpose == Use::Private && mode & 0o077 != 0 {
         std::fs::set_permissions(&walked.real, std::fs::Permissions::from_mode(0o700)).map_err(
             |source| FolderError::Io {
@@ -347,7 +334,20 @@ pub(crate) fn trusted_file(path: &Path) -> Result<std::fs::Metadata, FolderError
             path: path.to_path_buf(),
         });
     }
-    if meta.uid() != uid && meta.uid() != 0 {
+    owned_and_closed(path, &meta, uid, true)?;
+    Ok(meta)
+}
+
+/// `meta` (of `path`) owned by this user (or by root where `root_too`) and writable by no
+/// one else: one that others could write in may already hold their links, so it is refused,
+/// not repaired.
+fn owned_and_closed(
+    path: &Path,
+    meta: &std::fs::Metadata,
+    uid: u32,
+    root_too: bool,
+) -> Result<(), FolderError> {
+    if meta.uid() != uid && !(root_too && meta.uid() == 0) {
         return Err(FolderError::NotOwned {
             path: path.to_path_buf(),
             owner: meta.uid(),
@@ -361,7 +361,7 @@ pub(crate) fn trusted_file(path: &Path) -> Result<std::fs::Metadata, FolderError
             mode,
         });
     }
-    Ok(meta)
+    Ok(())
 }
 
 /// Check a folder of programs this host runs (the toolchain's venv): the folder as
