@@ -24,6 +24,24 @@ fn as_nobody(command: &[&str]) {
     assert!(status.success(), "as nobody: {command:?}");
 }
 
+/// Whether this process may play the other user (setpriv needs root, as CI has); says so
+/// when it may not.
+fn other_user_can_be_played() -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        eprintln!("skipped: the other user is played through setpriv, which needs root");
+    }
+    root
+}
+
+/// A folder like `/tmp`: everyone may make entries in it, only their own removed.
+fn shared_tmp() -> tempfile::TempDir {
+    let shared = tempfile::tempdir().expect("temp dir");
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o1777))
+        .expect("chmod");
+    shared
+}
+
 fn text(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
 }
@@ -195,13 +213,10 @@ fn plant(target: Target, how: Plant, shared: &Path, own: &Path) -> PathBuf {
 
 #[test]
 fn every_host_path_another_user_made_first_is_refused() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: the other user is played through setpriv, which needs root");
+    if !other_user_can_be_played() {
         return;
     }
-    let shared = tempfile::tempdir().expect("temp dir");
-    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o1777))
-        .expect("chmod");
+    let shared = shared_tmp();
     let own = tempfile::tempdir().expect("root's own folder");
     let mut failures = Vec::new();
     for target in TARGETS {
@@ -232,15 +247,12 @@ fn every_host_path_another_user_made_first_is_refused() {
 
 #[test]
 fn without_a_home_the_cache_another_user_made_first_is_refused() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: the other user is played through setpriv, which needs root");
+    if !other_user_can_be_played() {
         return;
     }
     // A container's user with no passwd entry and no HOME: the cache falls back to
     // `$TMPDIR/sandpy-cache-<uid>`, which another user can make first.
-    let shared = tempfile::tempdir().expect("temp dir");
-    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o1777))
-        .expect("chmod");
+    let shared = shared_tmp();
     let uid = 4242;
     let fallback = shared.path().join(format!("sandpy-cache-{uid}"));
     as_nobody(&["mkdir", "-m", "0777", text(&fallback)]);
@@ -332,8 +344,7 @@ fn native_guest_files_changed_in_the_cache_are_written_again_not_run() {
 
 #[test]
 fn output_dir_never_writes_through_another_users_folder_or_link_inside_it() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: the other user is played through setpriv, which needs root");
+    if !other_user_can_be_played() {
         return;
     }
     // Root's output folder, with a folder of the other user's in it and their link there
